@@ -1,0 +1,67 @@
+"""Embeddings from any OpenAI-compatible endpoint, through the ``openai`` package."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import openai
+
+from pgmemory.embedders.base import as_matrix
+from pgmemory.errors import EmbeddingError
+
+
+class OpenAIEmbedder:
+    """Batches texts to ``embeddings.create``; the client retries transient errors with backoff.
+
+    ``dimensions`` is the vector size the collection will hold: for models that can shorten
+    their output (text-embedding-3-*) it is also sent as the request's ``dimensions``; for
+    others pass the model's native size and ``send_dimensions=False``.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        dimensions: int,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        batch_size: int = 256,
+        max_retries: int = 4,
+        timeout_s: float = 60.0,
+        send_dimensions: bool = True,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size is {batch_size}; expected at least 1")
+        self.model = model
+        self.dimensions = dimensions
+        self.batch_size = batch_size
+        self.send_dimensions = send_dimensions
+        host = base_url or "api.openai.com"
+        self.model_id = f"openai:{model}@{dimensions}" if base_url is None else f"{host}:{model}@{dimensions}"
+        self._client = client or openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key or "unused",
+            max_retries=max_retries,
+            timeout=timeout_s,
+        )
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed a batch; returns ``(len(texts), dimensions)`` float32."""
+        batch = list(texts)
+        out: list[list[float]] = []
+        for start in range(0, len(batch), self.batch_size):
+            part = batch[start : start + self.batch_size]
+            kwargs = {"dimensions": self.dimensions} if self.send_dimensions else {}
+            try:
+                response = await self._client.embeddings.create(
+                    model=self.model, input=part, encoding_format="float", **kwargs
+                )
+            except openai.OpenAIError as exc:
+                raise EmbeddingError(f"embedding request to model {self.model!r} failed: {exc}") from exc
+            items = sorted(response.data, key=lambda item: item.index)
+            out.extend(item.embedding for item in items)
+        if not batch:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        return as_matrix(out, rows=len(batch), dimensions=self.dimensions, model_id=self.model_id)

@@ -1,0 +1,31 @@
+"""Every exception pgmemory raises on purpose.
+
+All derive from :class:`PgMemoryError`, so callers can catch the library's errors in one
+place. Input errors also derive from :class:`ValueError`, which is what they are.
+"""
+
+from __future__ import annotations
+
+
+class PgMemoryError(Exception):
+    """Base class of pgmemory's own errors."""
+
+
+class InvalidInputError(PgMemoryError, ValueError):
+    """A value passed in is unusable; the message names the value and the fix."""
+
+
+class ScopeError(InvalidInputError):
+    """A memory scope is missing, empty where it must not be, or malformed."""
+
+
+class CollectionError(InvalidInputError):
+    """A collection is unknown, or a vector does not fit it (dimensions, model)."""
+
+
+class DatabaseNotReadyError(PgMemoryError):
+    """The database lacks the pgvector extension or pgmemory's schema."""
+
+
+class EmbeddingError(PgMemoryError):
+    """An embedder failed or returned vectors that cannot be stored."""

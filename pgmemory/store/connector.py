@@ -1,0 +1,92 @@
+"""The thin connector layer: URL handling, the async engine and pool, and start-up checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector_async
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
+from pgmemory.settings import Settings
+
+#: Alembic's version table for pgmemory's own migrations (the host app keeps its own).
+VERSION_TABLE = "pgmemory_alembic_version"
+
+
+def normalise_url(url: str) -> str:
+    """Accept libpq-style or SQLAlchemy URLs; always use the psycopg 3 driver."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # sqlalchemy raises ArgumentError with the URL in it
+        raise InvalidInputError(
+            "database URL could not be parsed; expected postgresql://user:password@host:port/db"
+        ) from exc
+    if parsed.get_backend_name() not in {"postgresql", "postgres"}:
+        raise InvalidInputError(
+            f"database URL uses backend {parsed.get_backend_name()!r}; pgmemory needs PostgreSQL "
+            "(postgresql://...)"
+        )
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def make_engine(url: str, settings: Settings) -> AsyncEngine:
+    """Create the pooled async engine; every connection knows pgvector's types."""
+    options = f"-c statement_timeout={settings.statement_timeout_ms}"
+    engine = create_async_engine(
+        normalise_url(url),
+        pool_size=settings.pool_size,
+        max_overflow=settings.max_overflow,
+        pool_timeout=settings.pool_timeout_s,
+        pool_pre_ping=True,
+        connect_args={
+            "connect_timeout": settings.connect_timeout_s,
+            "options": options,
+            "application_name": "pgmemory",
+        },
+    )
+    event.listen(engine.sync_engine, "connect", _register_vector)
+    return engine
+
+
+def _register_vector(dbapi_connection: Any, _record: Any) -> None:
+    try:
+        dbapi_connection.run_async(register_vector_async)
+    except psycopg.ProgrammingError:
+        # The extension is missing: check_database() turns that into a clear error.
+        pass
+
+
+async def check_database(engine: AsyncEngine, *, expected_revision: str | None) -> None:
+    """Fail with instructions when pgvector or pgmemory's schema is missing or out of date."""
+    async with engine.connect() as conn:
+        has_vector = (
+            await conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'"))
+        ).scalar()
+        database = (await conn.execute(text("SELECT current_database()"))).scalar()
+        if not has_vector:
+            raise DatabaseNotReadyError(
+                f"the pgvector extension is not installed in database {database!r}. "
+                f"Run `pgmemory db upgrade` as a superuser (its first migration runs "
+                f"CREATE EXTENSION vector), or have a superuser run: "
+                f'psql -d {database} -c "CREATE EXTENSION IF NOT EXISTS vector;"'
+            )
+        if expected_revision is None:
+            return
+        version_table = (
+            await conn.execute(text("SELECT to_regclass(:name)"), {"name": VERSION_TABLE})
+        ).scalar()
+        current = None
+        if version_table is not None:
+            current = (
+                await conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))  # noqa: S608 - constant
+            ).scalar()
+        if current != expected_revision:
+            raise DatabaseNotReadyError(
+                f"pgmemory's schema in database {database!r} is at revision {current!r}, this "
+                f"version of pgmemory needs {expected_revision!r}. Run `pgmemory db upgrade` "
+                f"(or `await store.migrate()`, or open the store with migrate=True)."
+            )

@@ -1,0 +1,59 @@
+"""Run pgmemory's alembic migrations programmatically (the CLI and ``MemoryStore.migrate`` use this).
+
+The scripts ship inside the package as ``pgmemory.migrations``, so this works from an installed
+wheel as well as from a checkout. pgmemory keeps its own version table, so its migrations can
+share a database with the host application's.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+
+from pgmemory.store.connector import normalise_url
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An alembic Config pointing at the packaged scripts (and at ``url`` if given)."""
+    config = Config()
+    config.set_main_option("script_location", str(resources.files("pgmemory.migrations")))
+    if url is not None:
+        # ConfigParser treats % as interpolation; escape it (passwords may contain it).
+        config.set_main_option("sqlalchemy.url", normalise_url(url).replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str:
+    """The newest revision this version of pgmemory ships."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "pgmemory ships at least one migration"
+    return head
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Upgrade the schema at ``url`` to ``revision`` (blocking)."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Downgrade the schema at ``url`` to ``revision`` (``base`` removes every table)."""
+    command.downgrade(alembic_config(url), revision)
+
+
+def current(url: str) -> str | None:
+    """The revision the database at ``url`` is at (None when pgmemory was never installed)."""
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    from pgmemory.store.connector import VERSION_TABLE
+
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            return context.get_current_revision()
+    finally:
+        engine.dispose()

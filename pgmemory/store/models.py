@@ -1,0 +1,246 @@
+"""The schema, as SQLAlchemy 2 typed models. Alembic migrations must agree with this file.
+
+Every table is prefixed ``pgmemory_`` so the schema can share a database with the host
+application. Design rules that keep the schema auditable and distributable (Citus, by
+``user_id``):
+
+* scope columns (application_id, agent_id, user_id, session_id) are ``NOT NULL`` text, with
+  ``''`` meaning "not set", so every scope predicate is a plain ``col = $n`` a B-tree serves;
+* every primary key of a per-user table includes ``user_id`` (the distribution column), and no
+  statement joins rows of different users;
+* ``embedding`` is an untyped ``vector`` (collections of different sizes share the table) kept
+  inline with ``STORAGE PLAIN`` (set in the migration), so exact scans never de-TOAST.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: Largest vector that still fits a covering B-tree entry (2,704 bytes at most per entry).
+COVERING_MAX_DIMENSIONS = 640
+#: Largest vector a collection may hold: pgvector's index limit, and what fits an 8 kB page inline.
+MAX_DIMENSIONS = 2000
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base of pgmemory's tables."""
+
+    metadata = MetaData(naming_convention=NAMING)
+
+
+def _scope_column() -> Mapped[str]:
+    return mapped_column(Text, nullable=False, server_default=text("''"))
+
+
+class CollectionRow(Base):
+    """The catalogue: one row per collection, fixing its vector size and embedding model."""
+
+    __tablename__ = "pgmemory_collections"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+    __table_args__ = (
+        CheckConstraint(f"dimensions BETWEEN 1 AND {MAX_DIMENSIONS}", name="dimensions_range"),
+        CheckConstraint("name <> ''", name="name_not_blank"),
+    )
+
+
+class MemoryRow(Base):
+    """One stored message (or note) with its scope, provenance, text and embedding."""
+
+    __tablename__ = "pgmemory_memories"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    user_id: Mapped[str] = mapped_column(
+        Text, primary_key=True, server_default=text("''")
+    )
+    collection: Mapped[str] = mapped_column(
+        Text, ForeignKey("pgmemory_collections.name", ondelete="RESTRICT"), nullable=False
+    )
+    application_id: Mapped[str] = _scope_column()
+    agent_id: Mapped[str] = _scope_column()
+    session_id: Mapped[str] = _scope_column()
+    role: Mapped[str] = mapped_column(Text, nullable=False)
+    author_name: Mapped[str | None] = mapped_column(Text)
+    message_id: Mapped[str | None] = mapped_column(Text)
+    source_type: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'external'"))
+    source_id: Mapped[str | None] = mapped_column(Text)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    #: Hex sha256 of ``content``: joins memories to their audit rows without the text.
+    content_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=False)
+    embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+
+    __table_args__ = (
+        CheckConstraint("length(content_sha256) = 64", name="sha256_length"),
+        CheckConstraint("content <> ''", name="content_not_blank"),
+        # Exact recall for a user (optionally narrowed by session/agent/application), served
+        # index-only: the vector and everything the filter reads are in the entry.
+        Index(
+            "ix_pgmemory_memories_user_cover",
+            "collection",
+            "user_id",
+            "session_id",
+            "agent_id",
+            "application_id",
+            postgresql_include=["id", "created_at", "expires_at", "embedding"],
+            postgresql_where=text(f"vector_dims(embedding) <= {COVERING_MAX_DIMENSIONS}"),
+        ),
+        # Newest-first listing and recency recall per user; exact recall of large vectors.
+        Index("ix_pgmemory_memories_user_recent", "collection", "user_id", "created_at"),
+        # Scopes without a user: per session, or per application/agent.
+        Index("ix_pgmemory_memories_session_recent", "collection", "session_id", "created_at"),
+        Index(
+            "ix_pgmemory_memories_app_agent_recent",
+            "collection",
+            "application_id",
+            "agent_id",
+            "created_at",
+        ),
+        # Expiry sweeps only look at rows that can expire.
+        Index(
+            "ix_pgmemory_memories_expires_at",
+            "expires_at",
+            postgresql_where=text("expires_at IS NOT NULL"),
+        ),
+    )
+
+
+class MemoryAuditRow(Base):
+    """Append-only log of every write and delete of memories, written in the same statement."""
+
+    __tablename__ = "pgmemory_memory_audit"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    txid: Mapped[int] = mapped_column(
+        BigInteger, nullable=False, server_default=text("(pg_current_xact_id()::text)::bigint")
+    )
+    operation: Mapped[str] = mapped_column(Text, nullable=False)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    collection: Mapped[str] = mapped_column(Text, nullable=False)
+    application_id: Mapped[str] = mapped_column(Text, nullable=False)
+    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
+    session_id: Mapped[str] = mapped_column(Text, nullable=False)
+    content_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    actor: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+
+    __table_args__ = (
+        CheckConstraint("operation IN ('insert', 'delete', 'expire')", name="operation_known"),
+        Index("ix_pgmemory_memory_audit_memory", "user_id", "memory_id"),
+        Index("ix_pgmemory_memory_audit_at", "at"),
+    )
+
+
+class RecallAuditRow(Base):
+    """One row per recall: who searched which scope, for what, and which memories came back."""
+
+    __tablename__ = "pgmemory_recall_audit"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    collection: Mapped[str] = mapped_column(Text, nullable=False)
+    application_id: Mapped[str] = mapped_column(Text, nullable=False)
+    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
+    session_id: Mapped[str] = mapped_column(Text, nullable=False)
+    provider: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    mode: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    requesting_session_id: Mapped[str] = mapped_column(
+        Text, nullable=False, server_default=text("''")
+    )
+    query_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    query_text: Mapped[str | None] = mapped_column(Text)
+    memory_ids: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)), nullable=False)
+    scores: Mapped[list[float]] = mapped_column(ARRAY(Float(precision=24)), nullable=False)
+
+    __table_args__ = (
+        Index("ix_pgmemory_recall_audit_user_at", "user_id", "at"),
+        Index("ix_pgmemory_recall_audit_session", "user_id", "requesting_session_id", "at"),
+    )
+
+
+class ChatMessageRow(Base):
+    """Chat history: one row per message per session, in order."""
+
+    __tablename__ = "pgmemory_chat_messages"
+
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True, server_default=text("''"))
+    session_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    message_id: Mapped[str] = mapped_column(Text, nullable=False)
+    role: Mapped[str] = mapped_column(Text, nullable=False)
+    message: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+    __table_args__ = (
+        Index(
+            "uq_pgmemory_chat_messages_message",
+            "user_id",
+            "session_id",
+            "message_id",
+            unique=True,
+        ),
+        CheckConstraint("session_id <> ''", name="session_not_blank"),
+    )
+
+
+__all__ = [
+    "Base",
+    "ChatMessageRow",
+    "CollectionRow",
+    "MemoryRow",
+    "MemoryAuditRow",
+    "RecallAuditRow",
+    "COVERING_MAX_DIMENSIONS",
+    "MAX_DIMENSIONS",
+]

@@ -1,0 +1,296 @@
+"""Every SQL statement the store issues, each with a one-line purpose.
+
+All statements are parameterised. The only text ever spliced into a statement is chosen from
+the fixed fragments below (scope column predicates, the covering-index guard); nothing that a
+caller passes becomes part of SQL text.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+
+# --- collections ---------------------------------------------------------------------------
+
+#: Register a collection; an existing one is left as it is (the caller compares).
+INSERT_COLLECTION = """
+INSERT INTO pgmemory_collections (name, dimensions, embedding_model)
+VALUES (:name, :dimensions, :embedding_model)
+ON CONFLICT (name) DO NOTHING
+"""
+
+#: Read one collection's catalogue entry.
+GET_COLLECTION = """
+SELECT name, dimensions, embedding_model, created_at
+FROM pgmemory_collections WHERE name = :name
+"""
+
+#: List the catalogue.
+LIST_COLLECTIONS = """
+SELECT name, dimensions, embedding_model, created_at FROM pgmemory_collections ORDER BY name
+"""
+
+#: Remove a collection's catalogue entry (its memories are deleted first, with audit).
+DELETE_COLLECTION = "DELETE FROM pgmemory_collections WHERE name = :name"
+
+# --- memories: writes ----------------------------------------------------------------------
+
+_MEMORY_COLUMNS = """id, user_id, collection, application_id, agent_id, session_id, role,
+    author_name, message_id, source_type, source_id, content, content_sha256, embedding,
+    embedding_model, created_at, expires_at, metadata"""
+
+#: Columns of the bulk-import staging table, in binary COPY order.
+STAGING_COLUMNS = (
+    "id", "user_id", "application_id", "agent_id", "session_id", "role", "author_name",
+    "message_id", "source_type", "source_id", "content", "content_sha256", "embedding",
+    "created_at", "expires_at", "metadata",
+)  # fmt: skip
+#: PostgreSQL types of STAGING_COLUMNS, for psycopg's binary COPY.
+STAGING_TYPES = (
+    "uuid", "text", "text", "text", "text", "text", "text",
+    "text", "text", "text", "text", "text", "vector",
+    "timestamptz", "timestamptz", "jsonb",
+)  # fmt: skip
+
+#: Insert a batch given as parallel arrays, and audit each row, in one statement.
+INSERT_MEMORIES = f"""
+WITH inserted AS (
+    INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
+    SELECT r.id, r.user_id, :collection, r.application_id, r.agent_id, r.session_id, r.role,
+           r.author_name, r.message_id, r.source_type, r.source_id, r.content, r.content_sha256,
+           r.embedding, :embedding_model, COALESCE(r.created_at, clock_timestamp()),
+           r.expires_at, r.metadata
+    FROM unnest(
+        CAST(:ids AS uuid[]), CAST(:user_ids AS text[]), CAST(:application_ids AS text[]),
+        CAST(:agent_ids AS text[]), CAST(:session_ids AS text[]), CAST(:roles AS text[]),
+        CAST(:author_names AS text[]), CAST(:message_ids AS text[]),
+        CAST(:source_types AS text[]), CAST(:source_ids AS text[]), CAST(:contents AS text[]),
+        CAST(:content_sha256s AS text[]), CAST(:embeddings AS vector[]),
+        CAST(:created_ats AS timestamptz[]), CAST(:expires_ats AS timestamptz[]),
+        CAST(:metadatas AS jsonb[])
+    ) WITH ORDINALITY AS r(id, user_id, application_id, agent_id, session_id, role,
+                           author_name, message_id, source_type, source_id, content,
+                           content_sha256, embedding, created_at, expires_at, metadata, ord)
+    ORDER BY r.ord
+    RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
+)
+INSERT INTO pgmemory_memory_audit
+    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
+     content_sha256, actor)
+SELECT user_id, 'insert', id, collection, application_id, agent_id, session_id,
+       content_sha256, :actor
+FROM inserted
+"""
+
+#: Staging table for binary COPY imports; dropped at commit.
+CREATE_STAGING = """
+CREATE TEMPORARY TABLE pgmemory_import (
+    id uuid, user_id text, application_id text, agent_id text, session_id text, role text,
+    author_name text, message_id text, source_type text, source_id text, content text,
+    content_sha256 text, embedding vector, created_at timestamptz, expires_at timestamptz,
+    metadata jsonb
+) ON COMMIT DROP
+"""
+
+#: Binary COPY into the staging table.
+COPY_STAGING = f"COPY pgmemory_import ({', '.join(STAGING_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+
+#: Move staged rows into the collection, auditing each row, in one statement.
+INSERT_FROM_STAGING = f"""
+WITH inserted AS (
+    INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
+    SELECT id, user_id, :collection, application_id, agent_id, session_id, role, author_name,
+           message_id, source_type, source_id, content, content_sha256, embedding,
+           :embedding_model, COALESCE(created_at, clock_timestamp()), expires_at, metadata
+    FROM pgmemory_import
+    RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
+)
+INSERT INTO pgmemory_memory_audit
+    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
+     content_sha256, actor)
+SELECT user_id, 'insert', id, collection, application_id, agent_id, session_id,
+       content_sha256, :actor
+FROM inserted
+"""
+
+#: Delete the collection's memories with these ids, auditing each row.
+DELETE_BY_IDS = """
+WITH deleted AS (
+    DELETE FROM pgmemory_memories
+    WHERE collection = :collection AND id = ANY(CAST(:ids AS uuid[]))
+    RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
+)
+INSERT INTO pgmemory_memory_audit
+    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
+     content_sha256, actor)
+SELECT user_id, 'delete', id, collection, application_id, agent_id, session_id,
+       content_sha256, :actor
+FROM deleted
+RETURNING memory_id
+"""
+
+#: Delete every expired memory (optionally of one collection), auditing each row.
+DELETE_EXPIRED = """
+WITH deleted AS (
+    DELETE FROM pgmemory_memories
+    WHERE expires_at IS NOT NULL AND expires_at <= :now
+      AND (CAST(:collection AS text) IS NULL OR collection = :collection)
+    RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
+)
+INSERT INTO pgmemory_memory_audit
+    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
+     content_sha256, actor)
+SELECT user_id, 'expire', id, collection, application_id, agent_id, session_id,
+       content_sha256, :actor
+FROM deleted
+RETURNING memory_id
+"""
+
+# --- memories: scoped statements -----------------------------------------------------------
+# A scope's set dimensions become `m.<col> = :<col>` (the columns are NOT NULL, so a B-tree
+# serves them); unset dimensions are not filtered. The variants are built once per shape.
+
+_SCOPE_PREDICATE = {
+    "application_id": "m.application_id = :application_id",
+    "agent_id": "m.agent_id = :agent_id",
+    "user_id": "m.user_id = :user_id",
+    "session_id": "m.session_id = :session_id",
+}
+_LIVE = "(m.expires_at IS NULL OR m.expires_at > now())"
+_READ_COLUMNS = """m.id, m.collection, m.application_id, m.agent_id, m.user_id, m.session_id,
+       m.role, m.content, m.author_name, m.message_id, m.source_type, m.source_id,
+       m.embedding_model, m.created_at, m.expires_at, m.metadata"""
+
+
+def _scope_where(dimensions: tuple[str, ...]) -> str:
+    predicates = ["m.collection = :collection"]
+    predicates += [_SCOPE_PREDICATE[d] for d in dimensions]  # KeyError for anything else
+    return "\n      AND ".join(predicates)
+
+
+@lru_cache(maxsize=128)
+def search_memories(dimensions: tuple[str, ...], *, covering: bool, audit: bool) -> str:
+    """Exact top-k by cosine similarity inside a scope (optionally writing the recall audit row).
+
+    The MATERIALIZED CTE computes each scope row's distance before ordering, so no plan, custom
+    or generic, can answer the ORDER BY with an approximate index scan that filters afterwards
+    (which returns a fraction of the right rows when the scope is selective). With ``covering``
+    the predicate matches the partial covering index, so the scan is index-only.
+    """
+    guard = f"\n      AND vector_dims(m.embedding) <= {COVERING_MAX_DIMENSIONS}" if covering else ""
+    audit_cte = ""
+    if audit:
+        audit_cte = """,
+audit AS (
+    INSERT INTO pgmemory_recall_audit
+        (user_id, collection, application_id, agent_id, session_id, provider, mode,
+         requesting_session_id, query_sha256, query_text, memory_ids, scores)
+    SELECT :audit_user_id, :collection, :audit_application_id, :audit_agent_id,
+           :audit_session_id, :provider, :mode, :requesting_session_id, :query_sha256,
+           :query_text,
+           COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{}'),
+           COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{}')
+    FROM hits AS h
+)"""
+    return f"""
+WITH candidates AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.embedding <=> :query AS distance
+    FROM pgmemory_memories AS m
+    WHERE {_scope_where(dimensions)}{guard}
+      AND {_LIVE}
+      AND m.created_at >= :since AND m.created_at < :until
+),
+top AS (
+    SELECT id, user_id, distance FROM candidates ORDER BY distance, id LIMIT :limit
+),
+hits AS (
+    SELECT {_READ_COLUMNS}, CAST(1 - top.distance AS real) AS score
+    FROM top
+    JOIN pgmemory_memories AS m ON m.id = top.id AND m.user_id = top.user_id
+    WHERE 1 - top.distance >= :min_score
+){audit_cte}
+SELECT * FROM hits ORDER BY score DESC, id
+"""
+
+
+@lru_cache(maxsize=64)
+def list_memories(dimensions: tuple[str, ...], *, newest_first: bool) -> str:
+    """Live memories of a scope in time order, paginated by limit/offset."""
+    order = "DESC" if newest_first else "ASC"
+    return f"""
+SELECT {_READ_COLUMNS}
+FROM pgmemory_memories AS m
+WHERE {_scope_where(dimensions)}
+  AND {_LIVE}
+  AND m.created_at >= :since AND m.created_at < :until
+ORDER BY m.created_at {order}, m.id {order}
+LIMIT :limit OFFSET :offset
+"""
+
+
+@lru_cache(maxsize=64)
+def count_memories(dimensions: tuple[str, ...]) -> str:
+    """How many live memories a scope holds."""
+    return f"""
+SELECT count(*) FROM pgmemory_memories AS m
+WHERE {_scope_where(dimensions)}
+  AND {_LIVE}
+"""
+
+
+@lru_cache(maxsize=64)
+def delete_scope(dimensions: tuple[str, ...]) -> str:
+    """Erase every memory of a scope (expired ones too), auditing each row."""
+    return f"""
+WITH deleted AS (
+    DELETE FROM pgmemory_memories AS m
+    WHERE {_scope_where(dimensions)}
+    RETURNING m.id, m.user_id, m.collection, m.application_id, m.agent_id, m.session_id,
+              m.content_sha256
+)
+INSERT INTO pgmemory_memory_audit
+    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
+     content_sha256, actor)
+SELECT user_id, 'delete', id, collection, application_id, agent_id, session_id,
+       content_sha256, :actor
+FROM deleted
+RETURNING memory_id
+"""
+
+
+# --- chat history --------------------------------------------------------------------------
+
+#: Serialise appends to one session (two writers would otherwise pick the same seq).
+LOCK_HISTORY = "SELECT pg_advisory_xact_lock(hashtextextended(:session_id, hashtext(:user_id)))"
+
+#: Append messages after the session's last seq; a message id already stored is skipped.
+APPEND_HISTORY = """
+INSERT INTO pgmemory_chat_messages (user_id, session_id, seq, message_id, role, message)
+SELECT :user_id, :session_id, base.last_seq + r.ord, r.message_id, r.role, r.message
+FROM (
+    SELECT COALESCE(max(seq), 0) AS last_seq FROM pgmemory_chat_messages
+    WHERE user_id = :user_id AND session_id = :session_id
+) AS base,
+unnest(CAST(:message_ids AS text[]), CAST(:roles AS text[]), CAST(:messages AS jsonb[]))
+    WITH ORDINALITY AS r(message_id, role, message, ord)
+ON CONFLICT (user_id, session_id, message_id) DO NOTHING
+"""
+
+#: A page of a session's history in order.
+READ_HISTORY = """
+SELECT seq, message, created_at FROM pgmemory_chat_messages
+WHERE user_id = :user_id AND session_id = :session_id AND seq > :after_seq
+ORDER BY seq
+LIMIT :limit
+"""
+
+#: How many messages a session's history holds.
+COUNT_HISTORY = """
+SELECT count(*) FROM pgmemory_chat_messages WHERE user_id = :user_id AND session_id = :session_id
+"""
+
+#: Erase a session's history.
+DELETE_HISTORY = """
+DELETE FROM pgmemory_chat_messages WHERE user_id = :user_id AND session_id = :session_id
+"""

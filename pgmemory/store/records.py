@@ -1,0 +1,161 @@
+"""Small value types the store takes and returns."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pgmemory.errors import ScopeError
+
+#: Longest scope value accepted (application, agent, user or session id).
+MAX_SCOPE_VALUE_CHARS = 256
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryScope:
+    """Who a memory belongs to: up to four dimensions, each optional.
+
+    As a *storage* scope, every dimension that is set is written on the new rows. As a *search*
+    scope, every dimension that is set must match exactly and a dimension left ``None`` is not
+    filtered. Values are matched literally (quotes, ``%``, ``_`` and backslashes have no special
+    meaning). A value must be a non-blank string without NUL characters, at most 256 characters.
+    """
+
+    DIMENSIONS: ClassVar[tuple[str, ...]] = ("application_id", "agent_id", "user_id", "session_id")
+
+    application_id: str | None = None
+    agent_id: str | None = None
+    user_id: str | None = None
+    session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.DIMENSIONS:
+            _check_scope_value(name, getattr(self, name))
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no dimension is set (such a search would cover every tenant)."""
+        return not self.as_dict()
+
+    def as_dict(self) -> dict[str, str]:
+        """The dimensions that are set, by column name."""
+        return {name: value for name in self.DIMENSIONS if (value := getattr(self, name)) is not None}
+
+    def column_values(self) -> dict[str, str]:
+        """All four dimensions as stored: an unset dimension is ``''``."""
+        return {name: getattr(self, name) or "" for name in self.DIMENSIONS}
+
+    def to_dict(self) -> dict[str, str | None]:
+        """JSON-native form (for session state)."""
+        return {name: getattr(self, name) for name in self.DIMENSIONS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryScope:
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        unknown = set(data) - set(cls.DIMENSIONS)
+        if unknown:
+            raise ScopeError(
+                f"unknown scope keys {sorted(unknown)}; expected some of {list(cls.DIMENSIONS)}"
+            )
+        return cls(**dict(data))
+
+
+def _check_scope_value(name: str, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ScopeError(f"{name} must be a string or None, got {type(value).__name__} {value!r}")
+    if not value.strip():
+        raise ScopeError(
+            f"{name} is blank ({value!r}); pass None to leave the dimension unset, "
+            "or a non-blank id"
+        )
+    if "\x00" in value:
+        raise ScopeError(
+            f"{name} {value!r} contains a NUL character, which PostgreSQL text cannot store; "
+            "remove it"
+        )
+    if len(value) > MAX_SCOPE_VALUE_CHARS:
+        raise ScopeError(
+            f"{name} is {len(value)} characters long (starts {value[:40]!r}); the limit is "
+            f"{MAX_SCOPE_VALUE_CHARS}: use a shorter id or a hash of it"
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class MemoryRecord:
+    """A memory to store. Leave ``embedding`` unset to have the store's embedder make it."""
+
+    content: str
+    scope: MemoryScope
+    role: str = "user"
+    author_name: str | None = None
+    message_id: str | None = None
+    source_type: str = "external"
+    source_id: str | None = None
+    embedding: Sequence[float] | np.ndarray | None = None
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Memory:
+    """A stored memory, as read back."""
+
+    id: uuid.UUID
+    collection: str
+    scope: MemoryScope
+    role: str
+    content: str
+    author_name: str | None
+    message_id: str | None
+    source_type: str
+    source_id: str | None
+    embedding_model: str
+    created_at: datetime
+    expires_at: datetime | None
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    """A recalled memory with its cosine similarity to the query (1.0 = same direction)."""
+
+    memory: Memory
+    score: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectionInfo:
+    """A collection's catalogue entry: its vectors' size and the model that makes them."""
+
+    name: str
+    dimensions: int
+    embedding_model: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HistoryRow:
+    """One message of a session's chat history, in order (``seq`` grows, with possible gaps)."""
+
+    seq: int
+    message: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecallTrace:
+    """Who is recalling, for the recall audit row (all optional)."""
+
+    provider: str = ""
+    mode: str = ""
+    session_id: str = ""
+    #: Store the query text itself in the audit row (off: only its sha256 is kept).
+    include_query_text: bool = False

@@ -1,0 +1,707 @@
+"""``MemoryStore``: the async PostgreSQL store under every memory provider."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from psycopg.types.json import Jsonb
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from pgmemory.embedders.base import Embedder
+from pgmemory.errors import CollectionError, InvalidInputError, ScopeError
+from pgmemory.settings import Settings
+from pgmemory.store import migrate as migrations
+from pgmemory.store import queries as q
+from pgmemory.store.connector import check_database, make_engine
+from pgmemory.store.embedded import EmbeddedServer
+from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+from pgmemory.store.records import (
+    CollectionInfo,
+    HistoryRow,
+    Memory,
+    MemoryHit,
+    MemoryRecord,
+    MemoryScope,
+    RecallTrace,
+)
+from pgmemory.store.uuid7 import uuid7
+from pgmemory.store.validation import (
+    ROLES,
+    SOURCE_TYPES,
+    check_choice,
+    check_dimensions,
+    check_limit,
+    check_metadata,
+    check_name,
+    check_optional_name,
+    check_score,
+    check_text,
+    check_vector,
+    sha256_hex,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Rows per INSERT statement: each chunk is one statement with 16 array parameters, far below
+#: PostgreSQL's 65,535 bind parameters, and keeps a statement's payload around a few MB.
+INSERT_CHUNK_ROWS = 1_000
+#: Earliest and latest instants PostgreSQL and Python both represent (open time bounds).
+_DISTANT_PAST = datetime(1, 1, 2, tzinfo=UTC)
+_DISTANT_FUTURE = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+class MemoryStore:
+    """Scoped memories, their audit trail and chat history in PostgreSQL + pgvector.
+
+    Use it as an async context manager::
+
+        async with MemoryStore(migrate=True) as store:
+            await store.create_collection("chat")
+            await store.add("chat", [MemoryRecord(content="I can't eat spicy food",
+                                                  scope=MemoryScope(user_id="alice"))])
+            hits = await store.search("chat", MemoryScope(user_id="alice"), query="order food")
+
+    With no URL (argument or ``PGMEMORY_DATABASE_URL``) it starts, or reuses, the embedded
+    PostgreSQL server under ``Settings.data_dir``. ``embedder`` embeds texts passed without a
+    vector (default: :func:`pgmemory.make_embedder` of the settings, built on first use).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        embedder: Embedder | None = None,
+        migrate: bool = False,
+    ) -> None:
+        self.settings = settings or Settings()
+        if url is None and self.settings.database_url is not None:
+            url = self.settings.database_url.get_secret_value()
+        self._url = url
+        self._embedder = embedder
+        self._migrate = migrate
+        self._server: EmbeddedServer | None = None
+        self._engine: AsyncEngine | None = None
+        self._collections: dict[str, CollectionInfo] = {}
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    async def open(self) -> MemoryStore:
+        """Connect (starting the embedded server if needed), optionally migrate, then check."""
+        if self._engine is not None:
+            return self
+        url = self._url
+        if url is None:
+            self._server = EmbeddedServer(self.settings.data_dir)
+            url = await asyncio.to_thread(self._server.start)
+        self._resolved_url = url
+        try:
+            if self._migrate:
+                await asyncio.to_thread(migrations.upgrade, url)
+            self._engine = make_engine(url, self.settings)
+            await check_database(self._engine, expected_revision=migrations.head_revision())
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def close(self) -> None:
+        """Close the pool; release the embedded server (stopped when no process uses it)."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            await engine.dispose()
+        server, self._server = self._server, None
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+    async def __aenter__(self) -> MemoryStore:
+        return await self.open()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def migrate(self) -> None:
+        """Upgrade the schema to this version's head (needs the store to know its URL)."""
+        url = self._url or getattr(self, "_resolved_url", None)
+        if url is None:
+            raise RuntimeError("open the store first (the embedded server's URL is known then)")
+        await asyncio.to_thread(migrations.upgrade, url)
+
+    @property
+    def url(self) -> str:
+        """The SQLAlchemy URL in use (password included: don't log it)."""
+        return self._url or self._resolved_url
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The pooled async engine (for advanced use and tests)."""
+        if self._engine is None:
+            raise RuntimeError("the store is not open: use `async with MemoryStore(...)`")
+        return self._engine
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder used for texts given without a vector (built on first use)."""
+        if self._embedder is None:
+            from pgmemory.embedders import make_embedder
+
+            self._embedder = make_embedder(self.settings)
+        return self._embedder
+
+    # --- collections -----------------------------------------------------------------------
+
+    async def create_collection(
+        self, name: str, *, dimensions: int | None = None, embedding_model: str | None = None
+    ) -> CollectionInfo:
+        """Create a collection, or return it if it exists with the same size and model.
+
+        Size and model default to the store's embedder. An existing collection with another
+        size or model is an error: vectors of different models are not comparable.
+        """
+        check_name(name, what="collection name")
+        if dimensions is None or embedding_model is None:
+            dimensions = dimensions if dimensions is not None else self.embedder.dimensions
+            embedding_model = embedding_model or self.embedder.model_id
+        check_dimensions(dimensions)
+        check_name(embedding_model, what="embedding_model")
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                text(q.INSERT_COLLECTION),
+                {"name": name, "dimensions": dimensions, "embedding_model": embedding_model},
+            )
+        info = await self.get_collection(name)
+        if info.dimensions != dimensions or info.embedding_model != embedding_model:
+            raise CollectionError(
+                f"collection {name!r} exists with {info.dimensions} dimensions from model "
+                f"{info.embedding_model!r}; asked for {dimensions} from {embedding_model!r}. "
+                "Use another collection name for another model."
+            )
+        return info
+
+    async def get_collection(self, name: str) -> CollectionInfo:
+        """A collection's catalogue entry; :class:`CollectionError` if it does not exist."""
+        cached = self._collections.get(name)
+        if cached is not None:
+            return cached
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(text(q.GET_COLLECTION), {"name": name})).mappings().first()
+        if row is None:
+            raise CollectionError(
+                f"unknown collection {name!r}: create it first with "
+                f"`await store.create_collection({name!r})`"
+            )
+        info = CollectionInfo(**row)
+        self._collections[name] = info
+        return info
+
+    async def list_collections(self) -> list[CollectionInfo]:
+        """Every collection in the catalogue."""
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(text(q.LIST_COLLECTIONS))).mappings().all()
+        return [CollectionInfo(**row) for row in rows]
+
+    async def drop_collection(self, name: str, *, actor: str | None = None) -> int:
+        """Delete a collection and all its memories (audited); returns memories deleted."""
+        await self.get_collection(name)
+        async with self.engine.begin() as conn:
+            deleted = await conn.execute(
+                text(q.delete_scope(())), {"collection": name, "actor": actor or ""}
+            )
+            count = len(deleted.all())
+            await conn.execute(text(q.DELETE_COLLECTION), {"name": name})
+        self._collections.pop(name, None)
+        return count
+
+    # --- writes ----------------------------------------------------------------------------
+
+    async def add(
+        self,
+        collection: str,
+        records: Sequence[MemoryRecord],
+        *,
+        actor: str | None = None,
+        allow_unscoped: bool = False,
+    ) -> list[uuid.UUID]:
+        """Store a batch in ONE transaction (all rows or none); returns the new ids in order.
+
+        Every record is checked, and texts without a vector embedded, before any SQL runs.
+        Each row's insert is written to the audit table in the same statement.
+        """
+        rows = await self._prepare(collection, records, actor=actor, allow_unscoped=allow_unscoped)
+        if not rows["ids"]:
+            return []
+        info = await self.get_collection(collection)
+        async with self.engine.begin() as conn:
+            for start in range(0, len(rows["ids"]), INSERT_CHUNK_ROWS):
+                chunk = {k: v[start : start + INSERT_CHUNK_ROWS] for k, v in rows.items()}
+                await conn.execute(
+                    text(q.INSERT_MEMORIES),
+                    {
+                        **chunk,
+                        "collection": collection,
+                        "embedding_model": info.embedding_model,
+                        "actor": actor or "",
+                    },
+                )
+        logger.info("stored %d memories in collection %s", len(rows["ids"]), collection)
+        return list(rows["ids"])
+
+    async def import_records(
+        self,
+        collection: str,
+        records: Iterable[MemoryRecord],
+        *,
+        actor: str | None = None,
+        batch_rows: int = 10_000,
+        progress: bool = False,
+        allow_unscoped: bool = False,
+    ) -> int:
+        """Bulk-load records with binary COPY, all in ONE transaction; returns rows imported.
+
+        Faster than :meth:`add` for large loads (no per-row parameter handling). Rows go through
+        a temporary staging table so that every row is still audited; nothing is visible, and
+        nothing stays, unless the whole import succeeds.
+        """
+        from tqdm.auto import tqdm
+
+        info = await self.get_collection(collection)
+        total = 0
+        bar = tqdm(desc=f"import {collection}", unit="rows", disable=not progress)
+        async with self.engine.begin() as conn:
+            await conn.execute(text(q.CREATE_STAGING))
+            cursor = (await _driver_connection(conn)).cursor()
+            batch: list[MemoryRecord] = []
+
+            async def flush() -> None:
+                nonlocal total
+                rows = await self._prepare(
+                    collection, batch, actor=actor, allow_unscoped=allow_unscoped
+                )
+                async with cursor.copy(q.COPY_STAGING) as copy:
+                    copy.set_types(list(q.STAGING_TYPES))
+                    for i in range(len(rows["ids"])):
+                        await copy.write_row(
+                            [rows[_STAGING_SOURCE[c]][i] for c in q.STAGING_COLUMNS]
+                        )
+                total += len(rows["ids"])
+                bar.update(len(rows["ids"]))
+                batch.clear()
+
+            for record in records:
+                batch.append(record)
+                if len(batch) >= batch_rows:
+                    await flush()
+            if batch:
+                await flush()
+            await conn.execute(
+                text(q.INSERT_FROM_STAGING),
+                {
+                    "collection": collection,
+                    "embedding_model": info.embedding_model,
+                    "actor": actor or "",
+                },
+            )
+        bar.close()
+        logger.info("imported %d memories into collection %s", total, collection)
+        return total
+
+    async def _prepare(
+        self,
+        collection: str,
+        records: Sequence[MemoryRecord],
+        *,
+        actor: str | None,
+        allow_unscoped: bool,
+    ) -> dict[str, list[Any]]:
+        """Validate a batch and turn it into parallel column lists (embedding missing texts)."""
+        info = await self.get_collection(collection)
+        check_optional_name(actor, what="actor")
+        max_chars = self.settings.max_text_chars
+        columns: dict[str, list[Any]] = {name: [] for name in _BATCH_COLUMNS}
+        to_embed: list[int] = []
+        for i, record in enumerate(records):
+            where = f"records[{i}]"
+            if not isinstance(record, MemoryRecord):
+                raise InvalidInputError(
+                    f"{where} is a {type(record).__name__}; pass MemoryRecord objects"
+                )
+            if not isinstance(record.scope, MemoryScope):
+                raise ScopeError(f"{where}.scope must be a MemoryScope, got {record.scope!r}")
+            if record.scope.is_empty and not allow_unscoped:
+                raise ScopeError(
+                    f"{where} has an empty scope: tag it with a user, session, agent or "
+                    "application id (or pass allow_unscoped=True to store it for everybody)"
+                )
+            content = check_text(record.content, what=f"{where}.content", max_chars=max_chars)
+            scope = record.scope.column_values()
+            columns["ids"].append(uuid7())
+            columns["user_ids"].append(scope["user_id"])
+            columns["application_ids"].append(scope["application_id"])
+            columns["agent_ids"].append(scope["agent_id"])
+            columns["session_ids"].append(scope["session_id"])
+            columns["roles"].append(check_choice(record.role, what=f"{where}.role", choices=ROLES))
+            columns["author_names"].append(
+                check_optional_name(record.author_name, what=f"{where}.author_name")
+            )
+            columns["message_ids"].append(
+                check_optional_name(record.message_id, what=f"{where}.message_id")
+            )
+            columns["source_types"].append(
+                check_choice(record.source_type, what=f"{where}.source_type", choices=SOURCE_TYPES)
+            )
+            columns["source_ids"].append(
+                check_optional_name(record.source_id, what=f"{where}.source_id")
+            )
+            columns["contents"].append(content)
+            columns["content_sha256s"].append(sha256_hex(content))
+            if record.embedding is None:
+                to_embed.append(i)
+                columns["embeddings"].append(None)
+            else:
+                columns["embeddings"].append(
+                    check_vector(
+                        record.embedding, dimensions=info.dimensions, what=f"{where}.embedding"
+                    )
+                )
+            columns["created_ats"].append(_aware(record.created_at, f"{where}.created_at"))
+            columns["expires_ats"].append(_aware(record.expires_at, f"{where}.expires_at"))
+            columns["metadatas"].append(
+                Jsonb(check_metadata(record.metadata, what=f"{where}.metadata"))
+            )
+        if to_embed:
+            vectors = await self._embed([columns["contents"][i] for i in to_embed], info)
+            for i, vector in zip(to_embed, vectors, strict=True):
+                columns["embeddings"][i] = check_vector(
+                    vector, dimensions=info.dimensions, what=f"records[{i}] embedding"
+                )
+        return columns
+
+    async def _embed(self, texts: list[str], info: CollectionInfo) -> np.ndarray:
+        embedder = self.embedder
+        if embedder.model_id != info.embedding_model:
+            raise CollectionError(
+                f"collection {info.name!r} holds vectors of model {info.embedding_model!r}, but "
+                f"the store's embedder is {embedder.model_id!r}: pass a matching embedder to "
+                "MemoryStore(embedder=...), or pass vectors yourself"
+            )
+        return await embedder.embed(texts)
+
+    # --- reads -----------------------------------------------------------------------------
+
+    async def search(
+        self,
+        collection: str,
+        scope: MemoryScope,
+        *,
+        query: str | None = None,
+        vector: Sequence[float] | np.ndarray | None = None,
+        limit: int = 3,
+        min_score: float | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        allow_unscoped: bool = False,
+        audit: bool = True,
+        trace: RecallTrace | None = None,
+    ) -> list[MemoryHit]:
+        """The ``limit`` memories of the scope most similar to ``query`` (or ``vector``).
+
+        Exact: every live row of the scope is compared (recall@k = 1.0), best first, with cosine
+        similarity as ``score``. ``min_score`` drops weaker hits; ``since``/``until`` bound
+        ``created_at`` (``since`` inclusive). Unless ``audit=False``, the recall is recorded in
+        ``pgmemory_recall_audit`` by the same statement.
+        """
+        self._check_search_scope(scope, allow_unscoped)
+        info = await self.get_collection(collection)
+        check_limit(limit)
+        if (query is None) == (vector is None):
+            raise InvalidInputError("pass exactly one of query= (text) or vector=")
+        if query is not None:
+            check_text(query, what="query", max_chars=self.settings.max_text_chars)
+            vector = (await self._embed([query], info))[0]
+            query_hash = sha256_hex(query)
+        else:
+            vector = check_vector(vector, dimensions=info.dimensions, what="vector")
+            query_hash = sha256_hex(np.asarray(vector, dtype=np.float32).tobytes().hex())
+        vector = check_vector(vector, dimensions=info.dimensions, what="query embedding")
+        dimensions = tuple(scope.as_dict())
+        statement = q.search_memories(
+            dimensions, covering=info.dimensions <= COVERING_MAX_DIMENSIONS, audit=audit
+        )
+        params: dict[str, Any] = {
+            **scope.as_dict(),
+            "collection": collection,
+            "query": vector,
+            "limit": limit,
+            "min_score": -2.0 if min_score is None else check_score(min_score),
+            "since": _aware(since, "since") or _DISTANT_PAST,
+            "until": _aware(until, "until") or _DISTANT_FUTURE,
+        }
+        if audit:
+            trace = trace or RecallTrace()
+            stored = scope.column_values()
+            params.update(
+                audit_user_id=stored["user_id"],
+                audit_application_id=stored["application_id"],
+                audit_agent_id=stored["agent_id"],
+                audit_session_id=stored["session_id"],
+                provider=trace.provider,
+                mode=trace.mode,
+                requesting_session_id=trace.session_id,
+                query_sha256=query_hash,
+                query_text=query if trace.include_query_text else None,
+            )
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(text(statement), params)).mappings().all()
+        return [MemoryHit(_memory(row), float(row["score"])) for row in rows]
+
+    async def list(
+        self,
+        collection: str,
+        scope: MemoryScope,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = True,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        allow_unscoped: bool = False,
+    ) -> list[Memory]:
+        """Live memories of a scope in time order (newest first by default), one page."""
+        self._check_search_scope(scope, allow_unscoped)
+        await self.get_collection(collection)
+        check_limit(limit)
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidInputError(f"offset is {offset!r}; expected an integer >= 0")
+        statement = q.list_memories(tuple(scope.as_dict()), newest_first=newest_first)
+        params = {
+            **scope.as_dict(),
+            "collection": collection,
+            "limit": limit,
+            "offset": offset,
+            "since": _aware(since, "since") or _DISTANT_PAST,
+            "until": _aware(until, "until") or _DISTANT_FUTURE,
+        }
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(text(statement), params)).mappings().all()
+        return [_memory(row) for row in rows]
+
+    async def count(
+        self, collection: str, scope: MemoryScope, *, allow_unscoped: bool = False
+    ) -> int:
+        """How many live memories the scope holds."""
+        self._check_search_scope(scope, allow_unscoped)
+        await self.get_collection(collection)
+        statement = q.count_memories(tuple(scope.as_dict()))
+        async with self.engine.connect() as conn:
+            result = await conn.execute(
+                text(statement), {**scope.as_dict(), "collection": collection}
+            )
+            return int(result.scalar_one())
+
+    # --- deletes ---------------------------------------------------------------------------
+
+    async def delete(
+        self,
+        collection: str,
+        *,
+        ids: Sequence[uuid.UUID | str] | None = None,
+        scope: MemoryScope | None = None,
+        actor: str | None = None,
+        allow_unscoped: bool = False,
+    ) -> int:
+        """Delete memories by id, or every memory of a scope (erasure); audited; returns count."""
+        await self.get_collection(collection)
+        check_optional_name(actor, what="actor")
+        if (ids is None) == (scope is None):
+            raise InvalidInputError("pass exactly one of ids= or scope=")
+        if ids is not None:
+            try:
+                id_list = [i if isinstance(i, uuid.UUID) else uuid.UUID(str(i)) for i in ids]
+            except ValueError as exc:
+                raise InvalidInputError(f"ids must be UUIDs: {exc}") from exc
+            statement, params = q.DELETE_BY_IDS, {"ids": id_list}
+        else:
+            assert scope is not None
+            self._check_search_scope(scope, allow_unscoped)
+            statement = q.delete_scope(tuple(scope.as_dict()))
+            params = dict(scope.as_dict())
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                text(statement), {**params, "collection": collection, "actor": actor or ""}
+            )
+            count = len(result.all())
+        logger.info("deleted %d memories from collection %s", count, collection)
+        return count
+
+    async def expire(
+        self, collection: str | None = None, *, now: datetime | None = None, actor: str | None = None
+    ) -> int:
+        """Delete memories whose ``expires_at`` has passed (audited as 'expire'); returns count.
+
+        Searches already skip expired rows; this reclaims them.
+        """
+        if collection is not None:
+            await self.get_collection(collection)
+        check_optional_name(actor, what="actor")
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                text(q.DELETE_EXPIRED),
+                {
+                    "collection": collection,
+                    "now": _aware(now, "now") or datetime.now(UTC),
+                    "actor": actor or "",
+                },
+            )
+            return len(result.all())
+
+    # --- chat history ----------------------------------------------------------------------
+
+    async def append_history(
+        self, session_id: str, messages: Sequence[Mapping[str, Any]], *, user_id: str = ""
+    ) -> int:
+        """Append messages to a session's history in ONE transaction; returns rows inserted.
+
+        Each message is a JSON-native dict with ``message_id`` and ``role``; a message id already
+        in the session is skipped (so a retried save does not duplicate).
+        """
+        check_name(session_id, what="session_id")
+        if user_id:
+            check_name(user_id, what="user_id")
+        ids: list[str] = []
+        roles: list[str] = []
+        payloads: list[Jsonb] = []
+        seen: set[str] = set()
+        for i, message in enumerate(messages):
+            if not isinstance(message, Mapping):
+                raise InvalidInputError(f"messages[{i}] must be a dict, got {type(message).__name__}")
+            message_id = check_name(message.get("message_id"), what=f"messages[{i}].message_id")
+            role = check_choice(message.get("role"), what=f"messages[{i}].role", choices=ROLES)
+            if message_id in seen:
+                continue
+            seen.add(message_id)
+            ids.append(message_id)
+            roles.append(role)
+            payloads.append(Jsonb(check_metadata(message, what=f"messages[{i}]")))
+        if not ids:
+            return 0
+        params = {"session_id": session_id, "user_id": user_id}
+        async with self.engine.begin() as conn:
+            await conn.execute(text(q.LOCK_HISTORY), params)
+            result = await conn.execute(
+                text(q.APPEND_HISTORY),
+                {**params, "message_ids": ids, "roles": roles, "messages": payloads},
+            )
+            return int(result.rowcount)
+
+    async def read_history(
+        self,
+        session_id: str,
+        *,
+        user_id: str = "",
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[HistoryRow]:
+        """A session's messages in order: those after ``after_seq``, at most ``limit``."""
+        check_name(session_id, what="session_id")
+        if limit is not None:
+            check_limit(limit, maximum=1_000_000)
+        async with self.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    text(q.READ_HISTORY),
+                    {
+                        "session_id": session_id,
+                        "user_id": user_id,
+                        "after_seq": after_seq,
+                        "limit": limit,
+                    },
+                )
+            ).mappings().all()
+        return [HistoryRow(**row) for row in rows]
+
+    async def count_history(self, session_id: str, *, user_id: str = "") -> int:
+        """How many messages a session's history holds."""
+        async with self.engine.connect() as conn:
+            result = await conn.execute(
+                text(q.COUNT_HISTORY), {"session_id": session_id, "user_id": user_id}
+            )
+            return int(result.scalar_one())
+
+    async def delete_history(self, session_id: str, *, user_id: str = "") -> int:
+        """Erase a session's history; returns rows deleted."""
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                text(q.DELETE_HISTORY), {"session_id": session_id, "user_id": user_id}
+            )
+            return int(result.rowcount)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_search_scope(scope: MemoryScope, allow_unscoped: bool) -> None:
+        if not isinstance(scope, MemoryScope):
+            raise ScopeError(f"scope must be a MemoryScope, got {scope!r}")
+        if scope.is_empty and not allow_unscoped:
+            raise ScopeError(
+                "the search scope sets no dimension, so it would cover every user's memories; "
+                "set user_id (or session_id, agent_id, application_id), or pass "
+                "allow_unscoped=True if that is really meant"
+            )
+
+
+_BATCH_COLUMNS = (
+    "ids", "user_ids", "application_ids", "agent_ids", "session_ids", "roles", "author_names",
+    "message_ids", "source_types", "source_ids", "contents", "content_sha256s", "embeddings",
+    "created_ats", "expires_ats", "metadatas",
+)  # fmt: skip
+#: Staging column -> batch column list.
+_STAGING_SOURCE = dict(zip(q.STAGING_COLUMNS, _BATCH_COLUMNS, strict=True))
+
+
+def _aware(value: datetime | None, what: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInputError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None:
+        raise InvalidInputError(
+            f"{what} {value.isoformat()} has no time zone; pass an aware datetime, e.g. "
+            "datetime.now(UTC)"
+        )
+    return value
+
+
+def _memory(row: Mapping[str, Any]) -> Memory:
+    return Memory(
+        id=row["id"],
+        collection=row["collection"],
+        scope=MemoryScope(
+            application_id=row["application_id"] or None,
+            agent_id=row["agent_id"] or None,
+            user_id=row["user_id"] or None,
+            session_id=row["session_id"] or None,
+        ),
+        role=row["role"],
+        content=row["content"],
+        author_name=row["author_name"],
+        message_id=row["message_id"],
+        source_type=row["source_type"],
+        source_id=row["source_id"],
+        embedding_model=row["embedding_model"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+        metadata=row["metadata"],
+    )
+
+
+async def _driver_connection(conn: AsyncConnection) -> Any:
+    """The psycopg AsyncConnection under a SQLAlchemy connection (for COPY)."""
+    raw = await conn.get_raw_connection()
+    return raw.driver_connection

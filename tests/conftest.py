@@ -1,0 +1,102 @@
+"""Shared fixtures: a real PostgreSQL (embedded, or PGMEMORY_TEST_DATABASE_URL) and stores.
+
+Each test session works in a fresh database created for it (dropped at the end), migrated to
+head once. Tests that need an empty or oddly configured database make their own with
+``fresh_database``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from pgmemory.embedders import CachedEmbedder, USEEmbedder
+from pgmemory.settings import Settings
+from pgmemory.store import migrate
+from pgmemory.store.embedded import EmbeddedServer
+from pgmemory.store.store import MemoryStore
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """URL of the server the tests use (its maintenance database)."""
+    external = os.environ.get("PGMEMORY_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    with tempfile.TemporaryDirectory(prefix="pgmemory-test-") as tmp:
+        server = EmbeddedServer(Path(tmp) / "pgdata")
+        url = server.start()
+        try:
+            yield url
+        finally:
+            server.stop()
+
+
+@contextlib.contextmanager
+def _database(server_url: str, prefix: str) -> Iterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def fresh_database(server_url: str) -> Iterator[str]:
+    """A new, empty database (no extension, no schema) for this test only."""
+    with _database(server_url, "pgmemory_fresh") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """The session's database, migrated to head."""
+    with _database(server_url, "pgmemory_test") as url:
+        migrate.upgrade(url)
+        yield url
+
+
+@pytest.fixture(scope="session")
+def embedder() -> CachedEmbedder:
+    """The default local embedder (multilingual USE), shared by all tests."""
+    return CachedEmbedder(USEEmbedder())
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+@pytest_asyncio.fixture
+async def store(database_url: str, embedder: CachedEmbedder, settings: Settings) -> AsyncIterator[MemoryStore]:
+    """An open store on the session database."""
+    async with MemoryStore(database_url, settings=settings, embedder=embedder) as opened:
+        yield opened
+
+
+@pytest_asyncio.fixture
+async def collection(store: MemoryStore) -> str:
+    """A new collection (USE model, 512 dims) with a unique name."""
+    name = f"c_{uuid.uuid4().hex[:10]}"
+    await store.create_collection(name)
+    return name
+
+
+def unique(prefix: str) -> str:
+    """A unique id for scope values, so tests never see each other's rows."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -6,17 +6,11 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from pgmemory.store.connector import VERSION_TABLE, normalise_url
+from pgmemory.store.migrate import include_object
 from pgmemory.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata
-
-
-def include_object(obj, name, type_, reflected, compare_to):  # noqa: ANN001
-    """Look only at pgmemory's tables, so a shared database's other tables are left alone."""
-    if type_ == "table":
-        return bool(name) and name.startswith("pgmemory_") and name != VERSION_TABLE
-    return True
 
 
 def _url() -> str:

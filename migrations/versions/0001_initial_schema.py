@@ -78,7 +78,7 @@ def upgrade() -> None:
     sa.Column('query_sha256', sa.Text(), nullable=False),
     sa.Column('query_text', sa.Text(), nullable=True),
     sa.Column('memory_ids', sa.ARRAY(sa.UUID()), nullable=False),
-    sa.Column('scores', sa.ARRAY(sa.Float(precision=24)), nullable=False),
+    sa.Column('scores', sa.ARRAY(postgresql.REAL()), nullable=False),
     sa.PrimaryKeyConstraint('id', 'user_id', name=op.f('pk_pgmemory_recall_audit'))
     )
     op.create_index('ix_pgmemory_recall_audit_session', 'pgmemory_recall_audit', ['user_id', 'requesting_session_id', 'at'], unique=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.types.array import ListBinaryDumper
 from pgvector.psycopg import register_vector_async
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
@@ -41,7 +42,12 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
         pool_size=settings.pool_size,
         max_overflow=settings.max_overflow,
         pool_timeout=settings.pool_timeout_s,
-        pool_pre_ping=True,
+        # No pre-ping: its probe leaves a transaction that the pool rolls back, and psycopg
+        # drops its prepared statements after every ROLLBACK, so each checkout would re-parse
+        # every statement. Stale connections are recycled instead, and the store runs reads
+        # in transactions that COMMIT for the same reason.
+        pool_pre_ping=False,
+        pool_recycle=1800,
         connect_args={
             "connect_timeout": settings.connect_timeout_s,
             "options": options,
@@ -52,12 +58,21 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
     return engine
 
 
+class VectorList(list):  # type: ignore[type-arg]
+    """A list of vectors to send as a binary ``vector[]`` parameter.
+
+    psycopg sends plain lists in text format, which formats every float as text (about 0.4 s
+    for 1,000 vectors of 512 dimensions); binary is a memory copy.
+    """
+
+
 def _register_vector(dbapi_connection: Any, _record: Any) -> None:
     try:
         dbapi_connection.run_async(register_vector_async)
     except psycopg.ProgrammingError:
         # The extension is missing: check_database() turns that into a clear error.
-        pass
+        return
+    dbapi_connection.driver_connection.adapters.register_dumper(VectorList, ListBinaryDumper)
 
 
 async def check_database(engine: AsyncEngine, *, expected_revision: str | None) -> None:

@@ -13,7 +13,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from pgmemory.store.connector import normalise_url
+from pgmemory.store.connector import VERSION_TABLE, normalise_url
+
+
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    """Alembic filter: only pgmemory's tables, so a shared database's other tables are left alone."""
+    if type_ == "table":
+        return bool(name) and name.startswith("pgmemory_") and name != VERSION_TABLE
+    return True
 
 
 def alembic_config(url: str | None = None) -> Config:
@@ -47,8 +54,6 @@ def current(url: str) -> str | None:
     """The revision the database at ``url`` is at (None when pgmemory was never installed)."""
     from alembic.runtime.migration import MigrationContext
     from sqlalchemy import create_engine
-
-    from pgmemory.store.connector import VERSION_TABLE
 
     engine = create_engine(normalise_url(url))
     try:

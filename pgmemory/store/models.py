@@ -24,7 +24,6 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
-    Float,
     ForeignKey,
     Identity,
     Index,
@@ -35,7 +34,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import JSONB, REAL, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Largest vector that still fits a covering B-tree entry (2,704 bytes at most per entry).
@@ -199,7 +198,7 @@ class RecallAuditRow(Base):
     query_sha256: Mapped[str] = mapped_column(Text, nullable=False)
     query_text: Mapped[str | None] = mapped_column(Text)
     memory_ids: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)), nullable=False)
-    scores: Mapped[list[float]] = mapped_column(ARRAY(Float(precision=24)), nullable=False)
+    scores: Mapped[list[float]] = mapped_column(ARRAY(REAL()), nullable=False)
 
     __table_args__ = (
         Index("ix_pgmemory_recall_audit_user_at", "user_id", "at"),

@@ -19,7 +19,7 @@ from pgmemory.errors import CollectionError, InvalidInputError, ScopeError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate as migrations
 from pgmemory.store import queries as q
-from pgmemory.store.connector import check_database, make_engine
+from pgmemory.store.connector import VectorList, check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.records import (
@@ -190,7 +190,7 @@ class MemoryStore:
         cached = self._collections.get(name)
         if cached is not None:
             return cached
-        async with self.engine.connect() as conn:
+        async with self.engine.begin() as conn:
             row = (await conn.execute(text(q.GET_COLLECTION), {"name": name})).mappings().first()
         if row is None:
             raise CollectionError(
@@ -203,7 +203,7 @@ class MemoryStore:
 
     async def list_collections(self) -> list[CollectionInfo]:
         """Every collection in the catalogue."""
-        async with self.engine.connect() as conn:
+        async with self.engine.begin() as conn:
             rows = (await conn.execute(text(q.LIST_COLLECTIONS))).mappings().all()
         return [CollectionInfo(**row) for row in rows]
 
@@ -241,6 +241,7 @@ class MemoryStore:
         async with self.engine.begin() as conn:
             for start in range(0, len(rows["ids"]), INSERT_CHUNK_ROWS):
                 chunk = {k: v[start : start + INSERT_CHUNK_ROWS] for k, v in rows.items()}
+                chunk["embeddings"] = VectorList(chunk["embeddings"])
                 await conn.execute(
                     text(q.INSERT_MEMORIES),
                     {
@@ -488,7 +489,7 @@ class MemoryStore:
             "since": _aware(since, "since") or _DISTANT_PAST,
             "until": _aware(until, "until") or _DISTANT_FUTURE,
         }
-        async with self.engine.connect() as conn:
+        async with self.engine.begin() as conn:
             rows = (await conn.execute(text(statement), params)).mappings().all()
         return [_memory(row) for row in rows]
 
@@ -499,7 +500,7 @@ class MemoryStore:
         self._check_search_scope(scope, allow_unscoped)
         await self.get_collection(collection)
         statement = q.count_memories(tuple(scope.as_dict()))
-        async with self.engine.connect() as conn:
+        async with self.engine.begin() as conn:
             result = await conn.execute(
                 text(statement), {**scope.as_dict(), "collection": collection}
             )
@@ -612,7 +613,7 @@ class MemoryStore:
         check_name(session_id, what="session_id")
         if limit is not None:
             check_limit(limit, maximum=1_000_000)
-        async with self.engine.connect() as conn:
+        async with self.engine.begin() as conn:
             rows = (
                 await conn.execute(
                     text(q.READ_HISTORY),
@@ -628,7 +629,7 @@ class MemoryStore:
 
     async def count_history(self, session_id: str, *, user_id: str = "") -> int:
         """How many messages a session's history holds."""
-        async with self.engine.connect() as conn:
+        async with self.engine.begin() as conn:
             result = await conn.execute(
                 text(q.COUNT_HISTORY), {"session_id": session_id, "user_id": user_id}
             )

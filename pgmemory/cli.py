@@ -1,0 +1,81 @@
+"""``pgmemory`` command line: schema management and a look at stored memories.
+
+Built on the same API the library exposes. With no ``PGMEMORY_DATABASE_URL`` it works on the
+embedded server under ``PGMEMORY_DATA_DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+
+from pgmemory.settings import Settings
+from pgmemory.store import migrate
+from pgmemory.store.embedded import EmbeddedServer
+
+
+@contextlib.contextmanager
+def _database_url(settings: Settings, url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+    elif settings.database_url is not None:
+        yield settings.database_url.get_secret_value()
+    else:
+        server = EmbeddedServer(settings.data_dir)
+        try:
+            yield server.start()
+        finally:
+            server.stop()
+
+
+def _collections(url: str, settings: Settings) -> None:
+    from pgmemory.store.store import MemoryStore
+
+    async def run() -> None:
+        async with MemoryStore(url, settings=settings) as store:
+            for info in await store.list_collections():
+                print(f"{info.name}\t{info.dimensions}\t{info.embedding_model}")
+
+    asyncio.run(run())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pgmemory`` console script."""
+    parser = argparse.ArgumentParser(prog="pgmemory", description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="database URL (default: PGMEMORY_DATABASE_URL, else embedded)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    db = commands.add_parser("db", help="schema management (alembic, version table pgmemory_alembic_version)")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="upgrade the schema (default: to head)")
+    upgrade.add_argument("revision", nargs="?", default="head")
+    downgrade = db_commands.add_parser("downgrade", help="downgrade the schema ('base' removes it)")
+    downgrade.add_argument("revision")
+    db_commands.add_parser("current", help="print the schema revision")
+    db_commands.add_parser("heads", help="print the newest revision this version ships")
+    commands.add_parser("collections", help="list collections (name, dimensions, model)")
+    args = parser.parse_args(argv)
+
+    settings = Settings()
+    if args.command == "db" and args.db_command == "heads":
+        print(migrate.head_revision())
+        return 0
+    with _database_url(settings, args.url) as url:
+        if args.command == "db":
+            if args.db_command == "upgrade":
+                migrate.upgrade(url, args.revision)
+                print(f"pgmemory schema at {migrate.current(url)}")
+            elif args.db_command == "downgrade":
+                migrate.downgrade(url, args.revision)
+                print(f"pgmemory schema at {migrate.current(url)}")
+            else:
+                print(migrate.current(url) or "none")
+        else:
+            _collections(url, settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -575,9 +576,9 @@ class MemoryStore:
         check_name(session_id, what="session_id")
         if user_id:
             check_name(user_id, what="user_id")
-        ids: list[str] = []
-        roles: list[str] = []
-        payloads: list[Jsonb] = []
+        ids: builtins.list[str] = []
+        roles: builtins.list[str] = []
+        payloads: builtins.list[Jsonb] = []
         seen: set[str] = set()
         for i, message in enumerate(messages):
             if not isinstance(message, Mapping):
@@ -608,7 +609,7 @@ class MemoryStore:
         user_id: str = "",
         after_seq: int = 0,
         limit: int | None = None,
-    ) -> list[HistoryRow]:
+    ) -> builtins.list[HistoryRow]:
         """A session's messages in order: those after ``after_seq``, at most ``limit``."""
         check_name(session_id, what="session_id")
         if limit is not None:

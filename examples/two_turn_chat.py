@@ -1,0 +1,54 @@
+"""A two-turn conversation whose history lives in PostgreSQL, across a simulated restart.
+
+Turn 1 runs, the session is saved as JSON and everything is closed; turn 2 opens a new store
+and a new agent, restores the session from the JSON, and the model sees turn 1 again because
+the history is read back from PostgreSQL.
+
+Configuration comes from the environment (see ``pgmemory.settings.Settings``)::
+
+    PGMEMORY_OPENAI_BASE_URL    any OpenAI-compatible endpoint (unset = api.openai.com)
+    PGMEMORY_OPENAI_API_KEY     its key (a local server usually needs none)
+    PGMEMORY_OPENAI_CHAT_MODEL  the model (default gpt-4o-mini)
+    PGMEMORY_DATABASE_URL       PostgreSQL with pgvector (unset = the embedded server)
+
+Run it with ``python examples/two_turn_chat.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from pgmemory.runtime import Agent, OpenAIChatClient, PostgresHistoryProvider
+from pgmemory.store.store import MemoryStore
+
+INSTRUCTIONS = "You are a friendly assistant. Answer in one or two sentences."
+
+
+async def turn(saved_session: str | None, text: str) -> str:
+    """Open a store, run one turn, close everything; return the session as JSON."""
+    async with MemoryStore(migrate=True) as store:
+        client = OpenAIChatClient.from_settings(store.settings)
+        try:
+            agent = Agent(client, INSTRUCTIONS, context_providers=[PostgresHistoryProvider(store)])
+            if saved_session is None:
+                session = agent.create_session()
+                session.state["user_id"] = "alice"
+            else:
+                session = agent.deserialize_session(saved_session)
+            response = await agent.run(text, session)
+            print(f"user:      {text}")
+            print(f"assistant: {response.text}\n")
+            return json.dumps(session.to_dict())
+        finally:
+            await client.aclose()
+
+
+async def main() -> None:
+    saved = await turn(None, "Hi! My name is Alice and I can't eat spicy food.")
+    # ... the process could exit here; only `saved` (a small JSON text) needs to be kept ...
+    await turn(saved, "What's my name, and what should I avoid ordering?")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

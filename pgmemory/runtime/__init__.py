@@ -1,0 +1,63 @@
+"""The agent runtime: messages, tools, sessions, context and history providers, reducers,
+the OpenAI-compatible chat client and the agent that ties them together.
+
+Each concept has its own module; everything public is re-exported here.
+"""
+
+from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate, ToolLoopLimitError
+from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate
+from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
+from pgmemory.runtime.messages import (
+    CHAT_HISTORY,
+    CONTEXT_PROVIDER,
+    EXTERNAL,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    TextContent,
+    all_messages,
+    external_only,
+    filter_by_source,
+)
+from pgmemory.runtime.openai_client import OpenAIChatClient, StructuredOutputError
+from pgmemory.runtime.postgres_history import PostgresHistoryProvider
+from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
+from pgmemory.runtime.reducers import ChatReducer, MessageCountingReducer, SummarizingReducer
+from pgmemory.runtime.session import AgentSession, ProviderSessionState
+from pgmemory.runtime.tools import Tool, ToolArgumentsError, tool
+
+__all__ = [
+    "CHAT_HISTORY",
+    "CONTEXT_PROVIDER",
+    "EXTERNAL",
+    "Agent",
+    "AgentResponse",
+    "AgentResponseUpdate",
+    "AgentSession",
+    "ChatClient",
+    "ChatReducer",
+    "ChatResponse",
+    "ChatResponseUpdate",
+    "ContextProvider",
+    "FunctionCallContent",
+    "FunctionResultContent",
+    "HistoryProvider",
+    "InMemoryHistoryProvider",
+    "Message",
+    "MessageCountingReducer",
+    "MessageFilter",
+    "OpenAIChatClient",
+    "PostgresHistoryProvider",
+    "ProviderSessionState",
+    "SessionContext",
+    "StructuredOutputError",
+    "SummarizingReducer",
+    "TextContent",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolLoopLimitError",
+    "all_messages",
+    "external_only",
+    "filter_by_source",
+    "tool",
+]

@@ -1,0 +1,434 @@
+"""The agent: a chat client, instructions, tools and an ordered list of context providers.
+
+One run:
+
+1. the caller's input becomes ``external`` messages in a fresh :class:`SessionContext`;
+2. every provider's ``before_run`` runs in list order (each sees what earlier ones added);
+3. the model is called with the system message (instructions), the request messages and the
+   tools; while it asks for tools, the agent calls them (in parallel) and calls the model again,
+   at most ``max_tool_iterations`` rounds;
+4. every provider's ``after_run`` runs in list order with the response, or, if the model call
+   failed, with ``context.exception`` set (default providers then store nothing), after which
+   the exception propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgmemory.errors import InvalidInputError, PgMemoryError
+from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate, ToolChoice
+from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
+from pgmemory.runtime.messages import (
+    Content,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    as_messages,
+)
+from pgmemory.runtime.providers import ContextProvider, SessionContext
+from pgmemory.runtime.session import AgentSession
+from pgmemory.runtime.tools import Tool, ToolLike, as_tools, merge_tools
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOOL_ITERATIONS = 10
+
+
+class ToolLoopLimitError(PgMemoryError):
+    """The model kept asking for tools after ``max_tool_iterations`` rounds."""
+
+
+@dataclass(slots=True)
+class AgentResponse:
+    """The outcome of one run.
+
+    ``messages`` are every message the agent produced, in order: assistant messages that call
+    tools, the tool results, and the final answer. ``text`` is the final answer's text.
+    ``value`` is the parsed structured output when the run asked for a ``response_format``.
+    """
+
+    messages: list[Message]
+    value: Any = None
+    usage: dict[str, int] = field(default_factory=dict)
+    session_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The text of the last assistant message ('' if there is none)."""
+        for message in reversed(self.messages):
+            if message.role == "assistant" and message.text:
+                return message.text
+        return ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(slots=True)
+class AgentResponseUpdate:
+    """A piece of a streamed run: a text delta of an assistant message, or contents (function
+    calls the model made, results of tools the agent ran)."""
+
+    text: str = ""
+    contents: list[Content] = field(default_factory=list)
+    role: str = "assistant"
+    message_id: str | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _add_usage(total: dict[str, int], usage: Mapping[str, int]) -> None:
+    for key, value in usage.items():
+        total[key] = total.get(key, 0) + int(value)
+
+
+class Agent:
+    """An LLM agent with tools and context providers.
+
+    ``client`` is a chat client (:class:`~pgmemory.runtime.openai_client.OpenAIChatClient`),
+    ``instructions`` the system prompt, ``tools`` plain callables or :class:`Tool` objects,
+    ``context_providers`` hooks run in order around every model call. Without a provider that
+    loads history, an :class:`InMemoryHistoryProvider` is put first.
+    """
+
+    def __init__(
+        self,
+        client: ChatClient,
+        instructions: str | None = None,
+        *,
+        name: str | None = None,
+        tools: Sequence[ToolLike] = (),
+        context_providers: Sequence[ContextProvider] = (),
+        max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS,
+        tool_choice: ToolChoice | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not hasattr(client, "get_response"):
+            raise InvalidInputError(f"client {client!r} is not a chat client (no get_response())")
+        if instructions is not None and not isinstance(instructions, str):
+            raise InvalidInputError(
+                f"instructions must be a string, got {type(instructions).__name__}"
+            )
+        if not isinstance(max_tool_iterations, int) or max_tool_iterations < 1:
+            raise InvalidInputError(
+                f"max_tool_iterations={max_tool_iterations!r} must be an integer >= 1"
+            )
+        self.client = client
+        self.instructions = instructions
+        self.name = name
+        self.tools: list[Tool] = as_tools(tools)
+        self.max_tool_iterations = max_tool_iterations
+        self.tool_choice = tool_choice
+        self.options: dict[str, Any] = dict(options or {})
+        self.context_providers: list[ContextProvider] = self._check_providers(context_providers)
+
+    @staticmethod
+    def _check_providers(providers: Sequence[ContextProvider]) -> list[ContextProvider]:
+        result = list(providers)
+        for provider in result:
+            if not isinstance(provider, ContextProvider):
+                raise InvalidInputError(
+                    f"context provider {provider!r} does not derive from ContextProvider"
+                )
+        loaders = [p for p in result if isinstance(p, HistoryProvider) and p.load_messages]
+        if len(loaders) > 1:
+            names = ", ".join(repr(p.source_id) for p in loaders)
+            raise InvalidInputError(
+                f"history providers {names} all load messages; only one may. Pass "
+                "load_messages=False to the others (they will still record the conversation)"
+            )
+        if not loaders:
+            result.insert(0, InMemoryHistoryProvider())
+        for attr in ("source_id", "state_key"):
+            seen: dict[str, ContextProvider] = {}
+            for provider in result:
+                value = getattr(provider, attr)
+                if value in seen:
+                    raise InvalidInputError(
+                        f"context providers {seen[value]!r} and {provider!r} share {attr} {value!r}; "
+                        f"give one a distinct {attr}=..."
+                    )
+                seen[value] = provider
+        return result
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def create_session(self, session_id: str | None = None) -> AgentSession:
+        """A new, empty session (``session_id`` defaults to a new UUID)."""
+        return AgentSession(session_id)
+
+    def deserialize_session(self, data: Mapping[str, Any] | str) -> AgentSession:
+        """Rebuild a session from ``session.to_dict()`` output or its JSON text."""
+        return AgentSession.from_dict(data)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _state_for(self, session: AgentSession, provider: ContextProvider) -> dict[str, Any]:
+        state = session.state.setdefault(provider.state_key, {})
+        if not isinstance(state, dict):
+            raise InvalidInputError(
+                f"session.state[{provider.state_key!r}] is a {type(state).__name__}, but provider "
+                f"{provider!r} keeps a dict there; give the provider another state_key"
+            )
+        return state
+
+    async def _prepare(
+        self, input: Any, session: AgentSession | None, tools: Sequence[ToolLike]
+    ) -> tuple[AgentSession, SessionContext]:
+        if session is None:
+            session = self.create_session()
+        elif not isinstance(session, AgentSession):
+            raise InvalidInputError(
+                f"session must be an AgentSession (agent.create_session()), got {session!r}"
+            )
+        messages = as_messages(input)
+        if not messages:
+            raise InvalidInputError(
+                "agent input is empty; pass a string, a Message or a list of them"
+            )
+        run_tools = merge_tools(self.tools, as_tools(tools))
+        context = SessionContext(
+            session_id=session.session_id,
+            input_messages=messages,
+            instructions=self.instructions,
+            tools=run_tools,
+        )
+        for provider in self.context_providers:
+            await provider.before_run(
+                agent=self,
+                session=session,
+                context=context,
+                state=self._state_for(session, provider),
+            )
+        return session, context
+
+    async def _finish(self, session: AgentSession, context: SessionContext) -> None:
+        for provider in self.context_providers:
+            await provider.after_run(
+                agent=self,
+                session=session,
+                context=context,
+                state=self._state_for(session, provider),
+            )
+
+    async def _fail(
+        self, session: AgentSession, context: SessionContext, exc: BaseException
+    ) -> None:
+        context.exception = exc
+        for provider in self.context_providers:
+            try:
+                await provider.after_run(
+                    agent=self,
+                    session=session,
+                    context=context,
+                    state=self._state_for(session, provider),
+                )
+            except Exception:  # the model's exception is the one the caller must see
+                logger.exception("after_run of %r failed while handling a failed run", provider)
+
+    def _model_messages(
+        self, context: SessionContext, produced: Sequence[Message]
+    ) -> list[Message]:
+        system = [Message("system", context.instructions)] if context.instructions else []
+        return [*system, *context.request_messages, *produced]
+
+    async def _call_tool(self, call: FunctionCallContent, tools: Mapping[str, Tool]) -> Message:
+        tool = tools.get(call.name)
+        if tool is None:
+            result = FunctionResultContent(
+                call.call_id,
+                error=f"unknown tool {call.name!r}; available tools: {', '.join(sorted(tools)) or 'none'}",
+            )
+        else:
+            try:
+                value = await tool.invoke(call.parse_arguments())
+                result = FunctionResultContent(call.call_id, result=value)
+            except Exception as exc:  # the model sees the failure and may recover
+                logger.warning("tool %r failed: %s", call.name, type(exc).__name__)
+                result = FunctionResultContent(call.call_id, error=f"{type(exc).__name__}: {exc}")
+        return Message("tool", contents=[result])
+
+    async def _run_tools(
+        self, calls: Sequence[FunctionCallContent], tools: Mapping[str, Tool]
+    ) -> list[Message]:
+        return list(await asyncio.gather(*(self._call_tool(c, tools) for c in calls)))
+
+    def _loop_options(
+        self,
+        context: SessionContext,
+        tool_choice: ToolChoice | None,
+        options: Mapping[str, Any] | None,
+    ) -> tuple[dict[str, Tool], ToolChoice | None, dict[str, Any]]:
+        tools = {t.name: t for t in context.tools}
+        return (
+            tools,
+            tool_choice if tool_choice is not None else self.tool_choice,
+            {**self.options, **dict(options or {})},
+        )
+
+    @staticmethod
+    def _declaration_only(calls: Sequence[FunctionCallContent], tools: Mapping[str, Tool]) -> bool:
+        return any(tools.get(c.name) is not None and tools[c.name].fn is None for c in calls)
+
+    async def _invoke(
+        self,
+        context: SessionContext,
+        *,
+        tool_choice: ToolChoice | None,
+        response_format: Any,
+        max_tool_iterations: int,
+        options: Mapping[str, Any] | None,
+    ) -> AgentResponse:
+        tools, choice, opts = self._loop_options(context, tool_choice, options)
+        produced: list[Message] = []
+        usage: dict[str, int] = {}
+        rounds = 0
+        while True:
+            last_round = rounds >= max_tool_iterations
+            reply: ChatResponse = await self.client.get_response(
+                self._model_messages(context, produced),
+                tools=list(tools.values()),
+                tool_choice="none" if last_round and tools else choice,
+                response_format=response_format,
+                options=opts,
+            )
+            _add_usage(usage, reply.usage)
+            produced.extend(self._named(m) for m in reply.messages)
+            calls = reply.function_calls
+            if not calls or self._declaration_only(calls, tools):
+                return AgentResponse(
+                    produced, value=reply.value, usage=usage, session_id=context.session_id
+                )
+            if last_round:
+                raise ToolLoopLimitError(
+                    f"the model still asked for tools ({', '.join(c.name for c in calls)}) after "
+                    f"{max_tool_iterations} rounds; raise max_tool_iterations=... or check the tools"
+                )
+            rounds += 1
+            produced.extend(await self._run_tools(calls, tools))
+
+    def _named(self, message: Message) -> Message:
+        if self.name and message.role == "assistant" and not message.author_name:
+            return message.replace(author_name=self.name)
+        return message
+
+    async def run(
+        self,
+        input: str | Message | Sequence[str | Message],
+        session: AgentSession | None = None,
+        *,
+        tools: Sequence[ToolLike] = (),
+        tool_choice: ToolChoice | None = None,
+        response_format: Any = None,
+        max_tool_iterations: int | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> AgentResponse:
+        """Run the agent on ``input`` (a string, a Message, or a list of them).
+
+        Without ``session`` the run uses a fresh throwaway session. ``tools`` adds tools for
+        this run only; ``response_format`` (e.g. a pydantic model) asks for structured output,
+        parsed into ``AgentResponse.value``. When the model still asks for tools after
+        ``max_tool_iterations`` rounds it is asked once more with tool_choice "none"; if it
+        insists, :class:`ToolLoopLimitError` is raised.
+        """
+        session, context = await self._prepare(input, session, tools)
+        try:
+            response = await self._invoke(
+                context,
+                tool_choice=tool_choice,
+                response_format=response_format,
+                max_tool_iterations=max_tool_iterations or self.max_tool_iterations,
+                options=options,
+            )
+        except Exception as exc:
+            await self._fail(session, context, exc)
+            raise
+        context.response = response
+        await self._finish(session, context)
+        return response
+
+    async def run_stream(
+        self,
+        input: str | Message | Sequence[str | Message],
+        session: AgentSession | None = None,
+        *,
+        tools: Sequence[ToolLike] = (),
+        tool_choice: ToolChoice | None = None,
+        response_format: Any = None,
+        max_tool_iterations: int | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[AgentResponseUpdate | AgentResponse]:
+        """Like :meth:`run`, yielding :class:`AgentResponseUpdate` pieces as they arrive and
+        the final :class:`AgentResponse` last (after the providers' ``after_run``).
+
+        Providers' ``after_run`` only runs if the stream is consumed to the end.
+        """
+        session, context = await self._prepare(input, session, tools)
+        limit = max_tool_iterations or self.max_tool_iterations
+        tool_map, choice, opts = self._loop_options(context, tool_choice, options)
+        produced: list[Message] = []
+        usage: dict[str, int] = {}
+        value: Any = None
+        rounds = 0
+        try:
+            while True:
+                last_round = rounds >= limit
+                updates: list[ChatResponseUpdate] = []
+                stream = self.client.get_streaming_response(
+                    self._model_messages(context, produced),
+                    tools=list(tool_map.values()),
+                    tool_choice="none" if last_round and tool_map else choice,
+                    response_format=response_format,
+                    options=opts,
+                )
+                async for update in stream:
+                    updates.append(update)
+                    if update.text or update.function_calls:
+                        yield AgentResponseUpdate(
+                            text=update.text,
+                            contents=list(update.function_calls),
+                            message_id=update.message_id,
+                        )
+                reply = ChatResponse.from_updates(updates)
+                _add_usage(usage, reply.usage)
+                produced.extend(self._named(m) for m in reply.messages)
+                calls = reply.function_calls
+                if not calls or self._declaration_only(calls, tool_map):
+                    if response_format is not None and not calls:
+                        parse = getattr(self.client, "parse_structured", None)
+                        value = parse(reply.text, response_format) if parse else None
+                    break
+                if last_round:
+                    raise ToolLoopLimitError(
+                        f"the model still asked for tools ({', '.join(c.name for c in calls)}) after "
+                        f"{limit} rounds; raise max_tool_iterations=... or check the tools"
+                    )
+                rounds += 1
+                results = await self._run_tools(calls, tool_map)
+                produced.extend(results)
+                for message in results:
+                    yield AgentResponseUpdate(
+                        contents=list(message.contents), role="tool", message_id=message.message_id
+                    )
+        except Exception as exc:
+            await self._fail(session, context, exc)
+            raise
+        response = AgentResponse(produced, value=value, usage=usage, session_id=session.session_id)
+        context.response = response
+        await self._finish(session, context)
+        yield response
+
+    def __repr__(self) -> str:
+        return (
+            f"Agent(name={self.name!r}, tools={[t.name for t in self.tools]}, "
+            f"providers={[p.source_id for p in self.context_providers]})"
+        )
+
+
+__all__ = ["Agent", "AgentResponse", "AgentResponseUpdate", "ToolLoopLimitError"]

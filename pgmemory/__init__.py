@@ -52,6 +52,7 @@ from pgmemory.store.records import (
     MemoryRecord,
     MemoryScope,
     RecallTrace,
+    SearchWeights,
 )
 from pgmemory.store.store import MemoryStore
 
@@ -92,6 +93,7 @@ __all__ = [
     "RecallTrace",
     "ScopeError",
     "SessionContext",
+    "SearchWeights",
     "Settings",
     "StructuredOutputError",
     "SummarizingReducer",

@@ -34,7 +34,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, REAL, UUID
+from sqlalchemy.dialects.postgresql import JSONB, REAL, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Largest vector that still fits a covering B-tree entry (2,704 bytes at most per entry).
@@ -102,6 +102,10 @@ class MemoryRow(Base):
     content: Mapped[str] = mapped_column(Text, nullable=False)
     #: Hex sha256 of ``content``: joins memories to their audit rows without the text.
     content_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    #: Keyword terms of ``content`` (see pgmemory.store.terms) for full-text recall.
+    search_vector: Mapped[Any] = mapped_column(
+        TSVECTOR, nullable=False, server_default=text("''::tsvector")
+    )
     embedding: Mapped[Any] = mapped_column(Vector(), nullable=False)
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = mapped_column(
@@ -138,6 +142,8 @@ class MemoryRow(Base):
             "agent_id",
             "created_at",
         ),
+        # Keyword recall (combined with the scope's B-tree by a bitmap AND).
+        Index("ix_pgmemory_memories_search_vector", "search_vector", postgresql_using="gin"),
         # Expiry sweeps only look at rows that can expire.
         Index(
             "ix_pgmemory_memories_expires_at",
@@ -233,7 +239,51 @@ class ChatMessageRow(Base):
     )
 
 
+class FactsRow(Base):
+    """Structured facts about a scope (e.g. a user's name and age), one JSON object per namespace."""
+
+    __tablename__ = "pgmemory_facts"
+
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    application_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    agent_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    session_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    facts: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
+class FactAuditRow(Base):
+    """Append-only log of every fact that was set, changed or removed, with old and new value."""
+
+    __tablename__ = "pgmemory_fact_audit"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    application_id: Mapped[str] = mapped_column(Text, nullable=False)
+    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
+    session_id: Mapped[str] = mapped_column(Text, nullable=False)
+    namespace: Mapped[str] = mapped_column(Text, nullable=False)
+    key: Mapped[str] = mapped_column(Text, nullable=False)
+    old_value: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    new_value: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    actor: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+
+    __table_args__ = (
+        Index("ix_pgmemory_fact_audit_scope", "user_id", "namespace", "at"),
+    )
+
+
 __all__ = [
+    "FactAuditRow",
+    "FactsRow",
     "Base",
     "ChatMessageRow",
     "CollectionRow",

@@ -37,20 +37,20 @@ DELETE_COLLECTION = "DELETE FROM pgmemory_collections WHERE name = :name"
 # --- memories: writes ----------------------------------------------------------------------
 
 _MEMORY_COLUMNS = """id, user_id, collection, application_id, agent_id, session_id, role,
-    author_name, message_id, source_type, source_id, content, content_sha256, embedding,
-    embedding_model, created_at, expires_at, metadata"""
+    author_name, message_id, source_type, source_id, content, content_sha256, search_vector,
+    embedding, embedding_model, created_at, expires_at, metadata"""
 
 #: Columns of the bulk-import staging table, in binary COPY order.
 STAGING_COLUMNS = (
     "id", "user_id", "application_id", "agent_id", "session_id", "role", "author_name",
-    "message_id", "source_type", "source_id", "content", "content_sha256", "embedding",
-    "created_at", "expires_at", "metadata",
+    "message_id", "source_type", "source_id", "content", "content_sha256", "terms",
+    "embedding", "created_at", "expires_at", "metadata",
 )  # fmt: skip
 #: PostgreSQL types of STAGING_COLUMNS, for psycopg's binary COPY.
 STAGING_TYPES = (
     "uuid", "text", "text", "text", "text", "text", "text",
-    "text", "text", "text", "text", "text", "vector",
-    "timestamptz", "timestamptz", "jsonb",
+    "text", "text", "text", "text", "text", "text",
+    "vector", "timestamptz", "timestamptz", "jsonb",
 )  # fmt: skip
 
 #: Insert a batch given as parallel arrays, and audit each row, in one statement.
@@ -59,19 +59,21 @@ WITH inserted AS (
     INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
     SELECT r.id, r.user_id, :collection, r.application_id, r.agent_id, r.session_id, r.role,
            r.author_name, r.message_id, r.source_type, r.source_id, r.content, r.content_sha256,
-           r.embedding, :embedding_model, COALESCE(r.created_at, clock_timestamp()),
+           to_tsvector('simple', r.terms), r.embedding, :embedding_model,
+           COALESCE(r.created_at, clock_timestamp()),
            r.expires_at, r.metadata
     FROM unnest(
         CAST(:ids AS uuid[]), CAST(:user_ids AS text[]), CAST(:application_ids AS text[]),
         CAST(:agent_ids AS text[]), CAST(:session_ids AS text[]), CAST(:roles AS text[]),
         CAST(:author_names AS text[]), CAST(:message_ids AS text[]),
         CAST(:source_types AS text[]), CAST(:source_ids AS text[]), CAST(:contents AS text[]),
-        CAST(:content_sha256s AS text[]), CAST(:embeddings AS vector[]),
+        CAST(:content_sha256s AS text[]), CAST(:terms AS text[]), CAST(:embeddings AS vector[]),
         CAST(:created_ats AS timestamptz[]), CAST(:expires_ats AS timestamptz[]),
         CAST(:metadatas AS jsonb[])
     ) WITH ORDINALITY AS r(id, user_id, application_id, agent_id, session_id, role,
                            author_name, message_id, source_type, source_id, content,
-                           content_sha256, embedding, created_at, expires_at, metadata, ord)
+                           content_sha256, terms, embedding, created_at, expires_at, metadata,
+                           ord)
     ORDER BY r.ord
     RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
 )
@@ -88,8 +90,8 @@ CREATE_STAGING = """
 CREATE TEMPORARY TABLE pgmemory_import (
     id uuid, user_id text, application_id text, agent_id text, session_id text, role text,
     author_name text, message_id text, source_type text, source_id text, content text,
-    content_sha256 text, embedding vector, created_at timestamptz, expires_at timestamptz,
-    metadata jsonb
+    content_sha256 text, terms text, embedding vector, created_at timestamptz,
+    expires_at timestamptz, metadata jsonb
 ) ON COMMIT DROP
 """
 
@@ -101,8 +103,9 @@ INSERT_FROM_STAGING = f"""
 WITH inserted AS (
     INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
     SELECT id, user_id, :collection, application_id, agent_id, session_id, role, author_name,
-           message_id, source_type, source_id, content, content_sha256, embedding,
-           :embedding_model, COALESCE(created_at, clock_timestamp()), expires_at, metadata
+           message_id, source_type, source_id, content, content_sha256,
+           to_tsvector('simple', terms), embedding, :embedding_model,
+           COALESCE(created_at, clock_timestamp()), expires_at, metadata
     FROM pgmemory_import
     RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
 )
@@ -169,16 +172,89 @@ def _scope_where(dimensions: tuple[str, ...]) -> str:
     return "\n      AND ".join(predicates)
 
 
-@lru_cache(maxsize=128)
-def search_memories(dimensions: tuple[str, ...], *, covering: bool, audit: bool) -> str:
-    """Exact top-k by cosine similarity inside a scope (optionally writing the recall audit row).
+#: Search modes: cosine similarity only, keyword match only, or both fused (with recency).
+SEARCH_MODES = ("vector", "text", "hybrid")
 
-    The MATERIALIZED CTE computes each scope row's distance before ordering, so no plan, custom
-    or generic, can answer the ORDER BY with an approximate index scan that filters afterwards
-    (which returns a fraction of the right rows when the scope is selective). With ``covering``
-    the predicate matches the partial covering index, so the scan is index-only.
+
+@lru_cache(maxsize=256)
+def search_memories(
+    dimensions: tuple[str, ...], *, covering: bool, audit: bool, mode: str = "vector"
+) -> str:
+    """Exact top-k of a scope by similarity, keywords, or a fusion of both (and recency).
+
+    * ``vector``: cosine similarity to ``:query``; ``score`` is the similarity.
+    * ``text``: keyword match of ``:terms`` (see pgmemory.store.terms); ``score`` is
+      ``ts_rank_cd``.
+    * ``hybrid``: reciprocal-rank fusion of the similarity ranking, the keyword ranking and
+      the newest-first ranking, weighted by ``:vector_weight``, ``:text_weight`` and
+      ``:recency_weight`` (``:rrf_k`` damps the top ranks); each ranking contributes its best
+      ``:pool`` rows; ``score`` is the fused value.
+
+    The MATERIALIZED CTE computes each scope row's distance before anything orders by it, so no
+    plan, custom or generic, can answer the ORDER BY with an approximate index scan that filters
+    afterwards (which returns a fraction of the right rows when the scope is selective). With
+    ``covering`` the predicate matches the partial covering index, so that scan is index-only.
+    Unless ``audit`` is off, the same statement appends the recall audit row.
     """
+    where = _scope_where(dimensions)
     guard = f"\n      AND vector_dims(m.embedding) <= {COVERING_MAX_DIMENSIONS}" if covering else ""
+    window = "m.created_at >= :since AND m.created_at < :until"
+    candidates = f"""candidates AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.created_at, m.embedding <=> :query AS distance
+    FROM pgmemory_memories AS m
+    WHERE {where}{guard}
+      AND {_LIVE}
+      AND {window}
+)"""
+    by_text = f"""by_text AS (
+    SELECT m.id, m.user_id, ts_rank_cd(m.search_vector, tq.q) AS relevance,
+           row_number() OVER (ORDER BY ts_rank_cd(m.search_vector, tq.q) DESC, m.id) AS rank
+    FROM pgmemory_memories AS m,
+         (SELECT websearch_to_tsquery('simple', :terms) AS q) AS tq
+    WHERE {where}
+      AND m.search_vector @@ tq.q
+      AND {_LIVE}
+      AND {window}
+    ORDER BY rank
+    LIMIT :pool
+)"""
+    if mode == "vector":
+        ranked = f"""{candidates},
+top AS (
+    SELECT id, user_id, CAST(1 - distance AS real) AS score
+    FROM candidates ORDER BY distance, id LIMIT :limit
+)"""
+    elif mode == "text":
+        ranked = f"""{by_text},
+top AS (
+    SELECT id, user_id, CAST(relevance AS real) AS score FROM by_text ORDER BY rank LIMIT :limit
+)"""
+    elif mode == "hybrid":
+        ranked = f"""{candidates},
+by_vector AS (
+    SELECT id, user_id, row_number() OVER (ORDER BY distance, id) AS rank
+    FROM candidates ORDER BY distance, id LIMIT :pool
+),
+{by_text},
+by_time AS (
+    SELECT id, user_id, row_number() OVER (ORDER BY created_at DESC, id DESC) AS rank
+    FROM candidates ORDER BY created_at DESC, id DESC LIMIT :pool
+),
+top AS (
+    SELECT id, user_id, CAST(sum(weight / (:rrf_k + rank)) AS real) AS score
+    FROM (
+        SELECT id, user_id, rank, CAST(:vector_weight AS float8) AS weight FROM by_vector
+        UNION ALL
+        SELECT id, user_id, rank, CAST(:text_weight AS float8) FROM by_text
+        UNION ALL
+        SELECT id, user_id, rank, CAST(:recency_weight AS float8) FROM by_time
+    ) AS ranked
+    GROUP BY id, user_id
+    ORDER BY score DESC, id
+    LIMIT :limit
+)"""
+    else:
+        raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
     audit_cte = ""
     if audit:
         audit_cte = """,
@@ -194,21 +270,12 @@ audit AS (
     FROM hits AS h
 )"""
     return f"""
-WITH candidates AS MATERIALIZED (
-    SELECT m.id, m.user_id, m.embedding <=> :query AS distance
-    FROM pgmemory_memories AS m
-    WHERE {_scope_where(dimensions)}{guard}
-      AND {_LIVE}
-      AND m.created_at >= :since AND m.created_at < :until
-),
-top AS (
-    SELECT id, user_id, distance FROM candidates ORDER BY distance, id LIMIT :limit
-),
+WITH {ranked},
 hits AS (
-    SELECT {_READ_COLUMNS}, CAST(1 - top.distance AS real) AS score
+    SELECT {_READ_COLUMNS}, top.score
     FROM top
     JOIN pgmemory_memories AS m ON m.id = top.id AND m.user_id = top.user_id
-    WHERE 1 - top.distance >= :min_score
+    WHERE top.score >= :min_score
 ){audit_cte}
 SELECT * FROM hits ORDER BY score DESC, id
 """
@@ -293,4 +360,46 @@ SELECT count(*) FROM pgmemory_chat_messages WHERE user_id = :user_id AND session
 #: Erase a session's history.
 DELETE_HISTORY = """
 DELETE FROM pgmemory_chat_messages WHERE user_id = :user_id AND session_id = :session_id
+"""
+
+
+# --- facts ---------------------------------------------------------------------------------
+
+#: A scope's facts in one namespace (locked when merging).
+GET_FACTS = """
+SELECT facts FROM pgmemory_facts
+WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :agent_id
+  AND session_id = :session_id AND namespace = :namespace
+"""
+GET_FACTS_FOR_UPDATE = GET_FACTS + "FOR UPDATE"
+
+#: Create a scope's facts row if missing, so the merge below can lock it.
+ENSURE_FACTS = """
+INSERT INTO pgmemory_facts (user_id, application_id, agent_id, session_id, namespace)
+VALUES (:user_id, :application_id, :agent_id, :session_id, :namespace)
+ON CONFLICT DO NOTHING
+"""
+
+#: Replace a scope's facts with the merged object.
+UPDATE_FACTS = """
+UPDATE pgmemory_facts SET facts = :facts, updated_at = now()
+WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :agent_id
+  AND session_id = :session_id AND namespace = :namespace
+"""
+
+#: Record changed facts (old and new value per key).
+AUDIT_FACTS = """
+INSERT INTO pgmemory_fact_audit
+    (user_id, application_id, agent_id, session_id, namespace, key, old_value, new_value, actor)
+SELECT :user_id, :application_id, :agent_id, :session_id, :namespace, c.key, c.old_value,
+       c.new_value, :actor
+FROM unnest(CAST(:keys AS text[]), CAST(:old_values AS jsonb[]), CAST(:new_values AS jsonb[]))
+    AS c(key, old_value, new_value)
+"""
+
+#: Erase a scope's facts in one namespace (or every namespace).
+DELETE_FACTS = """
+DELETE FROM pgmemory_facts
+WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :agent_id
+  AND session_id = :session_id AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
 """

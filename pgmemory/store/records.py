@@ -159,3 +159,30 @@ class RecallTrace:
     session_id: str = ""
     #: Store the query text itself in the audit row (off: only its sha256 is kept).
     include_query_text: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchWeights:
+    """How ``mode="hybrid"`` fuses its rankings (reciprocal-rank fusion).
+
+    Each ranking (similarity, keyword match, newest first) gives each of its best ``pool`` rows
+    ``weight / (rrf_k + rank)``; a memory's score is the sum. Recency is off by default.
+    """
+
+    vector: float = 1.0
+    text: float = 1.0
+    recency: float = 0.0
+    rrf_k: int = 60
+    pool: int = 50
+
+    def __post_init__(self) -> None:
+        from pgmemory.errors import InvalidInputError
+
+        for name in ("vector", "text", "recency"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0 or value != value:
+                raise InvalidInputError(f"SearchWeights.{name} is {value!r}; expected a number >= 0")
+        if not isinstance(self.rrf_k, int) or self.rrf_k < 1:
+            raise InvalidInputError(f"SearchWeights.rrf_k is {self.rrf_k!r}; expected an integer >= 1")
+        if not isinstance(self.pool, int) or not 1 <= self.pool <= 10_000:
+            raise InvalidInputError(f"SearchWeights.pool is {self.pool!r}; expected 1 to 10000")

@@ -20,6 +20,7 @@ from pgmemory.errors import CollectionError, InvalidInputError, ScopeError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate as migrations
 from pgmemory.store import queries as q
+from pgmemory.store import terms
 from pgmemory.store.connector import VectorList, check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
@@ -31,6 +32,7 @@ from pgmemory.store.records import (
     MemoryRecord,
     MemoryScope,
     RecallTrace,
+    SearchWeights,
 )
 from pgmemory.store.uuid7 import uuid7
 from pgmemory.store.validation import (
@@ -363,6 +365,7 @@ class MemoryStore:
             )
             columns["contents"].append(content)
             columns["content_sha256s"].append(sha256_hex(content))
+            columns["terms"].append(terms.document(content))
             if record.embedding is None:
                 to_embed.append(i)
                 columns["embeddings"].append(None)
@@ -405,6 +408,8 @@ class MemoryStore:
         query: str | None = None,
         vector: Sequence[float] | np.ndarray | None = None,
         limit: int = 3,
+        mode: str = "vector",
+        weights: SearchWeights | None = None,
         min_score: float | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
@@ -412,34 +417,50 @@ class MemoryStore:
         audit: bool = True,
         trace: RecallTrace | None = None,
     ) -> list[MemoryHit]:
-        """The ``limit`` memories of the scope most similar to ``query`` (or ``vector``).
+        """The ``limit`` best memories of the scope for ``query`` (or ``vector``), best first.
 
-        Exact: every live row of the scope is compared (recall@k = 1.0), best first, with cosine
-        similarity as ``score``. ``min_score`` drops weaker hits; ``since``/``until`` bound
-        ``created_at`` (``since`` inclusive). Unless ``audit=False``, the recall is recorded in
-        ``pgmemory_recall_audit`` by the same statement.
+        Exact: every live row of the scope is considered (recall@k = 1.0 against brute force).
+        ``mode`` picks the ranking: ``"vector"`` (cosine similarity, the ``score``), ``"text"``
+        (keyword match, ``ts_rank_cd``) or ``"hybrid"`` (reciprocal-rank fusion of similarity,
+        keywords and recency, tuned by ``weights``). ``min_score`` drops hits scoring lower;
+        ``since``/``until`` bound ``created_at`` (``since`` inclusive). Unless ``audit=False``,
+        the recall is recorded in ``pgmemory_recall_audit`` by the same statement.
         """
         self._check_search_scope(scope, allow_unscoped)
         info = await self.get_collection(collection)
         check_limit(limit)
+        check_choice(mode, what="mode", choices=q.SEARCH_MODES)
+        weights = weights or SearchWeights()
         if (query is None) == (vector is None):
             raise InvalidInputError("pass exactly one of query= (text) or vector=")
+        if query is None and mode != "vector":
+            raise InvalidInputError(f"mode={mode!r} matches keywords: pass query= (text)")
         if query is not None:
             check_text(query, what="query", max_chars=self.settings.max_text_chars)
-            vector = (await self._embed([query], info))[0]
+            if mode != "text":
+                vector = (await self._embed([query], info))[0]
             query_hash = sha256_hex(query)
         else:
-            vector = check_vector(vector, dimensions=info.dimensions, what="vector")
             query_hash = sha256_hex(np.asarray(vector, dtype=np.float32).tobytes().hex())
-        vector = check_vector(vector, dimensions=info.dimensions, what="query embedding")
+        if vector is not None:
+            vector = check_vector(vector, dimensions=info.dimensions, what="query vector")
         dimensions = tuple(scope.as_dict())
         statement = q.search_memories(
-            dimensions, covering=info.dimensions <= COVERING_MAX_DIMENSIONS, audit=audit
+            dimensions,
+            covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
+            audit=audit,
+            mode=mode,
         )
         params: dict[str, Any] = {
             **scope.as_dict(),
             "collection": collection,
             "query": vector,
+            "terms": terms.query(query) if query is not None else "",
+            "pool": max(weights.pool, limit),
+            "rrf_k": weights.rrf_k,
+            "vector_weight": weights.vector,
+            "text_weight": weights.text,
+            "recency_weight": weights.recency,
             "limit": limit,
             "min_score": -2.0 if min_score is None else check_score(min_score),
             "since": _aware(since, "since") or _DISTANT_PAST,
@@ -644,6 +665,74 @@ class MemoryStore:
             )
             return int(result.rowcount)
 
+    # --- facts -----------------------------------------------------------------------------
+
+    async def get_facts(self, namespace: str, scope: MemoryScope) -> dict[str, Any]:
+        """The facts stored for exactly this scope (unset dimensions are part of the key)."""
+        params = self._facts_params(namespace, scope)
+        async with self.engine.begin() as conn:
+            facts = (await conn.execute(text(q.GET_FACTS), params)).scalar()
+        return dict(facts or {})
+
+    async def merge_facts(
+        self,
+        namespace: str,
+        scope: MemoryScope,
+        updates: Mapping[str, Any],
+        *,
+        actor: str | None = None,
+    ) -> dict[str, Any]:
+        """Merge ``updates`` into the scope's facts in ONE transaction; returns the result.
+
+        A key whose value is ``None`` is removed; any other value sets or overwrites the key.
+        Each key that actually changes gets an audit row with its old and new value.
+        """
+        check_optional_name(actor, what="actor")
+        clean = check_metadata(updates, what="fact updates")
+        params = self._facts_params(namespace, scope)
+        async with self.engine.begin() as conn:
+            await conn.execute(text(q.ENSURE_FACTS), params)
+            current = dict((await conn.execute(text(q.GET_FACTS_FOR_UPDATE), params)).scalar() or {})
+            merged = dict(current)
+            changes: builtins.list[tuple[str, Any, Any]] = []
+            for key, value in clean.items():
+                old = current.get(key)
+                if value is None:
+                    if key in merged:
+                        del merged[key]
+                        changes.append((key, old, None))
+                elif old != value:
+                    merged[key] = value
+                    changes.append((key, old, value))
+            if changes:
+                await conn.execute(text(q.UPDATE_FACTS), {**params, "facts": Jsonb(merged)})
+                await conn.execute(
+                    text(q.AUDIT_FACTS),
+                    {
+                        **params,
+                        "actor": actor or "",
+                        "keys": [c[0] for c in changes],
+                        "old_values": [None if c[1] is None else Jsonb(c[1]) for c in changes],
+                        "new_values": [None if c[2] is None else Jsonb(c[2]) for c in changes],
+                    },
+                )
+        if changes:
+            logger.info("changed %d facts in namespace %s", len(changes), namespace)
+        return merged
+
+    async def delete_facts(self, scope: MemoryScope, *, namespace: str | None = None) -> int:
+        """Erase the scope's facts (one namespace, or all); returns rows deleted."""
+        params = self._facts_params(namespace or "-", scope)
+        params["namespace"] = namespace
+        async with self.engine.begin() as conn:
+            return int((await conn.execute(text(q.DELETE_FACTS), params)).rowcount)
+
+    def _facts_params(self, namespace: str, scope: MemoryScope) -> dict[str, Any]:
+        check_name(namespace, what="namespace")
+        if not isinstance(scope, MemoryScope) or scope.is_empty:
+            raise ScopeError(f"facts need a non-empty MemoryScope, got {scope!r}")
+        return {**scope.column_values(), "namespace": namespace}
+
     # --- helpers ---------------------------------------------------------------------------
 
     @staticmethod
@@ -660,8 +749,8 @@ class MemoryStore:
 
 _BATCH_COLUMNS = (
     "ids", "user_ids", "application_ids", "agent_ids", "session_ids", "roles", "author_names",
-    "message_ids", "source_types", "source_ids", "contents", "content_sha256s", "embeddings",
-    "created_ats", "expires_ats", "metadatas",
+    "message_ids", "source_types", "source_ids", "contents", "content_sha256s", "terms",
+    "embeddings", "created_ats", "expires_ats", "metadatas",
 )  # fmt: skip
 #: Staging column -> batch column list.
 _STAGING_SOURCE = dict(zip(q.STAGING_COLUMNS, _BATCH_COLUMNS, strict=True))

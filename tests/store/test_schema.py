@@ -16,6 +16,8 @@ from pgmemory.store.models import Base
 from pgmemory.store.store import MemoryStore
 
 TABLES = {
+    "pgmemory_facts",
+    "pgmemory_fact_audit",
     "pgmemory_collections",
     "pgmemory_memories",
     "pgmemory_memory_audit",

@@ -365,3 +365,71 @@ async def test_concurrent_history_appends_do_not_collide(store: MemoryStore) -> 
     )
     rows = await store.read_history(session)
     assert len(rows) == 20 and len({r.seq for r in rows}) == 20
+
+
+async def test_keyword_search_matches_chinese_and_english(store: MemoryStore, collection: str) -> None:
+    user = unique("u")
+    await store.add(
+        collection,
+        [
+            MemoryRecord(content="上次点了辣椒炒肉和清炒菜心", scope=MemoryScope(user_id=user)),
+            MemoryRecord(content="我不能吃辣", scope=MemoryScope(user_id=user)),
+            MemoryRecord(content="Order number 4711 was delivered late", scope=MemoryScope(user_id=user)),
+            MemoryRecord(content="辣椒炒肉 for somebody else", scope=MemoryScope(user_id=unique("other"))),
+        ],
+    )
+    scope = MemoryScope(user_id=user)
+    hits = await store.search(collection, scope, query="辣椒炒肉", mode="text", limit=5)
+    assert [h.memory.content for h in hits] == ["上次点了辣椒炒肉和清炒菜心"]
+    hits = await store.search(collection, scope, query="what happened to order 4711?", mode="text")
+    assert [h.memory.content for h in hits] == ["Order number 4711 was delivered late"]
+    assert await store.search(collection, scope, query="the of and", mode="text") == []
+
+
+async def test_hybrid_fuses_keywords_similarity_and_recency(store: MemoryStore, collection: str) -> None:
+    from pgmemory.store.records import SearchWeights
+
+    user = unique("u")
+    scope = MemoryScope(user_id=user)
+    old = datetime(2025, 1, 1, tzinfo=UTC)
+    await store.add(
+        collection,
+        [MemoryRecord(content=f"filler note {i} about the weather", scope=scope, created_at=old + timedelta(days=i))
+         for i in range(8)]
+        + [MemoryRecord(content="Invoice code ZX-93 is unpaid", scope=scope, created_at=old),
+           MemoryRecord(content="newest entry: went jogging", scope=scope)],
+    )
+    hybrid = await store.search(collection, scope, query="ZX-93", mode="hybrid", limit=3)
+    assert hybrid[0].memory.content == "Invoice code ZX-93 is unpaid"
+    recent = await store.search(
+        collection, scope, query="weather", mode="hybrid", limit=1,
+        weights=SearchWeights(vector=0.0, text=0.0, recency=1.0),
+    )
+    assert recent[0].memory.content == "newest entry: went jogging"
+    with pytest.raises(Exception, match="pass query="):
+        await store.search(collection, scope, vector=np.ones(512), mode="hybrid")
+
+
+async def test_facts_merge_overwrite_remove_and_audit(store: MemoryStore) -> None:
+    user = unique("u")
+    scope = MemoryScope(user_id=user)
+    assert await store.get_facts("profile", scope) == {}
+    assert await store.merge_facts("profile", scope, {"name": "Alice"}) == {"name": "Alice"}
+    merged = await store.merge_facts("profile", scope, {"age": 30, "name": "Alice"}, actor="extractor")
+    assert merged == {"name": "Alice", "age": 30}
+    assert await store.merge_facts("profile", scope, {"age": 31}) == {"name": "Alice", "age": 31}
+    assert await store.merge_facts("profile", scope, {"name": None}) == {"age": 31}
+    assert await store.get_facts("profile", MemoryScope(user_id=user, session_id="s")) == {}
+    async with store.engine.begin() as conn:
+        rows = (
+            await conn.execute(
+                text("SELECT key, old_value, new_value FROM pgmemory_fact_audit WHERE user_id = :u ORDER BY id"),
+                {"u": user},
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        ("name", None, "Alice"), ("age", None, 30), ("age", 30, 31), ("name", "Alice", None)
+    ]
+    assert await store.delete_facts(scope) == 1
+    with pytest.raises(ScopeError):
+        await store.get_facts("profile", MemoryScope())

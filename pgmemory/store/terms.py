@@ -1,0 +1,51 @@
+"""Keyword terms for full-text search, for Chinese as well as space-separated languages.
+
+PostgreSQL's ``simple`` configuration splits on spaces and punctuation, so a run of Chinese
+characters would be one unsearchable "word". pgmemory therefore computes the terms itself:
+lower-cased words for alphabetic scripts (minus a few English stop words), and for Han, kana
+and Hangul runs every pair of neighbouring characters (bigrams; a lone character stands for
+itself), the usual way to index text without spaces. Terms contain
+only letters and digits, so they are safe to hand to ``websearch_to_tsquery``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
+_IS_CJK = re.compile(rf"[{_CJK}]")
+STOP_WORDS = frozenset(
+    """a an and are as at be but by do does did for from has have had he her his how i if in
+    into is it its me my no not of on or our she so that the their them they this to us was we
+    were what when where which who why will with you your yours""".split()
+)
+#: Most terms taken from one text; a memory is capped at the store's text limit anyway.
+MAX_TERMS = 4096
+
+
+def terms(text: str) -> list[str]:
+    """The keyword terms of a text, in order, duplicates kept (they weigh in ranking)."""
+    out: list[str] = []
+    for match in _TOKEN.finditer(text.lower()):
+        token = match.group()
+        if _IS_CJK.match(token):
+            if len(token) == 1:
+                out.append(token)
+            out.extend(token[i : i + 2] for i in range(len(token) - 1))
+        elif token not in STOP_WORDS:
+            out.append(token)
+        if len(out) >= MAX_TERMS:
+            break
+    return out[:MAX_TERMS]
+
+
+def document(text: str) -> str:
+    """Terms of a stored text, space-separated, for ``to_tsvector('simple', ...)``."""
+    return " ".join(terms(text))
+
+
+def query(text: str) -> str:
+    """An OR query over a text's distinct terms, for ``websearch_to_tsquery('simple', ...)``."""
+    seen = dict.fromkeys(t for t in terms(text) if t != "or")
+    return " or ".join(seen)

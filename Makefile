@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) examples/quickstart.py
+	$(PY) examples/food_delivery.py
 
 test: $(STAMP)
 	$(PY) -m pytest

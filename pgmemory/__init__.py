@@ -12,6 +12,11 @@ from pgmemory.errors import (
     PgMemoryError,
     ScopeError,
 )
+from pgmemory.memory import (
+    ChatHistoryMemoryProvider,
+    ChatHistoryMemoryProviderOptions,
+    FactMemoryProvider,
+)
 from pgmemory.runtime import (
     Agent,
     AgentResponse,
@@ -63,6 +68,8 @@ __all__ = [
     "AgentSession",
     "CachedEmbedder",
     "ChatClient",
+    "ChatHistoryMemoryProvider",
+    "ChatHistoryMemoryProviderOptions",
     "ChatReducer",
     "ChatResponse",
     "CollectionError",
@@ -71,6 +78,7 @@ __all__ = [
     "DatabaseNotReadyError",
     "Embedder",
     "EmbeddingError",
+    "FactMemoryProvider",
     "FunctionCallContent",
     "FunctionResultContent",
     "HistoryProvider",
@@ -92,8 +100,8 @@ __all__ = [
     "ProviderSessionState",
     "RecallTrace",
     "ScopeError",
-    "SessionContext",
     "SearchWeights",
+    "SessionContext",
     "Settings",
     "StructuredOutputError",
     "SummarizingReducer",

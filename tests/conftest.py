@@ -23,7 +23,9 @@ from pgmemory.embedders import CachedEmbedder, USEEmbedder
 from pgmemory.settings import Settings
 from pgmemory.store import migrate
 from pgmemory.store.embedded import EmbeddedServer
+from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.store.store import MemoryStore
+from tests.openai_server import OpenAIServer
 
 
 @pytest.fixture(scope="session")
@@ -95,6 +97,25 @@ async def collection(store: MemoryStore) -> str:
     name = f"c_{uuid.uuid4().hex[:10]}"
     await store.create_collection(name)
     return name
+
+
+@pytest.fixture
+def openai_server() -> Iterator[OpenAIServer]:
+    """A fresh scripted OpenAI-compatible chat-completions server for one test."""
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest_asyncio.fixture
+async def chat_client(openai_server: OpenAIServer) -> AsyncIterator[OpenAIChatClient]:
+    """An :class:`OpenAIChatClient` (the real ``openai`` client) on ``openai_server``, no retries."""
+    client = OpenAIChatClient(
+        model="test-model", base_url=openai_server.url, api_key="test", max_retries=0
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 def unique(prefix: str) -> str:

@@ -403,3 +403,15 @@ DELETE FROM pgmemory_facts
 WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :agent_id
   AND session_id = :session_id AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
 """
+
+# --- recall audit --------------------------------------------------------------------------
+
+#: Record a recall assembled by a caller (e.g. similar plus most recent memories).
+RECORD_RECALL = """
+INSERT INTO pgmemory_recall_audit
+    (user_id, collection, application_id, agent_id, session_id, provider, mode,
+     requesting_session_id, query_sha256, query_text, memory_ids, scores)
+VALUES (:user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
+        :requesting_session_id, :query_sha256, :query_text, CAST(:memory_ids AS uuid[]),
+        CAST(:scores AS real[]))
+"""

@@ -528,6 +528,39 @@ class MemoryStore:
             )
             return int(result.scalar_one())
 
+    async def record_recall(
+        self,
+        collection: str,
+        scope: MemoryScope,
+        *,
+        memory_ids: Sequence[uuid.UUID],
+        scores: Sequence[float],
+        query: str | None,
+        trace: RecallTrace | None = None,
+    ) -> None:
+        """Append a recall audit row for memories a caller put together itself.
+
+        Use it when what went into an answer is more than one :meth:`search` (which audits
+        itself), e.g. similar memories plus the most recent ones. ``scores`` pairs with
+        ``memory_ids``; the query is kept as its sha256 unless the trace asks for the text.
+        """
+        if len(memory_ids) != len(scores):
+            raise InvalidInputError("memory_ids and scores must have the same length")
+        trace = trace or RecallTrace()
+        params = {
+            **scope.column_values(),
+            "collection": collection,
+            "provider": trace.provider,
+            "mode": trace.mode,
+            "requesting_session_id": trace.session_id,
+            "query_sha256": sha256_hex(query or ""),
+            "query_text": query if trace.include_query_text else None,
+            "memory_ids": list(memory_ids),
+            "scores": [float(x) for x in scores],
+        }
+        async with self.engine.begin() as conn:
+            await conn.execute(text(q.RECORD_RECALL), params)
+
     # --- deletes ---------------------------------------------------------------------------
 
     async def delete(

@@ -1,0 +1,297 @@
+"""ChatHistoryMemoryProvider through the real openai client and a local chat-completions server.
+
+Assertions are on the requests the model received (recorded by the server), and on rows in
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text as sql
+
+from pgmemory import Agent, AgentSession, ContextProvider, MemoryScope, MemoryStore, OpenAIChatClient, ScopeError
+from pgmemory.memory import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
+from tests.conftest import unique
+from tests.openai_server import OpenAIServer, Reply, call, text, tool_calls
+
+_spec = importlib.util.spec_from_file_location(
+    "food_delivery", Path(__file__).resolve().parents[2] / "examples" / "food_delivery.py"
+)
+food = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(food)  # type: ignore[union-attr]
+
+MEMORY_HEADING = "## Memories\nConsider the following memories when answering user questions:"
+
+
+def model(request: dict[str, Any]) -> Reply:
+    """The scripted model: the example's decision rule over the request the server received."""
+    messages = request["messages"]
+    transcript = [(m["role"], m.get("content") or "") for m in messages]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    called = [c["function"]["name"] for m in messages[last_user:] for c in m.get("tool_calls") or []]
+    step = food.decide(transcript, called)
+    if "call" in step:
+        return tool_calls(call(step["call"], step["arguments"]))
+    return text(step["text"])
+
+
+def memory_messages(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user" and (m.get("content") or "").startswith(MEMORY_HEADING)]
+
+
+def orders(server: OpenAIServer, start: int) -> list[list[str]]:
+    found = []
+    for request in server.requests[start:]:
+        for m in request["messages"]:
+            for c in m.get("tool_calls") or []:
+                if c["function"]["name"] == "PlaceOrder":
+                    found.append(sorted(i["dish"] for i in json.loads(c["function"]["arguments"])["items"]))
+    # each order appears again in every later request of the same turn: keep distinct calls
+    unique_calls: list[list[str]] = []
+    for o in found:
+        if not unique_calls or unique_calls[-1] != o:
+            unique_calls.append(o)
+    return unique_calls
+
+
+@pytest.fixture
+async def food_store(store: MemoryStore) -> MemoryStore:
+    await store.create_collection(food.COLLECTION)
+    return store
+
+
+async def order(agent: Agent, user: str, message: str) -> AgentSession:
+    session = agent.create_session()
+    session.state["user_id"] = user
+    await agent.run(message, session=session)
+    return session
+
+
+SPICY = {"辣椒炒肉", "剁椒鱼头", "酸辣土豆丝"}
+
+
+async def test_alice_keeps_no_spicy_and_bob_never_sees_alice(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    openai_server.responder = model
+    agent = food.build_agent(chat_client, food_store)
+    alice, bob = unique("alice"), unique("bob")
+    await order(agent, alice, "帮我点一份外卖，一荤一素，我不能吃辣")
+    for _ in range(3):
+        start = len(openai_server.requests)
+        await order(agent, alice, "帮我点一份外卖")
+        first = openai_server.requests[start]
+        (injected,) = memory_messages(first)
+        assert "我不能吃辣" in injected
+        assert not any(set(o) & SPICY for o in orders(openai_server, start))
+        start = len(openai_server.requests)
+        await order(agent, bob, "帮我点一份外卖")
+        for request in openai_server.requests[start:]:
+            for content in memory_messages(request):
+                assert "我不能吃辣" not in content
+                assert alice not in content
+    # Bob's first order had no memories at all; his own later ones only his.
+    rows = await food_store.list(food.COLLECTION, MemoryScope(user_id=bob), limit=100)
+    assert rows and all(r.scope.user_id == bob for r in rows)
+
+
+async def test_different_from_last_order_twenty_times_out_of_twenty(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    openai_server.responder = model
+    agent = food.build_agent(chat_client, food_store)
+    alice = unique("alice")
+    await order(agent, alice, "帮我点一份外卖，一荤一素，我不能吃辣")
+    previous = orders(openai_server, 0)[-1]
+    for run in range(20):
+        start = len(openai_server.requests)
+        await order(agent, alice, "帮我点一份外卖，和上次点的不一样")
+        (injected,) = memory_messages(openai_server.requests[start])
+        # The previous order is in what the model saw, every time...
+        assert all(dish in injected.split("Most recent messages")[1] for dish in previous), run
+        current = orders(openai_server, start)[-1]
+        # ...so the new order differs from it, and stays spice-free.
+        assert current != previous and not set(current) & SPICY, (run, previous, current)
+        previous = current
+
+
+async def test_on_demand_mode_exposes_only_the_search_tool(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    user = unique("u")
+    options = ChatHistoryMemoryProviderOptions(search_time="on_demand_function_calling")
+    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope, options=options)
+    agent = Agent(chat_client, "You help.", context_providers=[memory])
+    openai_server.queue(text("noted"))
+    await order(agent, user, "I can't eat peanuts")
+    openai_server.queue(tool_calls(call("Search", {"userQuestion": "what can't I eat?"})), text("No peanuts for you."))
+    start = len(openai_server.requests)
+    await order(agent, user, "Suggest a snack")
+    first, second = openai_server.requests[start], openai_server.requests[start + 1]
+    assert [t["function"]["name"] for t in first["tools"]] == ["Search"]
+    search = first["tools"][0]["function"]
+    assert search["description"] == "Allows searching for related previous chat history to help answer the user question."
+    assert search["parameters"]["required"] == ["userQuestion"]
+    assert search["parameters"]["properties"]["userQuestion"]["type"] == "string"
+    assert memory_messages(first) == []
+    tool_result = next(m for m in second["messages"] if m["role"] == "tool")
+    assert "I can't eat peanuts" in tool_result["content"]
+
+
+async def test_search_scope_broader_than_storage_scope(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    user = unique("u")
+
+    def per_session(session: AgentSession) -> ChatHistoryMemoryProvider.State:
+        return ChatHistoryMemoryProvider.State(
+            storage_scope=MemoryScope(user_id=session.state["user_id"], session_id=session.session_id),
+            search_scope=MemoryScope(user_id=session.state["user_id"]),
+        )
+
+    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=per_session)
+    seen = Capture(memory.source_id)
+    agent = Agent(chat_client, "You help.", context_providers=[memory, seen])
+    openai_server.queue(text("ok"), text("ok"))
+    first = await order(agent, user, "My favourite colour is teal")
+    start = len(openai_server.requests)
+    second = await order(agent, user, "What is my favourite colour?")
+    (injected,) = memory_messages(openai_server.requests[start])
+    assert "teal" in injected
+    rows = await food_store.list(food.COLLECTION, MemoryScope(user_id=user), limit=10)
+    assert {r.scope.session_id for r in rows} == {first.session_id, second.session_id}
+    # The injected message carries the session it came from, and is stamped as the provider's.
+    (message,) = seen.messages
+    assert message.origin_session_ids == (first.session_id,)
+    assert (message.source_type, message.source_id) == ("context_provider", memory.source_id)
+
+
+class Capture(ContextProvider):
+    """Keeps what the watched provider injected in the latest run."""
+
+    def __init__(self, watched: str) -> None:
+        super().__init__("capture")
+        self.watched = watched
+        self.messages: list = []
+
+    async def before_run(self, *, agent, session, context, state) -> None:  # noqa: ANN001
+        self.messages = context.get_messages(sources=[self.watched])
+
+
+async def test_state_round_trips_through_to_dict(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    user = unique("u")
+    agent = food.build_agent(chat_client, food_store)
+    openai_server.responder = model
+    session = await order(agent, user, "帮我点一份外卖，我不能吃辣")
+    data = json.loads(json.dumps(session.to_dict()))
+    assert data["state"]["ChatHistoryMemoryProvider"]["storage_scope"]["user_id"] == user
+    restored = agent.deserialize_session(json.dumps(data))
+    assert restored.to_dict() == session.to_dict()
+    restored.state["user_id"] = "someone-else"  # the stored scope wins over a later change
+    start = len(openai_server.requests)
+    await agent.run("帮我点一份外卖", session=restored)
+    (injected,) = memory_messages(openai_server.requests[start])
+    assert "我不能吃辣" in injected
+
+
+async def test_failed_run_stores_nothing_and_blank_messages_are_skipped(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    from tests.openai_server import error
+
+    user = unique("u")
+    agent = food.build_agent(chat_client, food_store)
+    openai_server.queue(error(500, "model down"))
+    with pytest.raises(Exception):
+        await order(agent, user, "remember this")
+    assert await food_store.count(food.COLLECTION, MemoryScope(user_id=user)) == 0
+    openai_server.queue(text("   "))
+    await order(agent, user, "hello there")
+    rows = await food_store.list(food.COLLECTION, MemoryScope(user_id=user))
+    assert [r.content for r in rows] == ["hello there"]
+
+
+async def test_unscoped_search_is_refused_unless_allowed(food_store: MemoryStore, chat_client: OpenAIChatClient) -> None:
+    def no_user(session: AgentSession) -> ChatHistoryMemoryProvider.State:
+        return ChatHistoryMemoryProvider.State(
+            storage_scope=MemoryScope(session_id=session.session_id), search_scope=MemoryScope()
+        )
+
+    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=no_user)
+    agent = Agent(chat_client, "x", context_providers=[memory])
+    with pytest.raises(ScopeError, match="allow_unscoped_search=True"):
+        await agent.run("hi", session=agent.create_session())
+    session = agent.create_session()
+    with pytest.raises(ValueError, match='session.state\\["user_id"\\]'):
+        await food.build_agent(chat_client, food_store).run("hi", session=session)
+
+
+async def test_every_recall_is_audited(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    user = unique("u")
+    agent = food.build_agent(chat_client, food_store)
+    openai_server.responder = model
+    await order(agent, user, "帮我点一份外卖，我不能吃辣")
+    session = await order(agent, user, "帮我点一份外卖")
+    async with food_store.engine.begin() as conn:
+        rows = (
+            await conn.execute(
+                sql(
+                    "SELECT provider, mode, requesting_session_id, query_text, memory_ids FROM pgmemory_recall_audit "
+                    "WHERE user_id = :u ORDER BY id"
+                ),
+                {"u": user},
+            )
+        ).all()
+    assert len(rows) == 2
+    last = rows[-1]
+    assert (last.provider, last.mode, last.requesting_session_id) == (
+        "ChatHistoryMemoryProvider", "before_ai_invoke", session.session_id
+    )
+    assert last.query_text is None  # the sensitive-data switch is off
+    stored = {m.id for m in await food_store.list(food.COLLECTION, MemoryScope(user_id=user), limit=100)}
+    assert set(last.memory_ids) <= stored and len(last.memory_ids) >= 2
+
+
+@pytest.mark.parametrize("sensitive", [False, True])
+@pytest.mark.parametrize("custom_redactor", [False, True])
+async def test_redaction_matrix(
+    food_store: MemoryStore,
+    openai_server: OpenAIServer,
+    chat_client: OpenAIChatClient,
+    caplog: pytest.LogCaptureFixture,
+    sensitive: bool,
+    custom_redactor: bool,
+) -> None:
+    user = unique("secret-user")
+    options = ChatHistoryMemoryProviderOptions(
+        enable_sensitive_telemetry_data=sensitive,
+        **({"redactor": lambda value: f"<{len(value)} chars>"} if custom_redactor else {}),
+    )
+    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope, options=options)
+    agent = Agent(chat_client, "x", context_providers=[memory])
+    openai_server.queue(text("ok"), text("ok"))
+    await order(agent, user, "my secret is swordfish")
+    with caplog.at_level(logging.DEBUG, logger="pgmemory.memory.chat_history"):
+        await order(agent, user, "what is my secret?")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "recalled" in logged  # counts are always there
+    if sensitive:
+        assert user in logged and "swordfish" in logged and "what is my secret?" in logged
+    else:
+        assert user not in logged and "swordfish" not in logged and "what is my secret?" not in logged
+        assert ("<18 chars>" in logged) if custom_redactor else ("<redacted>" in logged)
+    async with food_store.engine.begin() as conn:
+        texts = (
+            await conn.execute(sql("SELECT query_text FROM pgmemory_recall_audit WHERE user_id = :u ORDER BY id"), {"u": user})
+        ).scalars().all()
+    assert texts[-1] == ("what is my secret?" if sensitive else None)

@@ -295,3 +295,26 @@ async def test_redaction_matrix(
             await conn.execute(sql("SELECT query_text FROM pgmemory_recall_audit WHERE user_id = :u ORDER BY id"), {"u": user})
         ).scalars().all()
     assert texts[-1] == ("what is my secret?" if sensitive else None)
+
+
+async def test_readme_audit_queries_answer_which_memories_went_into_an_answer(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    import re
+
+    user = unique("alice")
+    agent = food.build_agent(chat_client, food_store)
+    openai_server.responder = model
+    await order(agent, user, "帮我点一份外卖，我不能吃辣")
+    session = await order(agent, user, "帮我点一份外卖")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```sql\n(.*?)```", readme, flags=re.S)
+    assert len(blocks) == 3
+    results = []
+    async with food_store.engine.begin() as conn:
+        for block in blocks:
+            statement = block.replace("'alice'", ":user").replace("'<session id>'", ":session")
+            results.append((await conn.execute(sql(statement), {"user": user, "session": session.session_id})).all())
+    which, writes, _facts = results
+    assert any("我不能吃辣" in row.content for row in which)
+    assert {row.operation for row in writes} == {"insert"}

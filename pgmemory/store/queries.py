@@ -53,9 +53,30 @@ STAGING_TYPES = (
     "vector", "timestamptz", "timestamptz", "jsonb",
 )  # fmt: skip
 
+#: What a write or delete returns for its audit rows.
+_AUDITED = "id, user_id, collection, application_id, agent_id, session_id, content_sha256"
+
+
+def _audited(change: str, operation: str, *, returning: bool = False) -> str:
+    """``change`` (an INSERT or DELETE ... RETURNING _AUDITED) plus one audit row per changed
+    memory, in the same statement: the audit row exists exactly when the change commits."""
+    tail = "\nRETURNING memory_id" if returning else ""
+    return f"""
+WITH changed AS ({change}
+    RETURNING {_AUDITED}
+)
+INSERT INTO pgmemory_memory_audit
+    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
+     content_sha256, actor)
+SELECT user_id, '{operation}', id, collection, application_id, agent_id, session_id,
+       content_sha256, :actor
+FROM changed{tail}
+"""
+
+
 #: Insert a batch given as parallel arrays, and audit each row, in one statement.
-INSERT_MEMORIES = f"""
-WITH inserted AS (
+INSERT_MEMORIES = _audited(
+    f"""
     INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
     SELECT r.id, r.user_id, :collection, r.application_id, r.agent_id, r.session_id, r.role,
            r.author_name, r.message_id, r.source_type, r.source_id, r.content, r.content_sha256,
@@ -74,16 +95,9 @@ WITH inserted AS (
                            author_name, message_id, source_type, source_id, content,
                            content_sha256, terms, embedding, created_at, expires_at, metadata,
                            ord)
-    ORDER BY r.ord
-    RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
+    ORDER BY r.ord""",
+    "insert",
 )
-INSERT INTO pgmemory_memory_audit
-    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
-     content_sha256, actor)
-SELECT user_id, 'insert', id, collection, application_id, agent_id, session_id,
-       content_sha256, :actor
-FROM inserted
-"""
 
 #: Staging table for binary COPY imports; dropped at commit.
 CREATE_STAGING = """
@@ -99,56 +113,35 @@ CREATE TEMPORARY TABLE pgmemory_import (
 COPY_STAGING = f"COPY pgmemory_import ({', '.join(STAGING_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
 #: Move staged rows into the collection, auditing each row, in one statement.
-INSERT_FROM_STAGING = f"""
-WITH inserted AS (
+INSERT_FROM_STAGING = _audited(
+    f"""
     INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
     SELECT id, user_id, :collection, application_id, agent_id, session_id, role, author_name,
            message_id, source_type, source_id, content, content_sha256,
            to_tsvector('simple', terms), embedding, :embedding_model,
            COALESCE(created_at, clock_timestamp()), expires_at, metadata
-    FROM pgmemory_import
-    RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
+    FROM pgmemory_import""",
+    "insert",
 )
-INSERT INTO pgmemory_memory_audit
-    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
-     content_sha256, actor)
-SELECT user_id, 'insert', id, collection, application_id, agent_id, session_id,
-       content_sha256, :actor
-FROM inserted
-"""
 
 #: Delete the collection's memories with these ids, auditing each row.
-DELETE_BY_IDS = """
-WITH deleted AS (
+DELETE_BY_IDS = _audited(
+    """
     DELETE FROM pgmemory_memories
-    WHERE collection = :collection AND id = ANY(CAST(:ids AS uuid[]))
-    RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
+    WHERE collection = :collection AND id = ANY(CAST(:ids AS uuid[]))""",
+    "delete",
+    returning=True,
 )
-INSERT INTO pgmemory_memory_audit
-    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
-     content_sha256, actor)
-SELECT user_id, 'delete', id, collection, application_id, agent_id, session_id,
-       content_sha256, :actor
-FROM deleted
-RETURNING memory_id
-"""
 
 #: Delete every expired memory (optionally of one collection), auditing each row.
-DELETE_EXPIRED = """
-WITH deleted AS (
+DELETE_EXPIRED = _audited(
+    """
     DELETE FROM pgmemory_memories
     WHERE expires_at IS NOT NULL AND expires_at <= :now
-      AND (CAST(:collection AS text) IS NULL OR collection = :collection)
-    RETURNING id, user_id, collection, application_id, agent_id, session_id, content_sha256
+      AND (CAST(:collection AS text) IS NULL OR collection = :collection)""",
+    "expire",
+    returning=True,
 )
-INSERT INTO pgmemory_memory_audit
-    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
-     content_sha256, actor)
-SELECT user_id, 'expire', id, collection, application_id, agent_id, session_id,
-       content_sha256, :actor
-FROM deleted
-RETURNING memory_id
-"""
 
 # --- memories: scoped statements -----------------------------------------------------------
 # A scope's set dimensions become `m.<col> = :<col>` (the columns are NOT NULL, so a B-tree
@@ -309,21 +302,13 @@ WHERE {_scope_where(dimensions)}
 @lru_cache(maxsize=64)
 def delete_scope(dimensions: tuple[str, ...]) -> str:
     """Erase every memory of a scope (expired ones too), auditing each row."""
-    return f"""
-WITH deleted AS (
+    return _audited(
+        f"""
     DELETE FROM pgmemory_memories AS m
-    WHERE {_scope_where(dimensions)}
-    RETURNING m.id, m.user_id, m.collection, m.application_id, m.agent_id, m.session_id,
-              m.content_sha256
-)
-INSERT INTO pgmemory_memory_audit
-    (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
-     content_sha256, actor)
-SELECT user_id, 'delete', id, collection, application_id, agent_id, session_id,
-       content_sha256, :actor
-FROM deleted
-RETURNING memory_id
-"""
+    WHERE {_scope_where(dimensions)}""",
+        "delete",
+        returning=True,
+    )
 
 
 # --- chat history --------------------------------------------------------------------------

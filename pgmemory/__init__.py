@@ -18,6 +18,7 @@ from pgmemory.memory import (
     FactMemoryProvider,
 )
 from pgmemory.runtime import (
+    AfterRunError,
     Agent,
     AgentResponse,
     AgentResponseUpdate,
@@ -62,6 +63,7 @@ from pgmemory.store.records import (
 from pgmemory.store.store import MemoryStore
 
 __all__ = [
+    "AfterRunError",
     "Agent",
     "AgentResponse",
     "AgentResponseUpdate",

@@ -4,7 +4,13 @@ the OpenAI-compatible chat client and the agent that ties them together.
 Each concept has its own module; everything public is re-exported here.
 """
 
-from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate, ToolLoopLimitError
+from pgmemory.runtime.agent import (
+    AfterRunError,
+    Agent,
+    AgentResponse,
+    AgentResponseUpdate,
+    ToolLoopLimitError,
+)
 from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate
 from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
 from pgmemory.runtime.messages import (
@@ -27,6 +33,7 @@ from pgmemory.runtime.session import AgentSession, ProviderSessionState
 from pgmemory.runtime.tools import Tool, ToolArgumentsError, tool
 
 __all__ = [
+    "AfterRunError",
     "CHAT_HISTORY",
     "CONTEXT_PROVIDER",
     "EXTERNAL",

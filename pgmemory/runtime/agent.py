@@ -43,6 +43,29 @@ class ToolLoopLimitError(PgMemoryError):
     """The model kept asking for tools after ``max_tool_iterations`` rounds."""
 
 
+class AfterRunError(PgMemoryError):
+    """One or more providers' ``after_run`` failed after the model had answered.
+
+    Every provider's ``after_run`` still ran; ``errors`` holds each failure (in provider order)
+    and ``response`` the model's answer, so the caller can still use it.
+    """
+
+    def __init__(self, response: AgentResponse, errors: list[tuple[str, Exception]]) -> None:
+        self.response = response
+        self.errors = errors
+        details = "; ".join(f"{source}: {type(exc).__name__}: {exc}" for source, exc in errors)
+        super().__init__(
+            f"{len(errors)} context provider(s) failed after the model answered ({details}); "
+            "every provider's after_run ran, and the answer is in this error's .response"
+        )
+
+
+def _check_iterations(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidInputError(f"max_tool_iterations={value!r} must be an integer >= 1")
+    return value
+
+
 @dataclass(slots=True)
 class AgentResponse:
     """The outcome of one run.
@@ -115,10 +138,7 @@ class Agent:
             raise InvalidInputError(
                 f"instructions must be a string, got {type(instructions).__name__}"
             )
-        if not isinstance(max_tool_iterations, int) or max_tool_iterations < 1:
-            raise InvalidInputError(
-                f"max_tool_iterations={max_tool_iterations!r} must be an integer >= 1"
-            )
+        _check_iterations(max_tool_iterations)
         self.client = client
         self.instructions = instructions
         self.name = name
@@ -209,13 +229,21 @@ class Agent:
         return session, context
 
     async def _finish(self, session: AgentSession, context: SessionContext) -> None:
+        """Every provider's after_run, even when an earlier one fails (then AfterRunError)."""
+        errors: list[tuple[str, Exception]] = []
         for provider in self.context_providers:
-            await provider.after_run(
-                agent=self,
-                session=session,
-                context=context,
-                state=self._state_for(session, provider),
-            )
+            try:
+                await provider.after_run(
+                    agent=self,
+                    session=session,
+                    context=context,
+                    state=self._state_for(session, provider),
+                )
+            except Exception as exc:  # noqa: BLE001 - collected and re-raised below
+                errors.append((provider.source_id, exc))
+        if errors:
+            assert context.response is not None
+            raise AfterRunError(context.response, errors) from errors[0][1]
 
     async def _fail(
         self, session: AgentSession, context: SessionContext, exc: BaseException
@@ -343,7 +371,9 @@ class Agent:
                 context,
                 tool_choice=tool_choice,
                 response_format=response_format,
-                max_tool_iterations=max_tool_iterations or self.max_tool_iterations,
+                max_tool_iterations=self.max_tool_iterations
+                if max_tool_iterations is None
+                else _check_iterations(max_tool_iterations),
                 options=options,
             )
         except Exception as exc:
@@ -370,7 +400,11 @@ class Agent:
         Providers' ``after_run`` only runs if the stream is consumed to the end.
         """
         session, context = await self._prepare(input, session, tools)
-        limit = max_tool_iterations or self.max_tool_iterations
+        limit = (
+            self.max_tool_iterations
+            if max_tool_iterations is None
+            else _check_iterations(max_tool_iterations)
+        )
         tool_map, choice, opts = self._loop_options(context, tool_choice, options)
         produced: list[Message] = []
         usage: dict[str, int] = {}
@@ -431,4 +465,4 @@ class Agent:
         )
 
 
-__all__ = ["Agent", "AgentResponse", "AgentResponseUpdate", "ToolLoopLimitError"]
+__all__ = ["AfterRunError", "Agent", "AgentResponse", "AgentResponseUpdate", "ToolLoopLimitError"]

@@ -242,3 +242,37 @@ async def test_streaming_failure_reaches_providers_and_propagates(
         async for _ in agent.run_stream("x", session):
             pass
     assert session.state["in_memory_history"] == {}
+
+
+async def test_a_failing_after_run_does_not_skip_later_providers(
+    openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    from pgmemory.runtime.agent import AfterRunError
+    from pgmemory.runtime.history import InMemoryHistoryProvider
+    from pgmemory.runtime.providers import ContextProvider
+
+    class Broken(ContextProvider):
+        async def after_run(self, **kwargs) -> None:  # noqa: ANN003
+            raise RuntimeError("provider down")
+
+    history = InMemoryHistoryProvider("h")
+    agent = Agent(chat_client, context_providers=[Broken("broken"), history])
+    openai_server.queue(text("the answer"))
+    session = agent.create_session()
+    with pytest.raises(AfterRunError) as info:
+        await agent.run("question", session=session)
+    assert info.value.response.text == "the answer"
+    assert [source for source, _ in info.value.errors] == ["broken"]
+    assert "broken: RuntimeError: provider down" in str(info.value)
+    # the history provider after the broken one still saved the turn
+    assert [m["role"] for m in session.state["h"]["messages"]] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, "2"])
+async def test_per_run_max_tool_iterations_is_checked(chat_client: OpenAIChatClient, bad: object) -> None:
+    agent = Agent(chat_client)
+    with pytest.raises(InvalidInputError, match=r"max_tool_iterations=.* must be an integer >= 1"):
+        await agent.run("x", max_tool_iterations=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match=r"must be an integer >= 1"):
+        async for _ in agent.run_stream("x", max_tool_iterations=bad):  # type: ignore[arg-type]
+            pass

@@ -2,6 +2,6 @@
 
 import sys
 
-from pgmemory.cli import main
+from pgmemory.cli import run
 
-sys.exit(main())
+sys.exit(run())

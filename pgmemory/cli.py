@@ -31,13 +31,34 @@ def _database_url(settings: Settings, url: str | None) -> Iterator[str]:
             server.stop()
 
 
-def _collections(url: str, settings: Settings) -> None:
+def _with_store(url: str, settings: Settings, args: argparse.Namespace) -> None:
+    """Run one store command (collections, recall, forget) through the public API."""
+    from pgmemory.store.records import MemoryScope, RecallTrace
     from pgmemory.store.store import MemoryStore
 
     async def run() -> None:
         async with MemoryStore(url, settings=settings) as store:
-            for info in await store.list_collections():
-                print(f"{info.name}\t{info.dimensions}\t{info.embedding_model}")
+            if args.command == "collections":
+                for info in await store.list_collections():
+                    print(f"{info.name}\t{info.dimensions}\t{info.embedding_model}")
+            elif args.command == "recall":
+                scope = MemoryScope(
+                    user_id=args.user,
+                    session_id=args.session,
+                    agent_id=args.agent,
+                    application_id=args.application,
+                )
+                hits = await store.search(
+                    args.collection, scope, query=args.query, limit=args.limit, mode=args.mode,
+                    trace=RecallTrace(provider="cli", mode=args.mode),
+                )
+                for hit in hits:
+                    when = hit.memory.created_at.isoformat(timespec="seconds")
+                    print(f"{hit.score:.4f}\t{when}\t{hit.memory.role}\t{hit.memory.content}")
+            else:
+                counts = await store.erase_user(args.user_id, actor=args.actor)
+                for kind, count in counts.items():
+                    print(f"{kind}\t{count}")
 
     asyncio.run(run())
 
@@ -56,6 +77,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     db_commands.add_parser("current", help="print the schema revision")
     db_commands.add_parser("heads", help="print the newest revision this version ships")
     commands.add_parser("collections", help="list collections (name, dimensions, model)")
+    recall = commands.add_parser("recall", help="search a scope's memories (audited as provider 'cli')")
+    recall.add_argument("collection")
+    recall.add_argument("query")
+    recall.add_argument("--user")
+    recall.add_argument("--session")
+    recall.add_argument("--agent")
+    recall.add_argument("--application")
+    recall.add_argument("--limit", type=int, default=5)
+    recall.add_argument("--mode", choices=("vector", "text", "hybrid"), default="hybrid")
+    forget = commands.add_parser(
+        "forget", help="erase everything stored about a user (memories, facts, history)"
+    )
+    forget.add_argument("user_id")
+    forget.add_argument("--actor", default="cli", help="who asked, recorded in the audit")
     args = parser.parse_args(argv)
 
     settings = Settings()
@@ -73,9 +108,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(migrate.current(url) or "none")
         else:
-            _collections(url, settings)
+            _with_store(url, settings, args)
     return 0
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """Like :func:`main`, but pgmemory's own errors print one line instead of a traceback."""
+    from pgmemory.errors import PgMemoryError
+
+    try:
+        return main(argv)
+    except PgMemoryError as exc:
+        print(f"pgmemory: error: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -400,3 +400,31 @@ VALUES (:user_id, :collection, :application_id, :agent_id, :session_id, :provide
         :requesting_session_id, :query_sha256, :query_text, CAST(:memory_ids AS uuid[]),
         CAST(:scores AS real[]))
 """
+
+# --- erasure of a user ---------------------------------------------------------------------
+
+#: Erase every memory of a user in every collection, auditing each row.
+ERASE_USER_MEMORIES = _audited(
+    """
+    DELETE FROM pgmemory_memories WHERE user_id = :user_id""",
+    "delete",
+    returning=True,
+)
+
+#: Erase every fact of a user (all namespaces and narrower scopes).
+ERASE_USER_FACTS = "DELETE FROM pgmemory_facts WHERE user_id = :user_id"
+
+#: Blank the values in a user's fact audit (the keys and times stay, the personal data goes).
+REDACT_USER_FACT_AUDIT = """
+UPDATE pgmemory_fact_audit SET old_value = NULL, new_value = NULL
+WHERE user_id = :user_id AND (old_value IS NOT NULL OR new_value IS NOT NULL)
+"""
+
+#: Blank the query texts kept in a user's recall audit (hashes stay).
+REDACT_USER_RECALL_AUDIT = """
+UPDATE pgmemory_recall_audit SET query_text = NULL
+WHERE user_id = :user_id AND query_text IS NOT NULL
+"""
+
+#: Erase a user's chat history in every session.
+ERASE_USER_HISTORY = "DELETE FROM pgmemory_chat_messages WHERE user_id = :user_id"

@@ -617,6 +617,32 @@ class MemoryStore:
             )
             return len(result.all())
 
+    async def erase_user(self, user_id: str, *, actor: str | None = None) -> dict[str, int]:
+        """Erase everything stored about a user, in ONE transaction (right to erasure).
+
+        Deletes the user's memories in every collection (each deletion audited, by content hash
+        only), facts and chat history, and blanks the personal values kept in the fact audit and
+        the query texts kept in the recall audit. Returns counts per kind.
+        """
+        check_name(user_id, what="user_id")
+        check_optional_name(actor, what="actor")
+        params = {"user_id": user_id, "actor": actor or ""}
+        async with self.engine.begin() as conn:
+            memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
+            facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
+            history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount
+            fact_audit = (await conn.execute(text(q.REDACT_USER_FACT_AUDIT), params)).rowcount
+            recall_audit = (await conn.execute(text(q.REDACT_USER_RECALL_AUDIT), params)).rowcount
+        counts = {
+            "memories": memories,
+            "facts": int(facts),
+            "history_messages": int(history),
+            "fact_audit_rows_redacted": int(fact_audit),
+            "recall_audit_rows_redacted": int(recall_audit),
+        }
+        logger.info("erased a user: %s", counts)
+        return counts
+
     # --- chat history ----------------------------------------------------------------------
 
     async def append_history(

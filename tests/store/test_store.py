@@ -433,3 +433,44 @@ async def test_facts_merge_overwrite_remove_and_audit(store: MemoryStore) -> Non
     assert await store.delete_facts(scope) == 1
     with pytest.raises(ScopeError):
         await store.get_facts("profile", MemoryScope())
+
+
+async def test_erase_user_removes_everything_personal_in_one_go(store: MemoryStore) -> None:
+    alice, bob = unique("alice"), unique("bob")
+    names = []
+    for _ in range(2):
+        name = unique("c")
+        await store.create_collection(name)
+        names.append(name)
+        await store.add(name, [MemoryRecord(content="alice's secret", scope=MemoryScope(user_id=alice)),
+                               MemoryRecord(content="bob's note", scope=MemoryScope(user_id=bob))])
+    await store.merge_facts("profile", MemoryScope(user_id=alice), {"name": "Alice"})
+    await store.merge_facts("profile", MemoryScope(user_id=alice, session_id="s"), {"age": 3})
+    await store.append_history("s1", [{"message_id": "m", "role": "user", "text": "hi"}], user_id=alice)
+    await store.search(names[0], MemoryScope(user_id=alice), query="secret",
+                       trace=RecallTrace(include_query_text=True))
+    counts = await store.erase_user(alice, actor="dpo")
+    assert counts == {"memories": 2, "facts": 2, "history_messages": 1,
+                      "fact_audit_rows_redacted": 2, "recall_audit_rows_redacted": 1}
+    for name in names:
+        assert await store.count(name, MemoryScope(user_id=alice)) == 0
+        assert await store.count(name, MemoryScope(user_id=bob)) == 1
+    assert await store.get_facts("profile", MemoryScope(user_id=alice)) == {}
+    assert await store.read_history("s1", user_id=alice) == []
+    async with store.engine.begin() as conn:
+        leftovers = (
+            await conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM pgmemory_fact_audit WHERE user_id = :u AND new_value IS NOT NULL)"
+                    " + (SELECT count(*) FROM pgmemory_recall_audit WHERE user_id = :u AND query_text IS NOT NULL)"
+                ),
+                {"u": alice},
+            )
+        ).scalar_one()
+        deletes = (
+            await conn.execute(
+                text("SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u AND operation = 'delete' AND actor = 'dpo'"),
+                {"u": alice},
+            )
+        ).scalar_one()
+    assert leftovers == 0 and deletes == 2

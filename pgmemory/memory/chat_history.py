@@ -73,7 +73,8 @@ class ChatHistoryMemoryProviderOptions:
     storage_input_message_filter: MessageFilter = external_only
     #: Which response messages are stored (default: all).
     storage_output_message_filter: MessageFilter = all_messages
-    #: Key of this provider's state in session.state (default: the class name).
+    #: Key of this provider's state in session.state (default: the provider's source_id,
+    #: which defaults to the class name).
     state_key: str | None = None
     #: Hides sensitive values (user ids, texts, queries) in logs unless sensitive data is allowed.
     redactor: Callable[[str], str] = redact_all
@@ -82,9 +83,10 @@ class ChatHistoryMemoryProviderOptions:
     #: Allow a search scope with no dimension set (it would search everybody's memories).
     allow_unscoped_search: bool = False
 
-    #: Always show this many most recent stored messages of the search scope, with their time
-    #: (0 turns it off). 4 = the last two exchanges, enough to see "the last order".
-    recent_messages: int = 4
+    #: Always show the most recent turns of the search scope (a turn: a user message and
+    #: everything stored after it), with their time; 0 turns it off. Two turns show "the last
+    #: order" even when a short exchange ("thanks!") followed it.
+    recent_turns: int = 2
     #: How memories are ranked: "hybrid" fuses similarity, keywords and recency; "vector" is
     #: similarity alone (the seeds' behaviour); "text" is keywords alone.
     recall_mode: Literal["vector", "text", "hybrid"] = "hybrid"
@@ -101,16 +103,15 @@ class ChatHistoryMemoryProviderOptions:
             )
         if not isinstance(self.max_results, int) or not 1 <= self.max_results <= 100:
             raise InvalidInputError(f"max_results is {self.max_results!r}; expected 1 to 100")
-        if not isinstance(self.recent_messages, int) or not 0 <= self.recent_messages <= 100:
-            raise InvalidInputError(
-                f"recent_messages is {self.recent_messages!r}; expected 0 to 100"
-            )
-        if not 0.0 < self.near_duplicate_threshold <= 1.0:
+        if not isinstance(self.recent_turns, int) or not 0 <= self.recent_turns <= 20:
+            raise InvalidInputError(f"recent_turns is {self.recent_turns!r}; expected 0 to 20")
+        threshold = self.near_duplicate_threshold
+        if not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
             raise InvalidInputError(
                 f"near_duplicate_threshold is {self.near_duplicate_threshold!r}; expected (0, 1]"
             )
         if not callable(self.redactor):
-            raise InvalidInputError("redactor must be callable(str) -> str")
+            raise InvalidInputError(f"redactor is {self.redactor!r}; pass a callable(str) -> str")
 
 
 class ChatHistoryMemoryProvider(ContextProvider):
@@ -136,9 +137,11 @@ class ChatHistoryMemoryProvider(ContextProvider):
 
         @property
         def effective_search_scope(self) -> MemoryScope:
+            """The search scope, or the storage scope when none was given."""
             return self.search_scope if self.search_scope is not None else self.storage_scope
 
         def to_dict(self) -> dict[str, Any]:
+            """JSON-native form, as kept in ``session.state``."""
             return {
                 "storage_scope": self.storage_scope.to_dict(),
                 "search_scope": None if self.search_scope is None else self.search_scope.to_dict(),
@@ -146,6 +149,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
 
         @classmethod
         def from_dict(cls, data: dict[str, Any]) -> ChatHistoryMemoryProvider.State:
+            """Inverse of :meth:`to_dict`."""
             search = data.get("search_scope")
             return cls(
                 storage_scope=MemoryScope.from_dict(data["storage_scope"]),
@@ -164,13 +168,17 @@ class ChatHistoryMemoryProvider(ContextProvider):
         options = options or ChatHistoryMemoryProviderOptions()
         super().__init__(
             source_id or type(self).__name__,
-            state_key=options.state_key or type(self).__name__,
+            # A second instance in one agent needs only its own source_id.
+            state_key=options.state_key or source_id or type(self).__name__,
             search_input_filter=options.search_input_message_filter,
             store_input_filter=options.storage_input_message_filter,
             store_response_filter=options.storage_output_message_filter,
         )
         if not callable(state_initializer):
-            raise InvalidInputError("state_initializer must be callable(session) -> State")
+            raise InvalidInputError(
+                f"state_initializer is {state_initializer!r}; pass a callable(session) -> "
+                "ChatHistoryMemoryProvider.State"
+            )
         self.store = store
         self.collection_name = collection_name
         self.options = options
@@ -242,9 +250,18 @@ class ChatHistoryMemoryProvider(ContextProvider):
             return
         scopes = self.get_state(session, state)
         limit = self.store.settings.max_text_chars
+        storable = self.storable_messages(context)
+        # The on-demand Search tool's calls and results are recalled memories: storing them
+        # would feed memory back into memory (and copy other scopes' rows into this one).
+        own_calls = {
+            call.call_id
+            for message in storable
+            for call in message.function_calls
+            if call.name == self.options.function_tool_name
+        }
         records = []
-        for message in self.storable_messages(context):
-            content = render(message)
+        for message in storable:
+            content = render(message, skip_call_ids=own_calls)
             if not content.strip():
                 continue
             if len(content) > limit:
@@ -279,15 +296,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
         scope = scopes.effective_search_scope
         opts = self.options
         allow = opts.allow_unscoped_search
-        recent: list[Memory] = []
-        if opts.recent_messages:
-            recent = list(
-                reversed(
-                    await self.store.list(
-                        self.collection_name, scope, limit=opts.recent_messages, allow_unscoped=allow
-                    )
-                )
-            )
+        recent = await self._recent_turns(scope) if opts.recent_turns else []
         memories: list[tuple[Memory, float]] = []
         if query:
             shown = {m.id for m in recent}
@@ -354,6 +363,32 @@ class ChatHistoryMemoryProvider(ContextProvider):
             )
         return memories, recent
 
+    async def _recent_turns(self, scope: MemoryScope) -> list[Memory]:
+        """The stored messages of the newest ``recent_turns`` turns of the scope, oldest first."""
+        wanted = self.options.recent_turns
+        page_size = 50
+        rows: list[Memory] = []
+        users = offset = 0
+        while users < wanted:
+            page = await self.store.list(
+                self.collection_name,
+                scope,
+                limit=page_size,
+                offset=offset,
+                allow_unscoped=self.options.allow_unscoped_search,
+            )
+            for memory in page:
+                rows.append(memory)
+                if memory.role == "user":
+                    users += 1
+                    if users == wanted:
+                        break
+            # A turn of more than a page of tool calls is cut: recall must stay bounded.
+            if len(page) < page_size or len(rows) >= page_size * wanted:
+                break
+            offset += page_size
+        return rows[::-1]
+
     def _search_tool(self, scopes: State, session: AgentSession) -> Tool:
         """The on-demand tool, bound to this session's scopes for this run."""
 
@@ -390,13 +425,16 @@ class ChatHistoryMemoryProvider(ContextProvider):
         return value if self.options.enable_sensitive_telemetry_data else self.options.redactor(value)
 
 
-def render(message: Message) -> str:
-    """The text stored for a message: its text, plus any tool calls and results it carries."""
+def render(message: Message, *, skip_call_ids: frozenset[str] | set[str] = frozenset()) -> str:
+    """The text stored for a message: its text, plus the tool calls and results it carries
+    (except those of ``skip_call_ids``)."""
     parts = [message.text] if message.text.strip() else []
     for call in message.function_calls:
-        parts.append(f"[called {call.name} with {call.arguments}]")
+        if call.call_id not in skip_call_ids:
+            parts.append(f"[called {call.name} with {call.arguments}]")
     for result in message.function_results:
-        parts.append(f"[tool result: {result.text}]")
+        if result.call_id not in skip_call_ids:
+            parts.append(f"[tool result: {result.text}]")
     return "\n".join(parts).replace("\x00", "")
 
 
@@ -411,3 +449,13 @@ def _overlap(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b)
 
 
+
+
+__all__ = [
+    "DEFAULT_CONTEXT_PROMPT",
+    "DEFAULT_TOOL_DESCRIPTION",
+    "ChatHistoryMemoryProvider",
+    "ChatHistoryMemoryProviderOptions",
+    "redact_all",
+    "render",
+]

@@ -142,6 +142,18 @@ class MemoryRow(Base):
             "agent_id",
             "created_at",
         ),
+        # A message is stored once per collection and scope, however often it is re-sent.
+        Index(
+            "uq_pgmemory_memories_message",
+            "collection",
+            "user_id",
+            "application_id",
+            "agent_id",
+            "session_id",
+            "message_id",
+            unique=True,
+            postgresql_where=text("message_id IS NOT NULL"),
+        ),
         # Keyword recall (combined with the scope's B-tree by a bitmap AND).
         Index("ix_pgmemory_memories_search_vector", "search_vector", postgresql_using="gin"),
         # Expiry sweeps only look at rows that can expire.

@@ -74,7 +74,8 @@ FROM changed{tail}
 """
 
 
-#: Insert a batch given as parallel arrays, and audit each row, in one statement.
+#: Insert a batch given as parallel arrays, and audit each row, in one statement; a record
+#: whose message id the collection already holds in the same scope is skipped.
 INSERT_MEMORIES = _audited(
     f"""
     INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
@@ -95,8 +96,11 @@ INSERT_MEMORIES = _audited(
                            author_name, message_id, source_type, source_id, content,
                            content_sha256, terms, embedding, created_at, expires_at, metadata,
                            ord)
-    ORDER BY r.ord""",
+    ORDER BY r.ord
+    ON CONFLICT (collection, user_id, application_id, agent_id, session_id, message_id)
+        WHERE message_id IS NOT NULL DO NOTHING""",
     "insert",
+    returning=True,
 )
 
 #: Staging table for binary COPY imports; dropped at commit.
@@ -112,7 +116,8 @@ CREATE TEMPORARY TABLE pgmemory_import (
 #: Binary COPY into the staging table.
 COPY_STAGING = f"COPY pgmemory_import ({', '.join(STAGING_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
-#: Move staged rows into the collection, auditing each row, in one statement.
+#: Move staged rows into the collection, auditing each row, in one statement (skipping
+#: messages already stored, as above).
 INSERT_FROM_STAGING = _audited(
     f"""
     INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
@@ -120,8 +125,11 @@ INSERT_FROM_STAGING = _audited(
            message_id, source_type, source_id, content, content_sha256,
            to_tsvector('simple', terms), embedding, :embedding_model,
            COALESCE(created_at, clock_timestamp()), expires_at, metadata
-    FROM pgmemory_import""",
+    FROM pgmemory_import
+    ON CONFLICT (collection, user_id, application_id, agent_id, session_id, message_id)
+        WHERE message_id IS NOT NULL DO NOTHING""",
     "insert",
+    returning=True,
 )
 
 #: Delete the collection's memories with these ids, auditing each row.

@@ -235,17 +235,20 @@ class MemoryStore:
         """Store a batch in ONE transaction (all rows or none); returns the new ids in order.
 
         Every record is checked, and texts without a vector embedded, before any SQL runs.
-        Each row's insert is written to the audit table in the same statement.
+        Each row's insert is written to the audit table in the same statement. A record whose
+        ``message_id`` the collection already holds in the same scope is skipped (a re-sent
+        message is stored once), so the ids returned can be fewer than the records.
         """
         rows = await self._prepare(collection, records, actor=actor, allow_unscoped=allow_unscoped)
         if not rows["ids"]:
             return []
         info = await self.get_collection(collection)
+        stored: set[uuid.UUID] = set()
         async with self.engine.begin() as conn:
             for start in range(0, len(rows["ids"]), INSERT_CHUNK_ROWS):
                 chunk = {k: v[start : start + INSERT_CHUNK_ROWS] for k, v in rows.items()}
                 chunk["embeddings"] = VectorList(chunk["embeddings"])
-                await conn.execute(
+                result = await conn.execute(
                     text(q.INSERT_MEMORIES),
                     {
                         **chunk,
@@ -254,8 +257,9 @@ class MemoryStore:
                         "actor": actor or "",
                     },
                 )
-        logger.info("stored %d memories in collection %s", len(rows["ids"]), collection)
-        return list(rows["ids"])
+                stored.update(result.scalars())
+        logger.info("stored %d memories in collection %s", len(stored), collection)
+        return [i for i in rows["ids"] if i in stored]
 
     async def import_records(
         self,
@@ -267,11 +271,12 @@ class MemoryStore:
         progress: bool = False,
         allow_unscoped: bool = False,
     ) -> int:
-        """Bulk-load records with binary COPY, all in ONE transaction; returns rows imported.
+        """Bulk-load records with binary COPY, all in ONE transaction; returns rows stored.
 
         Faster than :meth:`add` for large loads (no per-row parameter handling). Rows go through
         a temporary staging table so that every row is still audited; nothing is visible, and
-        nothing stays, unless the whole import succeeds.
+        nothing stays, unless the whole import succeeds. Messages already stored (same
+        ``message_id`` and scope) are skipped, as in :meth:`add`.
         """
         from tqdm.auto import tqdm
 
@@ -304,7 +309,7 @@ class MemoryStore:
                     await flush()
             if batch:
                 await flush()
-            await conn.execute(
+            result = await conn.execute(
                 text(q.INSERT_FROM_STAGING),
                 {
                     "collection": collection,
@@ -312,6 +317,7 @@ class MemoryStore:
                     "actor": actor or "",
                 },
             )
+            total = len(result.all())
         bar.close()
         logger.info("imported %d memories into collection %s", total, collection)
         return total

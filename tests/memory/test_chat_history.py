@@ -318,3 +318,83 @@ async def test_readme_audit_queries_answer_which_memories_went_into_an_answer(
     which, writes, _facts = results
     assert any("我不能吃辣" in row.content for row in which)
     assert {row.operation for row in writes} == {"insert"}
+
+
+async def test_on_demand_search_results_are_not_stored_back(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    """Recalled memories must never feed back into memory, nor copy one user's rows to another."""
+    app = unique("app")
+
+    def shared_search(session: AgentSession) -> ChatHistoryMemoryProvider.State:
+        return ChatHistoryMemoryProvider.State(
+            storage_scope=MemoryScope(application_id=app, user_id=session.state["user_id"]),
+            search_scope=MemoryScope(application_id=app),
+        )
+
+    options = ChatHistoryMemoryProviderOptions(search_time="on_demand_function_calling")
+    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=shared_search, options=options)
+    agent = Agent(chat_client, "x", context_providers=[memory])
+    openai_server.queue(text("noted"))
+    await order(agent, "bob", "my bank pin is 4711")
+    openai_server.queue(tool_calls(call("Search", {"userQuestion": "pin"})), text("I can't share that."))
+    await order(agent, "alice", "what is bob's pin?")
+    alice_rows = await food_store.list(food.COLLECTION, MemoryScope(application_id=app, user_id="alice"))
+    assert [r.content for r in alice_rows] == ["I can't share that.", "what is bob's pin?"]
+    assert not any("4711" in r.content for r in alice_rows)
+
+
+async def test_a_re_sent_message_is_stored_once(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    from pgmemory import Message
+
+    user = unique("u")
+    agent = Agent(chat_client, "x", context_providers=[
+        ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope)])
+    said = Message("user", "I like tea")
+    session = agent.create_session()
+    session.state["user_id"] = user
+    openai_server.queue(text("ok"), text("ok again"))
+    await agent.run(said, session=session)
+    await agent.run([said, Message("user", "and coffee")], session=session)  # a stateless client re-sends
+    contents = [r.content for r in await food_store.list(food.COLLECTION, MemoryScope(user_id=user), newest_first=False)]
+    assert contents == ["I like tea", "ok", "and coffee", "ok again"]
+
+
+async def test_recent_turns_survive_extra_tool_rounds(
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    """A turn with more tool rounds after the order still shows the order (turns, not rows)."""
+    user = unique("u")
+    agent = food.build_agent(chat_client, food_store)
+    openai_server.queue(
+        tool_calls(call("GetMenu", {})),
+        tool_calls(call("PlaceOrder", {"items": [{"dish": "清蒸鲈鱼", "quantity": 1}]})),
+        tool_calls(call("GetMenu", {})),
+        tool_calls(call("GetMenu", {})),
+        tool_calls(call("GetMenu", {})),
+        text("done"),
+        text("thanks, bye"),
+    )
+    await order(agent, user, "帮我点一份外卖")
+    session = agent.create_session()
+    session.state["user_id"] = user
+    await agent.run("谢谢", session=session)
+    openai_server.queue(text("ok"))
+    start = len(openai_server.requests)
+    await order(agent, user, "和上次不一样")
+    (injected,) = memory_messages(openai_server.requests[start])
+    assert "PlaceOrder" in injected.split("Most recent messages")[1]
+
+
+async def test_two_instances_need_only_distinct_source_ids(food_store: MemoryStore, chat_client: OpenAIChatClient) -> None:
+    from pgmemory import InvalidInputError
+
+    first = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope)
+    same = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope)
+    with pytest.raises(InvalidInputError, match="share source_id 'ChatHistoryMemoryProvider'"):
+        Agent(chat_client, context_providers=[first, same])
+    second = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope, source_id="team_memory")
+    agent = Agent(chat_client, context_providers=[first, second])
+    assert {p.state_key for p in agent.context_providers} >= {"ChatHistoryMemoryProvider", "team_memory"}

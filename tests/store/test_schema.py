@@ -98,3 +98,24 @@ async def test_unmigrated_database_says_to_upgrade(fresh_database: str) -> None:
             pass
     async with MemoryStore(fresh_database, migrate=True) as store:
         assert await store.list_collections() == []
+
+
+def test_0003_keeps_the_oldest_copy_of_a_repeated_message(fresh_database: str) -> None:
+    migrate.upgrade(fresh_database, "0002")
+    engine = sa.create_engine(fresh_database)
+    insert = text(
+        "INSERT INTO pgmemory_memories (id, user_id, collection, role, message_id, content, content_sha256,"
+        " embedding, embedding_model, created_at) VALUES (gen_random_uuid(), 'u', 'c', 'user', :mid, :content,"
+        " repeat('0', 64), '[1,0]', 'm', :at)"
+    )
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO pgmemory_collections VALUES ('c', 2, 'm')"))
+        for content, mid, at in [("old", "m1", "2025-01-01"), ("dup", "m1", "2025-02-01"), ("other", "m2", "2025-01-01")]:
+            conn.execute(insert, {"mid": mid, "content": content, "at": at})
+    migrate.upgrade(fresh_database)
+    with engine.connect() as conn:
+        contents = conn.execute(text("SELECT content FROM pgmemory_memories ORDER BY content")).scalars().all()
+        audit = conn.execute(text("SELECT operation, actor FROM pgmemory_memory_audit")).all()
+    engine.dispose()
+    assert contents == ["old", "other"]
+    assert audit == [("delete", "migration 0003: duplicate message")]

@@ -474,3 +474,25 @@ async def test_erase_user_removes_everything_personal_in_one_go(store: MemorySto
             )
         ).scalar_one()
     assert leftovers == 0 and deletes == 2
+
+
+async def test_a_message_is_stored_once_per_scope(store: MemoryStore, collection: str) -> None:
+    user = unique("u")
+    scope = MemoryScope(user_id=user, session_id="s")
+    first = await store.add(collection, [MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
+                                         MemoryRecord(content="no id, always stored", scope=scope)])
+    again = await store.add(collection, [MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
+                                         MemoryRecord(content="new", scope=scope, message_id="m2"),
+                                         MemoryRecord(content="no id, always stored", scope=scope)])
+    assert len(first) == 2 and len(again) == 2
+    other_session = await store.add(
+        collection, [MemoryRecord(content="I like tea", scope=MemoryScope(user_id=user, session_id="t"), message_id="m1")]
+    )
+    assert len(other_session) == 1  # the same id in another scope is another memory
+    imported = await store.import_records(
+        collection, [MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
+                     MemoryRecord(content="fresh", scope=scope, message_id="m3")]
+    )
+    assert imported == 1
+    contents = sorted(m.content for m in await store.list(collection, MemoryScope(user_id=user, session_id="s")))
+    assert contents == ["I like tea", "fresh", "new", "no id, always stored", "no id, always stored"]

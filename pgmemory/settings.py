@@ -39,6 +39,14 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = Field(
         default=30_000, ge=0, description="Server-side limit per statement (0 = none)."
     )
+    durable_recall_audit: bool = Field(
+        default=False,
+        description=(
+            "Wait for each recall-audit row to reach disk before a search returns. Off: the "
+            "row commits asynchronously (a crash can lose the last fraction of a second of "
+            "recall-audit rows, never memories), which saves a disk flush per recall."
+        ),
+    )
     max_text_chars: int = Field(
         default=32_000, ge=1, description="Longest memory text accepted, in characters."
     )

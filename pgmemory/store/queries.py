@@ -397,6 +397,9 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
   AND session_id = :session_id AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
 """
 
+#: Let this transaction's recall-audit row commit without waiting for the disk flush.
+ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
+
 # --- recall audit --------------------------------------------------------------------------
 
 #: Record a recall assembled by a caller (e.g. similar plus most recent memories).

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -149,6 +150,13 @@ class MemoryStore:
             raise RuntimeError("the store is not open: use `async with MemoryStore(...)`")
         return self._engine
 
+    @contextlib.asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one read-only statement, in autocommit: no BEGIN/COMMIT round trips
+        (and no ROLLBACK, after which psycopg would drop its prepared statements)."""
+        async with self.engine.connect() as conn:
+            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
     @property
     def embedder(self) -> Embedder:
         """The embedder used for texts given without a vector (built on first use)."""
@@ -193,7 +201,7 @@ class MemoryStore:
         cached = self._collections.get(name)
         if cached is not None:
             return cached
-        async with self.engine.begin() as conn:
+        async with self._reading() as conn:
             row = (await conn.execute(text(q.GET_COLLECTION), {"name": name})).mappings().first()
         if row is None:
             raise CollectionError(
@@ -206,7 +214,7 @@ class MemoryStore:
 
     async def list_collections(self) -> list[CollectionInfo]:
         """Every collection in the catalogue."""
-        async with self.engine.begin() as conn:
+        async with self._reading() as conn:
             rows = (await conn.execute(text(q.LIST_COLLECTIONS))).mappings().all()
         return [CollectionInfo(**row) for row in rows]
 
@@ -486,9 +494,17 @@ class MemoryStore:
                 query_sha256=query_hash,
                 query_text=query if trace.include_query_text else None,
             )
-        async with self.engine.begin() as conn:
+        async with self.engine.begin() if audit else self._reading() as conn:
+            if audit:
+                await self._relax_audit_commit(conn)
             rows = (await conn.execute(text(statement), params)).mappings().all()
         return [MemoryHit(_memory(row), float(row["score"])) for row in rows]
+
+    async def _relax_audit_commit(self, conn: AsyncConnection) -> None:
+        """Unless Settings.durable_recall_audit, don't wait for the audit row's disk flush
+        (it costs a few ms per recall; memories themselves always commit synchronously)."""
+        if not self.settings.durable_recall_audit:
+            await conn.execute(text(q.ASYNC_COMMIT))
 
     async def list(
         self,
@@ -517,7 +533,7 @@ class MemoryStore:
             "since": _aware(since, "since") or _DISTANT_PAST,
             "until": _aware(until, "until") or _DISTANT_FUTURE,
         }
-        async with self.engine.begin() as conn:
+        async with self._reading() as conn:
             rows = (await conn.execute(text(statement), params)).mappings().all()
         return [_memory(row) for row in rows]
 
@@ -528,7 +544,7 @@ class MemoryStore:
         self._check_search_scope(scope, allow_unscoped)
         await self.get_collection(collection)
         statement = q.count_memories(tuple(scope.as_dict()))
-        async with self.engine.begin() as conn:
+        async with self._reading() as conn:
             result = await conn.execute(
                 text(statement), {**scope.as_dict(), "collection": collection}
             )
@@ -565,6 +581,7 @@ class MemoryStore:
             "scores": [float(x) for x in scores],
         }
         async with self.engine.begin() as conn:
+            await self._relax_audit_commit(conn)
             await conn.execute(text(q.RECORD_RECALL), params)
 
     # --- deletes ---------------------------------------------------------------------------
@@ -700,7 +717,7 @@ class MemoryStore:
         check_name(session_id, what="session_id")
         if limit is not None:
             check_limit(limit, maximum=1_000_000)
-        async with self.engine.begin() as conn:
+        async with self._reading() as conn:
             rows = (
                 await conn.execute(
                     text(q.READ_HISTORY),
@@ -716,7 +733,7 @@ class MemoryStore:
 
     async def count_history(self, session_id: str, *, user_id: str = "") -> int:
         """How many messages a session's history holds."""
-        async with self.engine.begin() as conn:
+        async with self._reading() as conn:
             result = await conn.execute(
                 text(q.COUNT_HISTORY), {"session_id": session_id, "user_id": user_id}
             )
@@ -735,7 +752,7 @@ class MemoryStore:
     async def get_facts(self, namespace: str, scope: MemoryScope) -> dict[str, Any]:
         """The facts stored for exactly this scope (unset dimensions are part of the key)."""
         params = self._facts_params(namespace, scope)
-        async with self.engine.begin() as conn:
+        async with self._reading() as conn:
             facts = (await conn.execute(text(q.GET_FACTS), params)).scalar()
         return dict(facts or {})
 

@@ -51,6 +51,7 @@ from pgmemory.runtime import (
 )
 from pgmemory.settings import Settings
 from pgmemory.store.records import (
+    AnnStatus,
     CollectionInfo,
     HistoryRow,
     Memory,
@@ -63,6 +64,7 @@ from pgmemory.store.records import (
 from pgmemory.store.store import MemoryStore
 
 __all__ = [
+    "AnnStatus",
     "AfterRunError",
     "Agent",
     "AgentResponse",

@@ -179,7 +179,12 @@ SEARCH_MODES = ("vector", "text", "hybrid")
 
 @lru_cache(maxsize=256)
 def search_memories(
-    dimensions: tuple[str, ...], *, covering: bool, audit: bool, mode: str = "vector"
+    dimensions: tuple[str, ...],
+    *,
+    covering: bool,
+    audit: bool,
+    mode: str = "vector",
+    ann_dimensions: int | None = None,
 ) -> str:
     """Exact top-k of a scope by similarity, keywords, or a fusion of both (and recency).
 
@@ -196,6 +201,12 @@ def search_memories(
     afterwards (which returns a fraction of the right rows when the scope is selective). With
     ``covering`` the predicate matches the partial covering index, so that scan is index-only.
     Unless ``audit`` is off, the same statement appends the recall audit row.
+
+    ``ann_dimensions`` (vector mode only) switches to the approximate path for large scopes:
+    the candidates come from the collection's HNSW index (an expression index on
+    ``embedding::vector(D)``, see :func:`ann_index_ddl`) with the scope filter applied inside
+    the index scan, ``:ann_candidates`` of them (run with ANN_SETTINGS: iterative scan, so the
+    scan keeps walking until enough rows pass the filter), then re-ranked exactly.
     """
     where = _scope_where(dimensions)
     guard = f"\n      AND vector_dims(m.embedding) <= {COVERING_MAX_DIMENSIONS}" if covering else ""
@@ -218,6 +229,20 @@ def search_memories(
       AND {window}
     ORDER BY rank
     LIMIT :pool
+)"""
+    if ann_dimensions is not None:
+        if mode != "vector":
+            raise ValueError("the approximate path serves mode='vector' only")
+        typed = f"vector({int(ann_dimensions)})"
+        candidates = f"""candidates AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.created_at,
+           CAST(m.embedding AS {typed}) <=> CAST(:query AS {typed}) AS distance
+    FROM pgmemory_memories AS m
+    WHERE {where}
+      AND {_LIVE}
+      AND {window}
+    ORDER BY CAST(m.embedding AS {typed}) <=> CAST(:query AS {typed})
+    LIMIT :ann_candidates
 )"""
     if mode == "vector":
         ranked = f"""{candidates},
@@ -279,6 +304,78 @@ hits AS (
     WHERE top.score >= :min_score
 ){audit_cte}
 SELECT * FROM hits ORDER BY score DESC, id
+"""
+
+
+# --- large scopes: the approximate (HNSW) path ---------------------------------------------
+# One partial expression index per collection (the embedding column is untyped, a collection's
+# size is fixed), named after a hash of the collection name; the DDL is built server-side
+# with format() so the name and the literal are quoted by PostgreSQL.
+
+#: The CREATE INDEX statement for a collection's HNSW index (to run in autocommit).
+ANN_INDEX_DDL = """
+SELECT format(
+    'CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON pgmemory_memories '
+    'USING hnsw ((CAST(embedding AS vector(%s))) vector_cosine_ops) '
+    'WITH (m = %s, ef_construction = %s) WHERE collection = %L',
+    'pgmemory_ann_' || left(md5(:collection), 16), CAST(:dimensions AS int),
+    CAST(:m AS int), CAST(:ef_construction AS int), :collection)
+"""
+
+#: The DROP INDEX statement for a collection's HNSW index (to run in autocommit).
+ANN_DROP_DDL = """
+SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', 'pgmemory_ann_' || left(md5(:collection), 16))
+"""
+
+#: Whether a collection's HNSW index exists and is valid (a failed concurrent build is not).
+ANN_INDEX_VALID = """
+SELECT i.indisvalid FROM pg_index AS i
+WHERE i.indexrelid = to_regclass('pgmemory_ann_' || left(md5(:collection), 16))
+"""
+
+#: Settings of a transaction on the approximate path: iterative scan (keep walking the graph
+#: until enough rows pass the scope filter), the search breadth, a custom plan (the partial
+#: index matches only a literal collection, and a generic plan prices the scope at an average
+#: size), and no sort-based plan for the candidates (sorting the scope's B-tree rows is the
+#: exact path, which this statement exists to avoid on scopes known to be large).
+ANN_SETTINGS = """
+SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
+       set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
+       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('enable_sort', 'off', true)
+"""
+
+#: Live rows of a scope, counted up to :cap (enough to tell a large scope from a small one).
+@lru_cache(maxsize=64)
+def count_memories_capped(dimensions: tuple[str, ...]) -> str:
+    """How many live memories a scope holds, counting no further than ``:cap``."""
+    return f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM pgmemory_memories AS m
+    WHERE {_scope_where(dimensions)}
+      AND {_LIVE}
+    LIMIT :cap
+) AS capped
+"""
+
+
+#: Probe queries for the approximate path: stored vectors of users whose scope exceeds :min_rows.
+ANN_PROBE_SAMPLE = """
+WITH big AS (
+    SELECT user_id FROM pgmemory_memories
+    WHERE collection = :collection
+    GROUP BY user_id HAVING count(*) > :min_rows
+    ORDER BY count(*) DESC
+    LIMIT :samples
+)
+SELECT picked.user_id, picked.embedding
+FROM big CROSS JOIN LATERAL (
+    SELECT m.user_id, m.embedding FROM pgmemory_memories AS m
+    WHERE m.collection = :collection AND m.user_id = big.user_id
+    ORDER BY random()
+    LIMIT GREATEST(1, CAST(:samples AS int) / (SELECT count(*) FROM big))
+) AS picked
+LIMIT :samples
 """
 
 

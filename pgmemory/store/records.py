@@ -186,3 +186,21 @@ class SearchWeights:
             raise InvalidInputError(f"SearchWeights.rrf_k is {self.rrf_k!r}; expected an integer >= 1")
         if not isinstance(self.pool, int) or not 1 <= self.pool <= 10_000:
             raise InvalidInputError(f"SearchWeights.pool is {self.pool!r}; expected 1 to 10000")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AnnStatus:
+    """The approximate (HNSW) path of a collection, as its last recall probe left it.
+
+    ``enabled`` is True only when the probe measured ``recall`` >= ``recall_floor`` on the
+    collection's large scopes; ``probed_scopes`` says how many user scopes the probe used
+    (0: no scope is large enough yet, so every search stays exact).
+    """
+
+    collection: str
+    enabled: bool
+    recall: float | None
+    recall_floor: float
+    min_scope_rows: int
+    ef_search: int
+    probed_scopes: int

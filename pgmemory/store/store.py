@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import contextvars
+import time
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from dataclasses import dataclass
 
 import numpy as np
 from psycopg.types.json import Jsonb
@@ -26,6 +30,7 @@ from pgmemory.store.connector import VectorList, check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.records import (
+    AnnStatus,
     CollectionInfo,
     HistoryRow,
     Memory,
@@ -56,6 +61,14 @@ logger = logging.getLogger(__name__)
 #: Rows per INSERT statement: each chunk is one statement with 16 array parameters, far below
 #: PostgreSQL's 65,535 bind parameters, and keeps a statement's payload around a few MB.
 INSERT_CHUNK_ROWS = 1_000
+#: Defaults of the approximate path (bench/scale.py --hnsw measured them on a 19k-row scope:
+#: exact ~50 ms; HNSW with iterative scan 5 ms at recall@3 0.99 with ef_search 200).
+ANN_MIN_SCOPE_ROWS = 10_000
+ANN_EF_SEARCH = 200
+ANN_RECALL_FLOOR = 0.99
+#: Searches of a collection between two recall probes; seconds a scope's size is trusted.
+ANN_PROBE_EVERY = 1_000
+ANN_SCOPE_SIZE_TTL_S = 60.0
 #: Earliest and latest instants PostgreSQL and Python both represent (open time bounds).
 _DISTANT_PAST = datetime(1, 1, 2, tzinfo=UTC)
 _DISTANT_FUTURE = datetime(9999, 12, 30, tzinfo=UTC)
@@ -94,6 +107,10 @@ class MemoryStore:
         self._server: EmbeddedServer | None = None
         self._engine: AsyncEngine | None = None
         self._collections: dict[str, CollectionInfo] = {}
+        #: collection -> its approximate path (in this process; see enable_ann)
+        self._ann: dict[str, _AnnPath] = {}
+        #: (collection, scope) -> (live rows counted up to the ANN threshold, when counted)
+        self._scope_rows: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, float]] = {}
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -454,16 +471,18 @@ class MemoryStore:
             if mode != "text":
                 vector = (await self._embed([query], info))[0]
             query_hash = sha256_hex(query)
-        else:
-            query_hash = sha256_hex(np.asarray(vector, dtype=np.float32).tobytes().hex())
         if vector is not None:
             vector = check_vector(vector, dimensions=info.dimensions, what="query vector")
+        if query is None:
+            query_hash = sha256_hex(vector.tobytes().hex())
         dimensions = tuple(scope.as_dict())
+        ann = await self._ann_path(collection, scope) if mode == "vector" else None
         statement = q.search_memories(
             dimensions,
             covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
             audit=audit,
             mode=mode,
+            ann_dimensions=info.dimensions if ann is not None else None,
         )
         params: dict[str, Any] = {
             **scope.as_dict(),
@@ -476,6 +495,7 @@ class MemoryStore:
             "text_weight": weights.text,
             "recency_weight": weights.recency,
             "limit": limit,
+            "ann_candidates": max(4 * limit, 40),
             "min_score": -2.0 if min_score is None else check_score(min_score),
             "since": _aware(since, "since") or _DISTANT_PAST,
             "until": _aware(until, "until") or _DISTANT_FUTURE,
@@ -494,9 +514,11 @@ class MemoryStore:
                 query_sha256=query_hash,
                 query_text=query if trace.include_query_text else None,
             )
-        async with self.engine.begin() if audit else self._reading() as conn:
+        async with self.engine.begin() if audit or ann else self._reading() as conn:
             if audit:
                 await self._relax_audit_commit(conn)
+            if ann is not None:
+                await conn.execute(text(q.ANN_SETTINGS), {"ef_search": ann.ef_search})
             rows = (await conn.execute(text(statement), params)).mappings().all()
         return [MemoryHit(_memory(row), float(row["score"])) for row in rows]
 
@@ -505,6 +527,139 @@ class MemoryStore:
         (it costs a few ms per recall; memories themselves always commit synchronously)."""
         if not self.settings.durable_recall_audit:
             await conn.execute(text(q.ASYNC_COMMIT))
+
+    # --- large scopes: the approximate path --------------------------------------------
+
+    async def enable_ann(
+        self,
+        collection: str,
+        *,
+        min_scope_rows: int = ANN_MIN_SCOPE_ROWS,
+        ef_search: int = ANN_EF_SEARCH,
+        recall_floor: float = ANN_RECALL_FLOOR,
+        m: int = 16,
+        ef_construction: int = 64,
+    ) -> AnnStatus:
+        """Let vector searches of scopes above ``min_scope_rows`` use an HNSW index.
+
+        Builds the collection's index if it is missing (``CREATE INDEX CONCURRENTLY``: writes
+        go on; it takes a while and wants ``maintenance_work_mem``), then probes: stored vectors
+        of the largest user scopes are searched through the index and exactly, and the path is
+        used only while recall@10 >= ``recall_floor``. The probe is repeated every
+        ANN_PROBE_EVERY searches of the collection. Smaller scopes, and every scope while the
+        probe fails, stay exact. Inserts into the collection get slower (the index is kept up
+        to date). The setting lives in this store object: call it after each start-up (the
+        index build is then skipped).
+        """
+        info = await self.get_collection(collection)
+        check_limit(ef_search, what="ef_search", maximum=1_000)
+        check_limit(min_scope_rows, what="min_scope_rows", maximum=100_000_000)
+        check_score(recall_floor)
+        params = {
+            "collection": collection,
+            "dimensions": info.dimensions,
+            "m": check_limit(m, what="m", maximum=100),
+            "ef_construction": check_limit(ef_construction, what="ef_construction", maximum=1_000),
+        }
+        async with self._reading() as conn:
+            valid = (await conn.execute(text(q.ANN_INDEX_VALID), params)).scalar()
+            # The DDL comes back quoted by PostgreSQL's format(); it runs as is (exec_driver_sql
+            # does not look for bind parameters in it).
+            if valid is False:  # a failed concurrent build leaves an invalid index behind
+                drop = (await conn.execute(text(q.ANN_DROP_DDL), params)).scalar_one()
+                await conn.exec_driver_sql(drop)
+            if not valid:
+                ddl = (await conn.execute(text(q.ANN_INDEX_DDL), params)).scalar_one()
+                await conn.exec_driver_sql(ddl)
+        self._ann[collection] = _AnnPath(
+            ef_search=ef_search, recall_floor=recall_floor, min_scope_rows=min_scope_rows
+        )
+        return await self.probe_ann(collection)
+
+    async def disable_ann(self, collection: str, *, drop_index: bool = False) -> None:
+        """Search every scope of the collection exactly again (optionally drop the index)."""
+        self._ann.pop(collection, None)
+        if drop_index:
+            async with self._reading() as conn:
+                ddl = (
+                    await conn.execute(text(q.ANN_DROP_DDL), {"collection": collection})
+                ).scalar_one()
+                await conn.exec_driver_sql(ddl)
+
+    async def probe_ann(self, collection: str, *, samples: int = 20, limit: int = 10) -> AnnStatus:
+        """Measure the approximate path's recall@``limit`` against exact search, and decide.
+
+        The queries are stored vectors of the collection's largest user scopes (above the
+        path's ``min_scope_rows``), so no outside data is needed. Audit is off for the probe.
+        """
+        path = self._ann.get(collection)
+        if path is None:
+            raise InvalidInputError(
+                f"collection {collection!r} has no approximate path: call enable_ann() first"
+            )
+        async with self._reading() as conn:
+            rows = (
+                await conn.execute(
+                    text(q.ANN_PROBE_SAMPLE),
+                    {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples},
+                )
+            ).all()
+        found = total = 0
+        for user_id, embedding in rows:
+            scope = MemoryScope(user_id=user_id)
+            exact = await self._probe_search(collection, scope, embedding, limit, ann=None)
+            approx = await self._probe_search(collection, scope, embedding, limit, ann=path)
+            found += len({h.memory.id for h in approx} & {h.memory.id for h in exact})
+            total += len(exact)
+        path.recall = found / total if total else None
+        path.probed_scopes = len({user_id for user_id, _ in rows})
+        path.searches = 0
+        status = path.status(collection)
+        logger.info(
+            "approximate path of %s: recall %s over %d scopes -> %s",
+            collection,
+            "n/a" if status.recall is None else f"{status.recall:.3f}",
+            status.probed_scopes,
+            "on" if status.enabled else "off (exact)",
+        )
+        return status
+
+    async def _probe_search(
+        self, collection: str, scope: MemoryScope, vector: Any, limit: int, ann: _AnnPath | None
+    ) -> list[MemoryHit]:
+        """A search on the given path (exact when None); other tasks' searches are unaffected."""
+        token = _PROBE_PATH.set(ann)
+        try:
+            return await self.search(collection, scope, vector=vector, limit=limit, audit=False)
+        finally:
+            _PROBE_PATH.reset(token)
+
+    async def _ann_path(self, collection: str, scope: MemoryScope) -> _AnnPath | None:
+        """The approximate path if this search should take it, else None (exact)."""
+        probing = _PROBE_PATH.get()
+        if probing is not _NOT_PROBING:
+            return probing  # type: ignore[return-value]
+        path = self._ann.get(collection)
+        if path is None:
+            return None
+        path.searches += 1
+        if path.searches > ANN_PROBE_EVERY:
+            await self.probe_ann(collection)
+        if not path.enabled:
+            return None
+        key = (collection, tuple(sorted(scope.as_dict().items())))
+        cached = self._scope_rows.get(key)
+        now = time.monotonic()
+        if cached is None or now - cached[1] > ANN_SCOPE_SIZE_TTL_S:
+            async with self._reading() as conn:
+                rows = (
+                    await conn.execute(
+                        text(q.count_memories_capped(tuple(scope.as_dict()))),
+                        {**scope.as_dict(), "collection": collection, "cap": path.min_scope_rows + 1},
+                    )
+                ).scalar_one()
+            cached = self._scope_rows[key] = (int(rows), now)
+        return path if cached[0] > path.min_scope_rows else None
 
     async def list(
         self,
@@ -878,3 +1033,37 @@ async def _driver_connection(conn: AsyncConnection) -> Any:
     """The psycopg AsyncConnection under a SQLAlchemy connection (for COPY)."""
     raw = await conn.get_raw_connection()
     return raw.driver_connection
+
+
+@dataclass(kw_only=True)
+class _AnnPath:
+    """A collection's approximate path in this process, and its last probe."""
+
+    ef_search: int
+    recall_floor: float
+    min_scope_rows: int
+    recall: float | None = None
+    probed_scopes: int = 0
+    searches: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.recall is not None and self.recall >= self.recall_floor
+
+    def status(self, collection: str) -> AnnStatus:
+        return AnnStatus(
+            collection=collection,
+            enabled=self.enabled,
+            recall=self.recall,
+            recall_floor=self.recall_floor,
+            min_scope_rows=self.min_scope_rows,
+            ef_search=self.ef_search,
+            probed_scopes=self.probed_scopes,
+        )
+
+
+#: Set by probe_ann for its own searches (in its task only): the path to take, None = exact.
+_NOT_PROBING = object()
+_PROBE_PATH: contextvars.ContextVar[object] = contextvars.ContextVar(
+    "pgmemory_probe_path", default=_NOT_PROBING
+)

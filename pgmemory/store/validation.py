@@ -84,7 +84,9 @@ def check_dimensions(value: object) -> int:
 
 
 def check_vector(value: object, *, dimensions: int, what: str) -> np.ndarray:
-    """A finite float32 vector of the collection's size."""
+    """A finite float32 vector of the collection's size (a pgvector ``Vector`` is accepted)."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
     try:
         vector = np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError) as exc:

@@ -15,15 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-import uuid
 
 import numpy as np
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-from pgmemory.store import migrate
-from pgmemory.store.embedded import EmbeddedServer
+from _scratch import Server
 
 
 def clustered(rng: np.random.Generator, n: int, dims: int, centres: np.ndarray) -> np.ndarray:
@@ -102,27 +97,12 @@ def main() -> None:
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--queries", type=int, default=100)
     args = parser.parse_args()
-    settings = Settings()
-    server = None
-    if settings.database_url is not None:
-        base = settings.database_url.get_secret_value()
-    else:
-        server = EmbeddedServer(settings.data_dir)
-        base = server.start()
-    name = f"pgmemory_bench_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = make_url(migrate.normalise_url(base)).set(database=name).render_as_string(hide_password=False)
+    server = Server()
     try:
-        migrate.upgrade(url)
-        asyncio.run(run(url, args.rows, args.dims, args.queries))
+        with server.scratch("large") as url:
+            asyncio.run(run(url, args.rows, args.dims, args.queries))
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-        if server is not None:
-            server.stop()
+        server.close()
 
 
 if __name__ == "__main__":

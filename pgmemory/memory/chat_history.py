@@ -226,10 +226,11 @@ class ChatHistoryMemoryProvider(ContextProvider):
         memories, recent = await self._recall(scopes, session, query or None)
         if not memories and not recent:
             return
+        recalled = [m for m, _ in memories] + recent
         origins = sorted(
             {
                 m.scope.session_id
-                for m, _ in [*memories, *((r, 0.0) for r in recent)]
+                for m in recalled
                 if m.scope.session_id and m.scope.session_id != session.session_id
             }
         )
@@ -237,8 +238,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
             "user",
             self._format(memories, recent, heading=self.options.context_prompt),
             origin_session_ids=origins,
-            metadata={"pgmemory.memory_ids": [str(m.id) for m, _ in memories]
-                      + [str(r.id) for r in recent]},
+            metadata={"pgmemory.memory_ids": [str(m.id) for m in recalled]},
         )
         context.extend_messages(self, message)
 
@@ -253,12 +253,16 @@ class ChatHistoryMemoryProvider(ContextProvider):
         storable = self.storable_messages(context)
         # The on-demand Search tool's calls and results are recalled memories: storing them
         # would feed memory back into memory (and copy other scopes' rows into this one).
-        own_calls = {
-            call.call_id
-            for message in storable
-            for call in message.function_calls
-            if call.name == self.options.function_tool_name
-        }
+        own_calls = (
+            {
+                call.call_id
+                for message in storable
+                for call in message.function_calls
+                if call.name == self.options.function_tool_name
+            }
+            if self.options.search_time == "on_demand_function_calling"
+            else set()
+        )
         records = []
         for message in storable:
             content = render(message, skip_call_ids=own_calls)

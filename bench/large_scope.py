@@ -78,7 +78,7 @@ async def run(url: str, rows: int, dims: int, n_queries: int) -> None:
             print(f"{'exact (covering B-tree)':<34}{user:>8}{p50:>9.2f}{p95:>9.2f}{rec:>10.3f}")
         add_before = await add_cost(store, dims, rng)
         t = time.perf_counter()
-        status = await store.enable_ann("big")
+        status = await store.enable_ann("big", maintenance_work_mem="1GB")
         print(f"enable_ann: index built and probed in {time.perf_counter() - t:.1f} s -> {status}")
         for user, vecs in (("huge", huge), ("small", small)):
             p50, p95, rec = await measure(store, user, vecs, queries)

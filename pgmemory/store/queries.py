@@ -276,6 +276,7 @@ top AS (
         SELECT id, user_id, rank, CAST(:recency_weight AS float8) FROM by_time
     ) AS ranked
     GROUP BY id, user_id
+    HAVING sum(weight / (:rrf_k + rank)) > 0
     ORDER BY score DESC, id
     LIMIT :limit
 )"""
@@ -326,6 +327,17 @@ SELECT format(
 ANN_DROP_DDL = """
 SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', 'pgmemory_ann_' || left(md5(:collection), 16))
 """
+
+#: Session settings for building an HNSW index: no statement timeout (a build takes minutes),
+#: and optionally more memory (a build that fits in maintenance_work_mem is several times faster).
+ANN_BUILD_SETTINGS = """
+SELECT set_config('statement_timeout', '0', false),
+       set_config('maintenance_work_mem', COALESCE(CAST(:maintenance_work_mem AS text),
+                                                   current_setting('maintenance_work_mem')), false)
+"""
+
+#: Back to the connection's own settings after a build.
+ANN_BUILD_RESET = "RESET statement_timeout; RESET maintenance_work_mem"
 
 #: Whether a collection's HNSW index exists and is valid (a failed concurrent build is not).
 ANN_INDEX_VALID = """

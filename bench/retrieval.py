@@ -1,0 +1,765 @@
+"""Retrieval quality on LongMemEval_S and LoCoMo, through pgmemory's own store and recall path.
+
+    python bench/retrieval.py --dataset lme --slice test          # held-out LongMemEval figure
+    python bench/retrieval.py --dataset lme --slice dev --tune    # tune the hybrid weights
+    python bench/retrieval.py --dataset locomo --json out.json
+
+Every memory is written with ``MemoryStore.import_records`` (binary COPY) into a scratch database
+(created and dropped) on the embedded server or on the server ``PGMEMORY_DATABASE_URL`` points at,
+and every ranking that is reported comes from ``MemoryStore.search`` (``mode="vector"``,
+``"text"`` or ``"hybrid"``), except the rows marked *client* (``rrf3``, and the ``--diagnose``
+rows), which are there to explain the library's figures.
+
+* LongMemEval (session level, the benchmark's own protocol): one scope per question
+  (``MemoryScope(user_id=question_id)``); each haystack session is one memory made of its user
+  turns only, with ``created_at`` from ``haystack_dates``; targets are the ``answer_session_ids``
+  holding a user turn with ``has_answer``; ``_abs`` questions and questions without such a target
+  are skipped. Metrics: ``recall_all@5/@10``, ``ndcg_any@5/@10`` (LongMemEval's DCG), ``hit@1``,
+  ``hit@5`` and ``mrr``.
+* LoCoMo (turn level, as the paper defines it): one scope per conversation, one memory per turn
+  (``"<speaker>: <text>"``, plus the shared photo's caption), ``created_at`` from the session date;
+  ``recall@k`` is per question the fraction of its evidence turns in the top k (empty evidence
+  counts as 1), averaged over all 1,986 questions, adversarial ones included.
+
+Embeddings are cached on disk in ``bench/.cache/embeddings.sqlite`` keyed by (model id, sha256 of
+the text), so a rerun embeds nothing. LoCoMo is CC BY-NC: it is read from ``../shared/bench-data``
+(or ``--data-dir``) and never copied into the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import sqlite3
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from tqdm.auto import tqdm
+
+from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
+from pgmemory.store import terms as pgterms
+from pgmemory.store.records import SearchWeights
+
+from _scratch import Server  # noqa: E402 (bench/_scratch.py)
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DATA_DIR = HERE.parent.parent / "shared" / "bench-data"
+CACHE_DIR = HERE / ".cache"
+
+LME_METRICS = ("recall_all@5", "recall_all@10", "ndcg_any@5", "ndcg_any@10", "hit@1", "hit@5", "mrr")
+LOCOMO_METRICS = ("recall@5", "recall@10")
+
+#: Hybrid weights chosen by ``--tune`` (vector weight fixed at 1: only ratios matter).
+#: LongMemEval: tuned on lme_s_dev only (objective recall_all@5, then ndcg_any@10), applied
+#: unchanged to lme_s_test. LoCoMo: tuned on LoCoMo itself (objective recall@5), so in-sample.
+TUNED: dict[str, dict[str, dict[str, float | int]]] = {
+    "lme": {
+        "hybrid-use": {"vector": 1.0, "text": 0.25, "recency": 0.0, "rrf_k": 40},
+        "hybrid-minilm": {"vector": 1.0, "text": 0.25, "recency": 0.0, "rrf_k": 20},
+        "hybrid-use+recency": {"vector": 1.0, "text": 0.25, "recency": 0.05, "rrf_k": 60},
+        "hybrid-minilm+recency": {"vector": 1.0, "text": 0.25, "recency": 0.1, "rrf_k": 20},
+    },
+    "locomo": {
+        "hybrid-use": {"vector": 1.0, "text": 3.0, "recency": 0.0, "rrf_k": 20},
+        "hybrid-minilm": {"vector": 1.0, "text": 1.0, "recency": 0.0, "rrf_k": 5},
+        "hybrid-use+recency": {"vector": 1.0, "text": 3.0, "recency": 0.5, "rrf_k": 20},
+        "hybrid-minilm+recency": {"vector": 1.0, "text": 1.5, "recency": 0.5, "rrf_k": 10},
+    },
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    mode: str  # vector | text | hybrid | rrf3 (client-side fusion)
+    embedder: str | None  # use | minilm | None
+    tuned: bool = False  # weights from TUNED (else the library's defaults)
+    note: str = ""
+
+
+CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        Config("text", "text", None, note="full-text only (ts_rank_cd)"),
+        Config("vector-use", "vector", "use", note="USE multilingual v3, 512-d"),
+        Config("vector-minilm", "vector", "minilm", note="all-MiniLM-L6-v2, 384-d"),
+        Config("hybrid-use-default", "hybrid", "use", note="SearchWeights() defaults"),
+        Config("hybrid-minilm-default", "hybrid", "minilm", note="SearchWeights() defaults"),
+        Config("hybrid-use", "hybrid", "use", tuned=True, note="tuned, no recency"),
+        Config("hybrid-minilm", "hybrid", "minilm", tuned=True, note="tuned, no recency"),
+        Config("hybrid-use+recency", "hybrid", "use", tuned=True, note="tuned, with recency"),
+        Config("hybrid-minilm+recency", "hybrid", "minilm", tuned=True, note="tuned, with recency"),
+        Config("rrf3", "rrf3", None, note="client RRF of text, vector-use, vector-minilm (k=60)"),
+    )
+}
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Doc:
+    key: str  # session id (LME) or dia_id (LoCoMo)
+    text: str
+    created_at: datetime
+
+
+@dataclass
+class Question:
+    qid: str
+    scope: str
+    text: str
+    targets: list[str]  # LME: target session ids; LoCoMo: evidence dia_ids
+    kind: str = ""
+
+
+@dataclass
+class Dataset:
+    name: str
+    scopes: dict[str, list[Doc]] = field(default_factory=dict)
+    questions: list[Question] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+
+
+def _lme_date(text: str) -> datetime:
+    return datetime.strptime(re.sub(r"\s*\(\w+\)\s*", " ", text), "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
+
+
+def load_lme(path: Path) -> Dataset:
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    sessions: dict[str, list[dict[str, Any]]] = raw["sessions"]
+    data = Dataset(name=path.name.removesuffix(".json.gz"))
+    for q in raw["questions"]:
+        qid = q["question_id"]
+        docs: list[Doc] = []
+        seen: set[str] = set()
+        for sid, date in zip(q["haystack_session_ids"], q["haystack_dates"], strict=True):
+            if sid in seen:  # a handful of haystacks list a session twice: index it once
+                data.skipped["duplicate haystack session"] += 1
+                continue
+            seen.add(sid)
+            text = " ".join(t["content"] for t in sessions[sid] if t["role"] == "user")
+            if not text.strip():
+                data.skipped["session without user text"] += 1
+                continue
+            docs.append(Doc(sid, text, _lme_date(date)))
+        targets = [
+            sid
+            for sid in q["answer_session_ids"]
+            if any(t["role"] == "user" and t.get("has_answer") for t in sessions.get(sid, []))
+        ]
+        if qid.endswith("_abs"):
+            data.skipped["_abs question"] += 1
+            continue
+        if not targets:
+            data.skipped["question without user-side evidence"] += 1
+            continue
+        data.scopes[qid] = docs
+        data.questions.append(Question(qid, qid, q["question"], targets, q["question_type"]))
+    return data
+
+
+_LOCOMO_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M %p on %B %d, %Y")
+
+
+def _locomo_date(text: str) -> datetime:
+    for fmt in _LOCOMO_DATE_FORMATS:
+        try:
+            return datetime.strptime(text.strip(), fmt).replace(tzinfo=UTC)
+        except ValueError:
+            pass
+    raise ValueError(f"unparsed LoCoMo date {text!r}")
+
+
+#: How a LoCoMo turn becomes a memory text: "speaker" = "<speaker>: <text>", "plain" = the text.
+LOCOMO_DOC = "speaker"
+
+
+def locomo_turn_text(turn: dict[str, Any]) -> str:
+    text = f"{turn['speaker']}: {turn['text']}" if LOCOMO_DOC == "speaker" else turn["text"]
+    if turn.get("blip_caption"):
+        text += f" [shares a photo: {turn['blip_caption']}]"
+    return text
+
+
+def load_locomo(path: Path) -> Dataset:
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    data = Dataset(name="locomo10")
+    for conv in raw:
+        cid = conv["sample_id"]
+        c = conv["conversation"]
+        docs: list[Doc] = []
+        n = 1
+        while f"session_{n}_date_time" in c:
+            turns = c.get(f"session_{n}") or []
+            start = _locomo_date(c[f"session_{n}_date_time"])
+            for i, turn in enumerate(turns):
+                # turns of a session share its date; seconds keep them in order for recency
+                docs.append(Doc(turn["dia_id"], locomo_turn_text(turn), start + timedelta(seconds=i)))
+            n += 1
+        data.scopes[cid] = docs
+        for i, qa in enumerate(conv["qa"]):
+            evidence = [e for item in qa.get("evidence", []) for e in re.split(r"[;\s]+", item) if e]
+            data.questions.append(
+                Question(f"{cid}#{i}", cid, str(qa["question"]), evidence, str(qa["category"]))
+            )
+    return data
+
+
+# --- metrics ----------------------------------------------------------------------------------
+
+
+def _dcg(relevances: Sequence[float], k: int) -> float:
+    """LongMemEval's DCG: rel[0] + sum(rel[i] / log2(i + 1)) for i >= 1."""
+    rel = np.asarray(relevances, dtype=float)[:k]
+    if rel.size:
+        return float(rel[0] + np.sum(rel[1:] / np.log2(np.arange(2, rel.size + 1))))
+    return 0.0
+
+
+def lme_scores(ranked: Sequence[str], targets: Sequence[str]) -> dict[str, float]:
+    wanted = set(targets)
+    out: dict[str, float] = {}
+    for k in (5, 10):
+        top = ranked[:k]
+        out[f"recall_all@{k}"] = float(all(t in top for t in wanted))
+        ideal = _dcg([1.0] * len(wanted), k)
+        out[f"ndcg_any@{k}"] = _dcg([1.0 if d in wanted else 0.0 for d in top], k) / ideal
+    out["hit@1"] = float(any(t in ranked[:1] for t in wanted))
+    out["hit@5"] = float(any(t in ranked[:5] for t in wanted))
+    first = next((i for i, d in enumerate(ranked) if d in wanted), None)
+    out["mrr"] = 0.0 if first is None else 1.0 / (first + 1)
+    return out
+
+
+def locomo_scores(ranked: Sequence[str], evidence: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k in (5, 10):
+        if not evidence:
+            out[f"recall@{k}"] = 1.0
+        else:
+            top = set(ranked[:k])
+            out[f"recall@{k}"] = sum(e in top for e in evidence) / len(evidence)
+    return out
+
+
+def score(dataset: str, ranked: Sequence[str], q: Question) -> dict[str, float]:
+    return lme_scores(ranked, q.targets) if dataset == "lme" else locomo_scores(ranked, q.targets)
+
+
+def mean_scores(rows: list[dict[str, float]], names: Sequence[str]) -> dict[str, float]:
+    return {m: float(np.mean([r[m] for r in rows])) if rows else float("nan") for m in names}
+
+
+# --- embeddings, cached on disk -----------------------------------------------------------------
+
+
+class DiskCachedEmbedder:
+    """Wraps a pgmemory embedder; vectors persist in SQLite keyed by (model id, sha256(text))."""
+
+    def __init__(self, inner: Any, path: Path) -> None:
+        self.inner = inner
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path)
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS emb (model TEXT, sha BLOB, vec BLOB, PRIMARY KEY (model, sha))"
+        )
+        self._mem: dict[bytes, np.ndarray] = {
+            sha: np.frombuffer(vec, dtype=np.float32)
+            for sha, vec in self._db.execute("SELECT sha, vec FROM emb WHERE model = ?", (self.model_id,))
+        }
+        self.embedded = 0  # texts actually run through the model in this process
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    @staticmethod
+    def _key(text: str) -> bytes:
+        return hashlib.sha256(text.encode("utf-8")).digest()
+
+    async def warm(self, texts: Sequence[str], *, desc: str, chunk: int = 128) -> None:
+        """Embed every text not cached yet, in chunks, with a progress bar (longest first)."""
+        missing = {self._key(t): t for t in texts}
+        missing = {k: t for k, t in missing.items() if k not in self._mem}
+        if not missing:
+            return
+        items = sorted(missing.items(), key=lambda kv: -len(kv[1]))
+        bar = tqdm(total=len(items), desc=desc, unit="text")
+        for start in range(0, len(items), chunk):
+            part = items[start : start + chunk]
+            vectors = await self.inner.embed([t for _, t in part])
+            self._store([k for k, _ in part], vectors)
+            bar.update(len(part))
+        bar.close()
+
+    def _store(self, keys: list[bytes], vectors: np.ndarray) -> None:
+        rows = []
+        for key, vec in zip(keys, vectors, strict=True):
+            vec = np.ascontiguousarray(vec, dtype=np.float32)
+            self._mem[key] = vec
+            rows.append((self.model_id, key, vec.tobytes()))
+        self._db.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?, ?)", rows)
+        self._db.commit()
+        self.embedded += len(keys)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        keys = [self._key(t) for t in texts]
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._mem}
+        if missing:
+            vectors = await self.inner.embed(list(missing.values()))
+            self._store(list(missing), vectors)
+        return np.stack([self._mem[k] for k in keys]) if keys else np.zeros((0, self.dimensions), np.float32)
+
+
+def make_embedder(name: str, threads: int, cache_dir: Path) -> DiskCachedEmbedder:
+    if name == "use":
+        from pgmemory.embedders.use import USEEmbedder
+
+        inner: Any = USEEmbedder(threads=threads)
+    else:
+        from pgmemory.embedders.minilm import MiniLMEmbedder
+
+        inner = MiniLMEmbedder(threads=threads)
+    return DiskCachedEmbedder(inner, cache_dir / "embeddings.sqlite")
+
+
+# --- scratch database ---------------------------------------------------------------------------
+
+
+class ScratchDatabase:
+    """A database of its own (bench/_scratch.py) for one run, and the versions it reports."""
+
+    def __init__(self) -> None:
+        self.server = Server()
+        self._scratch = self.server.scratch("retrieval")
+        self.url = self._scratch.__enter__()
+        with sa.create_engine(self.url).connect() as conn:
+            self.server_version = conn.execute(sa.text("SHOW server_version")).scalar()
+            self.pgvector = conn.execute(
+                sa.text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            ).scalar()
+
+    def drop(self) -> None:
+        try:
+            self._scratch.__exit__(None, None, None)
+        finally:
+            self.server.close()
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Index:
+    """One collection per embedder, holding every scope of the dataset."""
+
+    store: MemoryStore
+    collection: str
+    embedder: DiskCachedEmbedder
+    key_of: dict[uuid.UUID, str] = field(default_factory=dict)  # memory id -> doc key
+
+
+async def build_index(url: str, data: Dataset, emb_name: str, threads: int, cache_dir: Path) -> Index:
+    embedder = make_embedder(emb_name, threads, cache_dir)
+    texts = [d.text for docs in data.scopes.values() for d in docs]
+    await embedder.warm(texts, desc=f"embed {data.name} sessions ({emb_name})" if data.name.startswith("lme") else f"embed {data.name} turns ({emb_name})")
+    await embedder.warm([q.text for q in data.questions], desc=f"embed questions ({emb_name})")
+    settings = Settings(max_text_chars=1_000_000, _env_file=None)  # type: ignore[call-arg]
+    # migrate=True: brings the scratch database to the head of the pgmemory in use
+    store = await MemoryStore(url, settings=settings, embedder=embedder, migrate=True).open()
+    collection = f"{data.name.replace('-', '_')}_{emb_name}"
+    await store.create_collection(collection)  # size and model from the embedder
+    records = (
+        MemoryRecord(
+            content=d.text,
+            scope=MemoryScope(user_id=scope),
+            role="user",
+            message_id=d.key,
+            source_type="external",
+            created_at=d.created_at,
+            metadata={"doc": d.key},
+        )
+        for scope, docs in data.scopes.items()
+        for d in docs
+    )
+    t = time.perf_counter()
+    n = await store.import_records(collection, records, progress=True)
+    async with store.engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        await raw.driver_connection.set_autocommit(True)
+        await raw.driver_connection.execute("VACUUM (ANALYZE) pgmemory_memories")
+        await raw.driver_connection.set_autocommit(False)
+    print(f"imported {n} memories into {collection} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    return Index(store, collection, embedder)
+
+
+async def ranked_keys(
+    index: Index, q: Question, *, mode: str, limit: int, weights: SearchWeights | None = None
+) -> list[tuple[str, uuid.UUID, datetime]]:
+    hits = await index.store.search(
+        index.collection,
+        MemoryScope(user_id=q.scope),
+        query=q.text,
+        limit=limit,
+        mode=mode,
+        weights=weights,
+        audit=False,
+    )
+    return [(h.memory.message_id or "", h.memory.id, h.memory.created_at) for h in hits]
+
+
+async def run_all(
+    index: Index, questions: list[Question], *, mode: str, limit: int, weights: SearchWeights | None, desc: str
+) -> list[list[tuple[str, uuid.UUID, datetime]]]:
+    sem = asyncio.Semaphore(4)
+    bar = tqdm(total=len(questions), desc=desc, leave=False)
+
+    async def one(q: Question) -> list[tuple[str, uuid.UUID, datetime]]:
+        async with sem:
+            out = await ranked_keys(index, q, mode=mode, limit=limit, weights=weights)
+            bar.update()
+            return out
+
+    results = await asyncio.gather(*(one(q) for q in questions))
+    bar.close()
+    return list(results)
+
+
+def rrf(rankings: Sequence[Sequence[str]], weights: Sequence[float], k: int, pool: int) -> list[str]:
+    scores: dict[str, float] = {}
+    for ranking, w in zip(rankings, weights, strict=True):
+        if w == 0:
+            continue
+        for rank, key in enumerate(ranking[:pool], start=1):
+            scores[key] = scores.get(key, 0.0) + w / (k + rank)
+    return sorted(scores, key=lambda key: -scores[key])
+
+
+def weights_for(dataset: str, cfg: Config) -> SearchWeights:
+    if not cfg.tuned:
+        return SearchWeights()
+    return SearchWeights(**TUNED[dataset][cfg.name])  # type: ignore[arg-type]
+
+
+# --- tuning: the library's fusion replayed client-side on its own rankings ---------------------
+
+async def tune(dataset: str, data: Dataset, indexes: dict[str, Index], pool: int = 50) -> dict[str, Any]:
+    """Grid-search text weight, recency weight and rrf_k (vector weight 1, pool 50)."""
+    objective = ("recall_all@5", "ndcg_any@10") if dataset == "lme" else ("recall@5", "recall@10")
+    names = LME_METRICS if dataset == "lme" else LOCOMO_METRICS
+    grid_text = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+    grid_rec = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5)
+    grid_k = (1, 5, 10, 20, 40, 60, 100)
+    out: dict[str, Any] = {}
+    for emb, index in indexes.items():
+        # memory ids differ between collections: take every ranking from this one
+        txt_all = await run_all(index, data.questions, mode="text", limit=pool, weights=None, desc="tune: text")
+        vec_all = await run_all(index, data.questions, mode="vector", limit=pool, weights=None, desc=f"tune: {emb}")
+        # newest first, ties by id descending, as the SQL does (over the same scope rows)
+        recent_all = []
+        for q in data.questions:
+            rows = await index.store.list(index.collection, MemoryScope(user_id=q.scope), limit=pool)
+            recent_all.append([(m.message_id or "", m.id, m.created_at) for m in rows])
+        combos = [(wt, wr) for wt in grid_text for wr in grid_rec]
+        wmat = np.array([[1.0, wt, wr] for wt, wr in combos]).T  # 3 x C
+        per: dict[tuple[float, float, int], list[dict[str, float]]] = {}
+        for q, v, t, r in zip(data.questions, vec_all, txt_all, recent_all, strict=True):
+            ranking_set = (v[:pool], t[:pool], r[:pool])
+            mids = sorted({mid for ranking in ranking_set for _, mid, _ in ranking})  # ties: id asc
+            pos = {m: i for i, m in enumerate(mids)}
+            keys = [""] * len(mids)
+            ranks = np.full((3, len(mids)), np.inf)
+            for j, ranking in enumerate(ranking_set):
+                for rank, (doc, mid, _) in enumerate(ranking, start=1):
+                    ranks[j, pos[mid]] = rank
+                    keys[pos[mid]] = doc
+            for k in grid_k:
+                fused_scores = (1.0 / (k + ranks)).T @ wmat  # n x C (a missing rank adds 0)
+                order = np.argsort(-fused_scores, axis=0, kind="stable")
+                for c, (wt, wr) in enumerate(combos):
+                    ranked = [keys[i] for i in order[:, c]]
+                    per.setdefault((wt, wr, k), []).append(score(dataset, ranked, q))
+        results = [
+            ({"vector": 1.0, "text": wt, "recency": wr, "rrf_k": k}, mean_scores(rows, names))
+            for (wt, wr, k), rows in per.items()
+        ]
+        best = {}
+        for label, allow_rec in ((f"hybrid-{emb}", False), (f"hybrid-{emb}+recency", True)):
+            cands = [r for r in results if allow_rec or r[0]["recency"] == 0.0]
+            if allow_rec:
+                cands = [r for r in cands if r[0]["recency"] > 0.0]
+            w, m = max(cands, key=lambda r: tuple(r[1][o] for o in objective))
+            best[label] = {"weights": w, "metrics": m}
+        default = next(m for w, m in results if w == {"vector": 1.0, "text": 1.0, "recency": 0.0, "rrf_k": 60})
+        best[f"hybrid-{emb}-default (replayed)"] = {"weights": {"vector": 1.0, "text": 1.0, "recency": 0.0, "rrf_k": 60}, "metrics": default}
+        out.update(best)
+        # sensitivity: best objective per recency weight
+        for w_rec in grid_rec:
+            cands = [r for r in results if r[0]["recency"] == w_rec]
+            w, m = max(cands, key=lambda r: tuple(r[1][o] for o in objective))
+            print(f"  {emb} recency={w_rec:<5} best {objective[0]}={m[objective[0]]:.4f} at {w}", file=sys.stderr)
+    return out
+
+
+# --- diagnostics: what the keyword ranking loses ------------------------------------------------
+
+
+_BM25_STATS: dict[tuple[int, Any], tuple[list[Counter], list[int], float, dict[str, float]]] = {}
+
+
+def bm25_rank(docs: list[Doc], query: str, tokenize: Any, k1: float = 1.5, b: float = 0.75) -> list[str]:
+    """Okapi BM25 (rank_bm25's BM25Okapi formula, IDF over the scope) over one scope's documents."""
+    cache_key = (id(docs), tokenize)
+    if cache_key not in _BM25_STATS:
+        toks = [tokenize(d.text) for d in docs]
+        n = len(toks)
+        df: Counter = Counter()
+        for t in toks:
+            df.update(set(t))
+        idf = {w: math.log((n - c + 0.5) / (c + 0.5) + 1) for w, c in df.items()}
+        _BM25_STATS[cache_key] = ([Counter(t) for t in toks], [len(t) for t in toks],
+                                  sum(map(len, toks)) / max(n, 1), idf)
+    tfs, lengths, avgdl, idf = _BM25_STATS[cache_key]
+    qterms = tokenize(query)
+    scores = []
+    for tf, length in zip(tfs, lengths, strict=True):
+        s = 0.0
+        for w in qterms:
+            f = tf.get(w, 0)
+            if f:
+                s += idf[w] * f * (k1 + 1) / (f + k1 * (1 - b + b * length / avgdl))
+        scores.append(s)
+    order = sorted(range(len(docs)), key=lambda i: -scores[i])
+    return [docs[i].key for i in order if scores[i] > 0]
+
+
+async def diagnose(
+    dataset: str, data: Dataset, index: Index, rankings: dict[str, list[list[str]]]
+) -> dict[str, dict[str, float]]:
+    """Keyword ranking variants on the same rows: client BM25, and ts_rank_cd normalisations."""
+    names = LME_METRICS if dataset == "lme" else LOCOMO_METRICS
+    out: dict[str, dict[str, float]] = {}
+    simple_words = re.compile(r"\w+", re.UNICODE)
+    bm25 = [bm25_rank(data.scopes[q.scope], q.text, pgterms.terms) for q in data.questions]
+    out["diag: bm25 over pgmemory terms (client)"] = mean_scores(
+        [score(dataset, r, q) for r, q in zip(bm25, data.questions, strict=True)], names
+    )
+    def words(text: str) -> list[str]:
+        return simple_words.findall(text.lower())
+
+    rows = [score(dataset, bm25_rank(data.scopes[q.scope], q.text, words), q) for q in data.questions]
+    out["diag: bm25 over \\w+ tokens, no stop words (client)"] = mean_scores(rows, names)
+    # what hybrid would score if its keyword ranking were BM25 (default fusion: weights 1, k 60)
+    for emb in ("use", "minilm"):
+        vec = rankings.get(f"vector-{emb}")
+        if vec is None:
+            continue
+        rows = [
+            score(dataset, rrf([v, b], [1.0, 1.0], 60, 50), q)
+            for v, b, q in zip(vec, bm25, data.questions, strict=True)
+        ]
+        out[f"diag: rrf(vector-{emb}, bm25) k=60 (client)"] = mean_scores(rows, names)
+    # the library's own rows and tsquery, ranked by other ts_rank functions / normalisations
+    variants = {
+        "diag: ts_rank_cd norm 1 (log length) (sql)": "ts_rank_cd(m.search_vector, tq.q, 1)",
+        "diag: ts_rank_cd norm 2 (length) (sql)": "ts_rank_cd(m.search_vector, tq.q, 2)",
+        "diag: ts_rank norm 1 (sql)": "ts_rank(m.search_vector, tq.q, 1)",
+    }
+    # PostgreSQL's english configuration (snowball stemming, its stop words) on the raw content
+    english = "to_tsvector('english', m.content)"
+    variants["diag: english stemmed, ts_rank_cd norm 0 (sql)"] = f"ts_rank_cd({english}, tq.q)"
+    variants["diag: english stemmed, ts_rank_cd norm 1 (sql)"] = f"ts_rank_cd({english}, tq.q, 1)"
+    for label, expr in variants.items():
+        config, vector = ("english", english) if "english" in label else ("simple", "m.search_vector")
+        sql = sa.text(
+            f"""SELECT m.message_id FROM pgmemory_memories m,
+                   (SELECT websearch_to_tsquery('{config}', :terms) AS q) tq
+               WHERE m.collection = :collection AND m.user_id = :user_id AND {vector} @@ tq.q
+               ORDER BY {expr} DESC, m.id LIMIT 50"""
+        )
+        rows = []
+        async with index.store.engine.connect() as conn:
+            for q in data.questions:
+                res = await conn.execute(
+                    sql, {"terms": pgterms.query(q.text), "collection": index.collection, "user_id": q.scope}
+                )
+                rows.append(score(dataset, [r[0] for r in res], q))
+        out[label] = mean_scores(rows, names)
+    return out
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def print_table(title: str, results: dict[str, dict[str, float]], names: Sequence[str], notes: dict[str, str]) -> None:
+    width = max(len(n) for n in results) + 2
+    print(f"\n{title}")
+    header = f"{'config':<{width}}" + "".join(f"{m:>14}" for m in names) + "  note"
+    print(header)
+    print("-" * len(header))
+    for name, metrics in results.items():
+        print(f"{name:<{width}}" + "".join(f"{metrics[m]:>14.4f}" for m in names) + f"  {notes.get(name, '')}")
+
+
+async def amain(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    data_dir = Path(args.data_dir)
+    if args.dataset == "lme":
+        data = load_lme(data_dir / f"lme_s_{args.slice}.json.gz")
+        names = LME_METRICS
+        limit = 50  # every session of the haystack (at most ~51), so mrr sees the full ranking
+    else:
+        data = load_locomo(data_dir / "locomo10.json.gz")
+        names = LOCOMO_METRICS
+        limit = 10
+    if args.questions:
+        data.questions = data.questions[: args.questions]
+        data.scopes = {s: d for s, d in data.scopes.items() if any(q.scope == s for q in data.questions)}
+    n_docs = sum(map(len, data.scopes.values()))
+    print(
+        f"{data.name}: {len(data.questions)} questions, {len(data.scopes)} scopes, {n_docs} memories"
+        + (f"; skipped: {dict(data.skipped)}" if data.skipped else ""),
+        file=sys.stderr,
+    )
+    configs = [CONFIGS[c] for c in args.configs]
+    needed = {c.embedder for c in configs if c.embedder}
+    if any(c.mode == "rrf3" for c in configs) or args.tune:
+        needed |= {"use", "minilm"}
+    if not needed:  # full-text only still needs a collection (and vectors) to live in
+        needed = {"minilm"}
+    db = ScratchDatabase()
+    timings: dict[str, float] = {}
+    try:
+        indexes: dict[str, Index] = {}
+        for emb in sorted(needed, key=lambda e: e != "use"):
+            t = time.perf_counter()
+            indexes[emb] = await build_index(db.url, data, emb, args.threads, Path(args.cache_dir))
+            timings[f"index_{emb}_s"] = round(time.perf_counter() - t, 1)
+        results: dict[str, dict[str, float]] = {}
+        rankings: dict[str, list[list[str]]] = {}
+        t = time.perf_counter()
+        for cfg in configs:
+            if cfg.mode == "rrf3":
+                continue
+            index = indexes[cfg.embedder] if cfg.embedder else indexes[sorted(indexes)[0]]
+            weights = weights_for(args.dataset, cfg) if cfg.mode == "hybrid" else None
+            runs = await run_all(index, data.questions, mode=cfg.mode, limit=limit, weights=weights, desc=cfg.name)
+            rankings[cfg.name] = [[k for k, _, _ in r] for r in runs]
+            results[cfg.name] = mean_scores(
+                [score(args.dataset, r, q) for r, q in zip(rankings[cfg.name], data.questions, strict=True)], names
+            )
+        if any(c.mode == "rrf3" for c in configs):
+            parts = {}
+            for name, mode, emb in (("text", "text", "minilm"), ("vector-use", "vector", "use"), ("vector-minilm", "vector", "minilm")):
+                if name not in rankings:
+                    runs = await run_all(indexes[emb], data.questions, mode=mode, limit=limit, weights=None, desc=name)
+                    rankings[name] = [[k for k, _, _ in r] for r in runs]
+                parts[name] = rankings[name]
+            fusion = [rrf([p[i] for p in parts.values()], [1, 1, 1], 60, limit) for i in range(len(data.questions))]
+            results["rrf3"] = mean_scores(
+                [score(args.dataset, r, q) for r, q in zip(fusion, data.questions, strict=True)], names
+            )
+        timings["search_s"] = round(time.perf_counter() - t, 1)
+        notes = {c.name: c.note for c in configs}
+        for c in configs:
+            if c.tuned:
+                w = TUNED[args.dataset][c.name]
+                notes[c.name] += f" (text {w['text']}, recency {w['recency']}, rrf_k {w['rrf_k']})"
+        if args.diagnose:
+            diag = await diagnose(args.dataset, data, indexes[sorted(indexes)[0]], rankings)
+            results.update(diag)
+        tuning = None
+        if args.tune:
+            tuning = await tune(args.dataset, data, indexes)
+            print_table(
+                f"Tuning on {data.name} (library fusion replayed on library rankings, pool 50)",
+                {k: v["metrics"] for k, v in tuning.items()},
+                names,
+                {k: json.dumps(v["weights"]) for k, v in tuning.items()},
+            )
+        for index in indexes.values():
+            await index.store.close()
+        timings["total_s"] = round(time.perf_counter() - t0, 1)
+        embedded = {e: i.embedder.embedded for e, i in indexes.items()}
+        slice_name = data.name if args.dataset == "lme" else "locomo10"
+        n_q = len(data.questions)
+        title = (
+            f"{slice_name}: session-level, {n_q} questions with user-side evidence"
+            if args.dataset == "lme"
+            else f"{slice_name}: turn-level, {n_q} questions (all categories)"
+        )
+        print_table(title, results, names, notes)
+        print(
+            f"\ntimings: {timings}; texts embedded this run (not cached): {embedded}; "
+            f"PostgreSQL {db.server_version}, pgvector {db.pgvector}; {os.cpu_count()} CPUs"
+        )
+        return {
+            "dataset": args.dataset,
+            "slice": slice_name,
+            "questions": n_q,
+            "memories": n_docs,
+            "configs": results,
+            "weights": {c.name: TUNED[args.dataset][c.name] for c in configs if c.tuned},
+            "tuning": tuning,
+            "timings": timings,
+            "embedded_this_run": embedded,
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "postgresql": db.server_version,
+                "pgvector": db.pgvector,
+            },
+        }
+    finally:
+        db.drop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", choices=("lme", "locomo"), default="lme")
+    parser.add_argument("--slice", choices=("dev", "test"), default="dev", help="LongMemEval slice")
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), metavar="CONFIG",
+                        help=f"default: all of {', '.join(CONFIGS)}")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="where the bench data lives")
+    parser.add_argument("--cache-dir", default=str(CACHE_DIR), help="embedding cache (default bench/.cache)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads per embedder (default 2)")
+    parser.add_argument("--tune", action="store_true", help="grid-search the hybrid weights (dev/LoCoMo only)")
+    parser.add_argument("--diagnose", action="store_true", help="add keyword-ranking diagnostic rows")
+    parser.add_argument("--questions", type=int, default=0, help="only the first N questions (smoke test)")
+    parser.add_argument("--locomo-doc", choices=("speaker", "plain"), default="speaker",
+                        help="LoCoMo memory text: '<speaker>: <text>' (default) or the text alone")
+    args = parser.parse_args()
+    global LOCOMO_DOC
+    LOCOMO_DOC = args.locomo_doc
+    if args.tune and args.dataset == "lme" and args.slice == "test":
+        parser.error("tune on lme_s_dev (or LoCoMo); lme_s_test is the held-out slice")
+    out = asyncio.run(amain(args))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2, default=str) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

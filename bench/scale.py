@@ -1,0 +1,534 @@
+"""Scale benchmark: bulk import, scoped top-3 recall per scope size, memory turns, concurrency.
+
+    python bench/scale.py --rows 100000                       # ~1-2 min on 2 cores
+    python bench/scale.py --rows 1000000                      # the 1M run (see bench/README.md)
+    python bench/scale.py --rows 100000 --peers langchain-pgvector,langgraph --peer-rows 20000
+    python bench/scale.py --rows 100000 --hnsw                # + before/after store.enable_ann()
+    python bench/scale.py --rows 100000 --json bench/results/scale-100k.json
+
+Data (precomputed with numpy from ``--seed``, cached under bench/.cache/, so embedding time is
+excluded and every system reads the very same vectors):
+
+* ``--users`` (10,000) users; every user gets 1 row, and the other rows - U are shared
+  Zipf-wise: the user of rank r gets a share proportional to r**-s (``--zipf-s``, default
+  1.1), rounding remainder to rank 1. Why s = 1.1 and not 1.0: the top user's share is
+  1/H(U, s). With s = 1.0 and 10,000 users that is 1/9.79 = 10.2 %, ~9,200 of the 90,000
+  shared rows at 100k: no user above 10k, so no ``huge`` bucket. With s = 1.1 it is 15.1 %
+  (~13,600 of the shared rows at 100k), plus the flooring remainder (~5,600 rows at 100k,
+  since most tail users' shares round down to 0): the top user has 19,195 rows at 100k, so
+  the ``huge`` bucket (> 10k rows) is never empty from ~60k rows up. At 100k the split is
+  small 9,913 / mid 77 / heavy 9 / huge 1 users (37k / 21k / 23k / 19k rows); the
+  "users per bucket" line printed first gives the actual split of any run.
+* Realistic clustered vectors: 512 global topic centres; each user talks about a handful of
+  them (more topics for heavier users, Zipf-weighted); a row is
+  normalise(centre + noise) with noise of norm ~0.8, so neighbours are near but not trivial.
+* Rows are interleaved in time: the multiset of user ids is shuffled, row i is created at
+  T0 + 6 s * i, and imported in that order (a user's rows are scattered over the heap).
+* Queries: ``--queries`` per bucket, each a fresh vector on one of the user's topics; the
+  ground truth is exact top-3 by numpy brute force (float64) over that user's rows.
+* Turns: users drawn proportional to their row count (busy users talk more); a turn is a
+  scoped top-3 search, then ``store.add`` of 2 records (the user message and the reply) in one
+  transaction. ``--turns`` run one after another, then 8 sessions (asyncio tasks over one
+  store whose pool holds >= 8 connections) run ``--session-turns`` each: turns/s is their
+  total over the wall time.
+
+pgmemory is measured through its public API only (``import_records`` with binary COPY,
+``search`` with its defaults - audit on -, ``add``). Runs on a scratch database (created and
+dropped) of the embedded server, or of the server PGMEMORY_DATABASE_URL points at.
+
+Peers (``--peers``, default none): each runs in its OWN venv under bench/.peers/<name>/
+(created and filled by this script with pip on first use), as a subprocess that reads the same
+cached .npz, on its own scratch database of the same server, through the same measurement loop
+(bench/peers/_harness.py). ``--peer-rows N`` gives peers a smaller data set (drawn the same
+way); pgmemory is then measured again on that same data so each ratio compares like with like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH / "peers"))
+
+import _harness as h  # noqa: E402
+
+CACHE = BENCH / ".cache"
+PEER_ENVS = BENCH / ".peers"
+N_TOPICS = 512
+NOISE_NORM = 0.8
+
+#: name -> (module under bench/peers/, pip requirements of its own venv, label)
+PEERS: dict[str, tuple[str, list[str], str]] = {
+    "langchain-pgvector": (
+        "langchain_pgvector.py",
+        ["langchain-postgres==0.0.19", "numpy", "psycopg[binary]", "tqdm"],
+        "langchain-postgres PGVector",
+    ),
+    "langchain-pgvectorstore": (
+        "langchain_pgvectorstore.py",
+        ["langchain-postgres==0.0.19", "numpy", "psycopg[binary]", "tqdm"],
+        "langchain-postgres PGVectorStore",
+    ),
+    "langgraph": (
+        "langgraph_store.py",
+        ["langgraph-checkpoint-postgres==3.2.0", "langgraph", "numpy", "psycopg[binary]",
+         "psycopg-pool", "tqdm"],
+        "LangGraph PostgresStore",
+    ),
+    "agent-framework": (
+        "agent_framework_pg.py",
+        ["agent-framework-postgres==1.0.0a261015", "numpy", "psycopg[binary]", "tqdm"],
+        "agent-framework-postgres PostgresCollection",
+    ),
+    "mem0": (
+        "mem0_pg.py",
+        ["mem0ai==2.2.1", "langchain>=0.3.30,<1.0.0", "numpy", "psycopg[binary]", "psycopg-pool",
+         "tqdm"],
+        "mem0 (pgvector, infer=False)",
+    ),
+}  # fmt: skip
+#: Peers registered but without a module yet, and why (printed instead of figures).
+NOT_RUN: dict[str, str] = {}
+#: Venv directory per peer (the two langchain-postgres vector stores share one).
+PEER_ENV = {"langchain-pgvector": "langchain", "langchain-pgvectorstore": "langchain"}
+
+
+# --- data --------------------------------------------------------------------------------------
+
+
+def zipf_counts(rows: int, users: int, s: float) -> np.ndarray:
+    """Rows per user (user 0 is the heaviest): share ~ rank**-s, >= 1 each, sums to ``rows``."""
+    if rows < users:
+        raise SystemExit(f"--rows ({rows}) must be >= --users ({users}): every user has a row")
+    w = np.arange(1, users + 1, dtype=np.float64) ** -s
+    counts = 1 + np.floor((rows - users) * w / w.sum()).astype(np.int64)
+    counts[0] += rows - counts.sum()  # rounding remainder on the top user
+    assert counts.sum() == rows and counts.min() >= 1
+    return counts
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def make_data(args: argparse.Namespace, rows: int) -> Path:
+    """Draw (or reuse from the cache) the data set of ``rows`` rows; returns the .npz path."""
+    sessions = 8
+    n_turns = args.turns + sessions * args.session_turns
+    key = dict(rows=rows, dims=args.dims, users=args.users, s=args.zipf_s, seed=args.seed,
+               queries=args.queries, turns=n_turns, v=2)  # fmt: skip
+    tag = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    path = CACHE / f"scale-{rows}x{args.dims}-{tag}.npz"
+    if path.exists():
+        return path
+    CACHE.mkdir(parents=True, exist_ok=True)
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(args.seed)
+    d = args.dims
+    counts = zipf_counts(rows, args.users, args.zipf_s)
+    centres = unit(rng.standard_normal((N_TOPICS, d), dtype=np.float32))
+    # each user's topics: 2 + log2(rows) of them, weighted ~ 1/rank
+    user_topics = [
+        rng.choice(N_TOPICS, size=min(N_TOPICS, 2 + int(math.log2(c))), replace=False)
+        for c in counts
+    ]
+
+    def draw_topic(u: int, n: int) -> np.ndarray:
+        tp = user_topics[u]
+        w = 1.0 / np.arange(1, len(tp) + 1)
+        return tp[rng.choice(len(tp), size=n, p=w / w.sum())]
+
+    def draw_vectors(topics: np.ndarray) -> np.ndarray:
+        noise = rng.standard_normal((len(topics), d), dtype=np.float32)
+        noise *= NOISE_NORM / math.sqrt(d)
+        return unit(centres[topics] + noise)
+
+    user = rng.permutation(np.repeat(np.arange(args.users, dtype=np.int32), counts))
+    topic = np.empty(rows, dtype=np.int32)
+    order = np.argsort(user, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    for u in range(args.users):
+        topic[order[starts[u] : starts[u + 1]]] = draw_topic(u, int(counts[u]))
+    vectors = np.empty((rows, d), dtype=np.float32)
+    step = 50_000
+    for a in tqdm(range(0, rows, step), desc="draw vectors", unit="chunk", leave=False):
+        vectors[a : a + step] = draw_vectors(topic[a : a + step])
+    seconds = np.arange(rows, dtype=np.int64) * 6
+
+    # recall queries: --queries per bucket, users without replacement while there are enough
+    buckets = np.array([h.BUCKETS.index(h.bucket_of(int(c))) for c in counts], dtype=np.int8)
+    q_user, q_bucket = [], []
+    for b in range(len(h.BUCKETS)):
+        members = np.flatnonzero(buckets == b)
+        if len(members) == 0:
+            continue
+        pick = rng.choice(members, size=args.queries, replace=len(members) < args.queries)
+        q_user += list(pick)
+        q_bucket += [b] * args.queries
+    q_user_a = np.array(q_user, dtype=np.int32)
+    q_vec = draw_vectors(np.array([draw_topic(u, 1)[0] for u in q_user_a]))
+    gt = np.empty((len(q_user_a), 3), dtype=np.int64)
+    for j, u in enumerate(q_user_a):
+        mine = order[starts[u] : starts[u + 1]]
+        scores = vectors[mine].astype(np.float64) @ q_vec[j].astype(np.float64)
+        top = np.argsort(-scores, kind="stable")[:3]
+        gt[j, : len(top)] = mine[top]
+        gt[j, len(top) :] = -1
+
+    # turns: users proportional to their rows
+    t_user = user[rng.integers(0, rows, size=n_turns)]
+    t_vec = draw_vectors(np.array([draw_topic(int(u), 1)[0] for u in t_user]))
+    t_new = draw_vectors(np.concatenate([draw_topic(int(u), 2) for u in t_user])).reshape(
+        n_turns, 2, d
+    )
+    meta = dict(key, n_topics=N_TOPICS, noise_norm=NOISE_NORM,
+                top_user_rows=int(counts[0]),
+                users_per_bucket={b: int((buckets == i).sum()) for i, b in enumerate(h.BUCKETS)},
+                rows_per_bucket={b: int(counts[buckets == i].sum()) for i, b in enumerate(h.BUCKETS)},
+                draw_s=round(time.perf_counter() - t0, 1))  # fmt: skip
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, vectors=vectors, user=user, topic=topic, seconds=seconds, user_rows=counts,
+             q_user=q_user_a, q_vec=q_vec, q_bucket=np.array(q_bucket, dtype=np.int8), gt=gt,
+             t_user=t_user.astype(np.int32), t_vec=t_vec, t_new=t_new,
+             meta=np.array(json.dumps(meta)))  # fmt: skip
+    tmp.rename(path)
+    return path
+
+
+# --- servers and scratch databases -------------------------------------------------------------
+
+
+# Server (the embedded server or PGMEMORY_DATABASE_URL's, and scratch databases on it) is
+# bench/_scratch.py's, shared by every benchmark.
+from _scratch import Server  # noqa: E402
+
+
+# --- pgmemory adapter --------------------------------------------------------------------------
+
+
+class PgmemoryAdapter:
+    collection = "scale"
+    import_how = "store.import_records, binary COPY, one transaction"
+
+    def __init__(self, url: str, data: h.Data) -> None:
+        self.url = url
+        self.data = data
+        self.audit = True  # the library default
+
+    async def setup(self) -> None:
+        from pgmemory import MemoryStore, Settings
+
+        settings = Settings(_env_file=None, pool_size=8, max_overflow=2)  # type: ignore[call-arg]
+        self.store = await MemoryStore(self.url, settings=settings).open()
+        await self.store.create_collection(
+            self.collection, dimensions=self.data.dims, embedding_model="synthetic"
+        )
+
+    async def import_rows(self, data: h.Data, progress: bool) -> None:
+        from pgmemory import MemoryRecord, MemoryScope
+
+        scopes = {}
+
+        def records() -> Any:
+            for i in range(data.rows):
+                u = int(data.user[i])
+                scope = scopes.get(u) or scopes.setdefault(u, MemoryScope(user_id=h.user_name(u)))
+                yield MemoryRecord(
+                    content=data.text(i), scope=scope, role="user",
+                    embedding=data.vectors[i], created_at=data.created_at(i),
+                )  # fmt: skip
+
+        await self.store.import_records(self.collection, records(), progress=progress)
+
+    async def after_import(self) -> None:
+        await h.vacuum_analyze(self.url)
+
+    async def search(self, user: str, vector: np.ndarray, k: int) -> list[int]:
+        from pgmemory import MemoryScope
+
+        hits = await self.store.search(
+            self.collection, MemoryScope(user_id=user), vector=vector, limit=k, audit=self.audit
+        )
+        return [h.row_index(hit.memory.content) for hit in hits]
+
+    async def add(self, user: str, vectors: np.ndarray, texts: list[str]) -> None:
+        from pgmemory import MemoryRecord, MemoryScope
+
+        scope = MemoryScope(user_id=user)
+        await self.store.add(
+            self.collection,
+            [
+                MemoryRecord(content=texts[0], scope=scope, role="user", embedding=vectors[0]),
+                MemoryRecord(content=texts[1], scope=scope, role="assistant", embedding=vectors[1]),
+            ],
+        )
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+# --- peers -------------------------------------------------------------------------------------
+
+
+def ensure_peer_env(name: str) -> Path:
+    """Create bench/.peers/<env>/ and pip-install the peer's requirements (once)."""
+    env = PEER_ENVS / PEER_ENV.get(name, name)
+    python = env / "bin" / "python"
+    reqs = PEERS[name][1]
+    stamp = env / ".installed"
+    want = "\n".join(sorted(reqs))
+    if python.exists() and stamp.exists() and stamp.read_text() == want:
+        return python
+    PEER_ENVS.mkdir(parents=True, exist_ok=True)
+    print(f"  creating venv {env.relative_to(BENCH.parent)} and installing {' '.join(reqs)} ...",
+          flush=True)  # fmt: skip
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *reqs],
+        check=True,
+    )
+    stamp.write_text(want)
+    return python
+
+
+def run_peer(name: str, server: Server, data_path: Path, args: argparse.Namespace) -> dict:
+    module, _, label = PEERS[name]
+    if not (BENCH / "peers" / module).exists():
+        return {"status": "not run", "error": NOT_RUN.get(name, f"bench/peers/{module} not written")}
+    try:
+        python = ensure_peer_env(name)
+    except subprocess.CalledProcessError as exc:
+        return {"status": "failed", "error": f"pip install failed: {exc}"}
+    out = CACHE / f"peer-{name}-{uuid.uuid4().hex[:6]}.json"
+    with server.scratch(name, pgmemory_schema=False) as url:
+        cmd = [str(python), str(BENCH / "peers" / module), str(data_path), url, str(out),
+               str(args.turns)] + ([] if args.progress else ["--quiet"])  # fmt: skip
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, timeout=args.peer_timeout)
+        except subprocess.TimeoutExpired:
+            return {"status": "failed", "error": f"timed out after {args.peer_timeout} s"}
+        wall = time.perf_counter() - t
+    if not out.exists():
+        return {"status": "failed", "error": f"exit code {proc.returncode}, no figures written"}
+    figures = json.loads(out.read_text())
+    out.unlink()
+    figures["wall_s"] = wall
+    return figures
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def fmt(x: Any, spec: str = ".2f") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x, spec)
+
+
+def print_main(label: str, r: dict, meta: dict) -> None:
+    print(f"\n{label}: {r['rows']:,} rows x {r['dims']} d, {meta['users']:,} users "
+          f"(Zipf s={meta['s']}, top user {meta['top_user_rows']:,} rows)")  # fmt: skip
+    if "import_rows_per_s" in r:
+        print(f"bulk import ({r.get('import_how', '?')}): "
+              f"{r['import_rows_per_s']:,.0f} rows/s ({r['import_s']:.1f} s), "
+              f"then VACUUM ANALYZE {r['analyze_s']:.1f} s")  # fmt: skip
+    off = r.get("audit_off", {})
+    print(f"{'bucket':<7} {'users':>6} {'scope rows med/max':>19} {'queries':>7} "
+          f"{'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'recall@3':>8} {'µs/row p50':>10}"
+          + (f" | audit off: {'p50':>6} {'p95':>6}" if off else ""))  # fmt: skip
+    for b in h.BUCKETS:
+        if b not in r:
+            print(f"{b:<7} (no user of this size in the data)")
+            continue
+        x = r[b]
+        per_row = x["recall_p50_ms"] * 1000 / max(1, x["scope_rows_median"])
+        print(f"{b:<7} {meta['users_per_bucket'][b]:>6,} "
+              f"{str(x['scope_rows_median']) + ' / ' + str(x['scope_rows_max']):>19} "
+              f"{x['queries']:>7} {x['recall_p50_ms']:>8.2f} {x['recall_p95_ms']:>8.2f} "
+              f"{x['recall_p99_ms']:>8.2f} {x['recall_at_3']:>8.3f} {per_row:>10.2f}"
+              + (f" | {'':>10} {off[b]['recall_p50_ms']:>6.2f} {off[b]['recall_p95_ms']:>6.2f}"
+                 if b in off else ""))  # fmt: skip
+    print(f"memory turn (search top-3, then add 2 records in one transaction), {r['turns']} "
+          f"sequential: p50 {r['turn_p50_ms']:.2f} ms, p95 {r['turn_p95_ms']:.2f} ms")  # fmt: skip
+    print(f"8 concurrent sessions, {r['concurrent_turns']} turns: {r['turns_per_s_8']:,.0f} "
+          f"turns/s (turn p50 {r['turn_p50_ms_8']:.2f} ms, p95 {r['turn_p95_ms_8']:.2f} ms)")  # fmt: skip
+
+
+def print_ann(r: dict) -> None:
+    """Before/after table of store.enable_ann (the approximate path for large scopes)."""
+    ann = r["ann"]
+    print(f"\nlarge scopes: store.enable_ann() built and probed the HNSW index in "
+          f"{ann['build_and_probe_s']:.1f} s -> {ann['status']}")  # fmt: skip
+    print("(both passes audit off, on the same rows: the turns added some after the truth was drawn, "
+          "so recall@3 is below 1 for both)")
+    print(f"{'bucket':<7} {'exact p50':>10} {'p95':>8} {'recall@3':>8} | {'after p50':>10} {'p95':>8} "
+          f"{'recall@3':>8}")  # fmt: skip
+    for b in h.BUCKETS:
+        if b in r["audit_off"] and b in ann["recall"]:
+            x, y = r["audit_off"][b], ann["recall"][b]
+            print(f"{b:<7} {x['recall_p50_ms']:>10.2f} {x['recall_p95_ms']:>8.2f} {x['recall_at_3']:>8.3f} | "
+                  f"{y['recall_p50_ms']:>10.2f} {y['recall_p95_ms']:>8.2f} {y['recall_at_3']:>8.3f}")  # fmt: skip
+
+
+def print_peer(label: str, mine: dict, peer: dict, note: str) -> None:
+    print(f"\n{label} vs pgmemory {note}")
+    if peer.get("status") != "ok":
+        print(f"  NOT MEASURED: {peer.get('error')}")
+        return
+    print(f"  {'figure':<34} {'pgmemory':>16} {'peer':>16} {'pgmemory/peer':>13}")
+
+    def line(name: str, a: Any, b: Any, better: str, ra: Any = None, rb: Any = None) -> None:
+        if a is None or b is None:
+            return
+        sa = f"{a:,.2f}" if ra is None else f"{a:,.2f} (r {ra:.3f})"
+        sb = f"{b:,.2f}" if rb is None else f"{b:,.2f} (r {rb:.3f})"
+        ratio = a / b if b else float("nan")
+        print(f"  {name:<34} {sa:>16} {sb:>16} {ratio:>13.3f}  {better}")
+
+    line("import rows/s", mine.get("import_rows_per_s"), peer.get("import_rows_per_s"),
+         "higher is better")  # fmt: skip
+    for b in h.BUCKETS:
+        x, y = mine.get(b), peer.get(b)
+        if not x or not y:
+            continue
+        for p in ("p50", "p95"):
+            line(f"{b} recall {p} ms (recall@3)", x[f"recall_{p}_ms"], y[f"recall_{p}_ms"],
+                 "lower is better", x["recall_at_3"], y["recall_at_3"])  # fmt: skip
+    line("turn p50 ms", mine["turn_p50_ms"], peer.get("turn_p50_ms"), "lower is better")
+    line("turn p95 ms", mine["turn_p95_ms"], peer.get("turn_p95_ms"), "lower is better")
+    line("turns/s, 8 sessions", mine["turns_per_s_8"], peer.get("turns_per_s_8"),
+         "higher is better")  # fmt: skip
+
+
+def json_figures(r: dict) -> dict:
+    keep = {k: r[k] for k in ("import_rows_per_s", "turn_p50_ms", "turn_p95_ms", "turns_per_s_8")
+            if k in r}  # fmt: skip
+    for b in h.BUCKETS:
+        if b in r:
+            keep[b] = {k: r[b][k] for k in ("recall_p50_ms", "recall_p95_ms", "recall_p99_ms",
+                                            "recall_at_3", "queries", "scope_rows_median")}  # fmt: skip
+    return keep
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def measure_pgmemory(server: Server, data_path: Path, args: argparse.Namespace, hnsw: bool) -> dict:
+    data = h.load(data_path)
+    with server.scratch("pgm", pgmemory_schema=True) as url:
+        adapter = PgmemoryAdapter(url, data)
+
+        async def extra(a: PgmemoryAdapter) -> dict[str, Any]:
+            # the same recall queries with audit=False (no write, so no commit flush)
+            a.audit = False
+            more: dict[str, Any] = {"audit_off": await h.recall_pass(a, data, args.progress)}
+            if hnsw:
+                # The library's approximate path for large scopes (store.enable_ann), then the
+                # same queries again on the same rows (audit off both times): before and after.
+                t = time.perf_counter()
+                status = await a.store.enable_ann(a.collection, maintenance_work_mem="1GB")
+                more["ann"] = {
+                    "build_and_probe_s": time.perf_counter() - t,
+                    "status": {k: getattr(status, k) for k in ("enabled", "recall", "probed_scopes",
+                                                               "min_scope_rows", "ef_search")},
+                    "recall": await h.recall_pass(a, data, args.progress),
+                }
+            a.audit = True
+            return more
+
+        return asyncio.run(h.measure(adapter, data, sequential_turns=args.turns,
+                                     progress=args.progress, extra=extra))  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=100_000)
+    p.add_argument("--dims", type=int, default=384)
+    p.add_argument("--users", type=int, default=10_000)
+    p.add_argument("--zipf-s", type=float, default=1.1)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--queries", type=int, default=100, help="recall queries per bucket")
+    p.add_argument("--turns", type=int, default=200, help="sequential memory turns")
+    p.add_argument("--session-turns", type=int, default=50, help="turns per concurrent session")
+    p.add_argument("--peers", default="", help=f"comma-separated: {','.join(PEERS)}, or all")
+    p.add_argument("--peer-rows", type=int, default=None,
+                   help="rows of the peers' data set (default --rows)")
+    p.add_argument("--peer-timeout", type=int, default=1800, help="seconds per peer")
+    p.add_argument("--hnsw", action="store_true",
+                   help="then store.enable_ann() (HNSW path for large scopes) and measure again")
+    p.add_argument("--json", type=Path, default=None, help="write the figures here")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    args = p.parse_args()
+    peers = list(PEERS) if args.peers == "all" else [x for x in args.peers.split(",") if x]
+    for name in peers:
+        if name not in PEERS:
+            raise SystemExit(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+    sys.path.insert(0, str(BENCH))
+
+    started = time.perf_counter()
+    data_path = make_data(args, args.rows)
+    meta = h.load(data_path).meta
+    print(f"data: {data_path.relative_to(BENCH.parent)} (users per bucket "
+          f"{meta['users_per_bucket']}, rows per bucket {meta['rows_per_bucket']})")  # fmt: skip
+    server = Server()
+    results: dict[str, Any] = {}
+    try:
+        print(server.info(), f"| {os.cpu_count()} CPUs")
+        mine = measure_pgmemory(server, data_path, args, args.hnsw)
+        results.update(json_figures(mine))
+        results["detail"] = mine
+        print_main("pgmemory", mine, meta)
+        if "ann" in mine:
+            print_ann(mine)
+        if peers:
+            peer_rows = args.peer_rows or args.rows
+            peer_path, peer_meta, base = data_path, meta, mine
+            note = f"(same {args.rows:,} rows)"
+            if peer_rows != args.rows:
+                peer_path = make_data(args, peer_rows)
+                peer_meta = h.load(peer_path).meta
+                print(f"\npeers run on a SMALLER data set of {peer_rows:,} rows "
+                      f"(--peer-rows); pgmemory is re-measured on that same data for the ratios")  # fmt: skip
+                base = measure_pgmemory(server, peer_path, args, False)
+                print_main(f"pgmemory on the peers' {peer_rows:,}-row data", base, peer_meta)
+                note = f"(both on the same {peer_rows:,} rows)"
+            results["peers"] = {}
+            for name in peers:
+                print(f"\n== peer {name} ({PEERS[name][2]}) ==", flush=True)
+                fig = run_peer(name, server, peer_path, args)
+                results["peers"][name] = fig
+                if fig.get("status") == "ok":
+                    print_main(PEERS[name][2], fig, peer_meta)
+                print_peer(PEERS[name][2], base, fig, note)
+            results["peers_baseline"] = json_figures(base)
+    finally:
+        server.close()
+    total = time.perf_counter() - started
+    print(f"\ntotal wall time {total / 60:.1f} min")
+    if args.json:
+        results["meta"] = {**meta, "total_s": total, "server": "see stdout"}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, default=float))
+        print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -96,7 +96,7 @@ class Config:
 CONFIGS: dict[str, Config] = {
     c.name: c
     for c in (
-        Config("text", "text", None, note="full-text only (ts_rank_cd)"),
+        Config("text", "text", None, note="full-text only (BM25 over the scope, in SQL)"),
         Config("vector-use", "vector", "use", note="USE multilingual v3, 512-d"),
         Config("vector-minilm", "vector", "minilm", note="all-MiniLM-L6-v2, 384-d"),
         Config("hybrid-use-default", "hybrid", "use", note="SearchWeights() defaults"),

@@ -189,8 +189,8 @@ def search_memories(
     """Exact top-k of a scope by similarity, keywords, or a fusion of both (and recency).
 
     * ``vector``: cosine similarity to ``:query``; ``score`` is the similarity.
-    * ``text``: keyword match of ``:terms`` (see pgmemory.store.terms); ``score`` is
-      ``ts_rank_cd``.
+    * ``text``: keyword match of ``:terms`` (see pgmemory.store.terms), ranked by BM25
+      within the scope; ``score`` is the BM25 value.
     * ``hybrid``: reciprocal-rank fusion of the similarity ranking, the keyword ranking and
       the newest-first ranking, weighted by ``:vector_weight``, ``:text_weight`` and
       ``:recency_weight`` (``:rrf_k`` damps the top ranks); each ranking contributes its best
@@ -218,15 +218,46 @@ def search_memories(
       AND {_LIVE}
       AND {window}
 )"""
-    by_text = f"""by_text AS (
-    SELECT m.id, m.user_id, ts_rank_cd(m.search_vector, tq.q) AS relevance,
-           row_number() OVER (ORDER BY ts_rank_cd(m.search_vector, tq.q) DESC, m.id) AS rank
-    FROM pgmemory_memories AS m,
-         (SELECT websearch_to_tsquery('simple', :terms) AS q) AS tq
+    # Keyword ranking: BM25 (k1 1.2, b 0.75) over the scope. The rows matching any query term
+    # come through the GIN index; document frequencies are counted among them (a row without
+    # a term never matches it), N is the scope's size, and a row's length is its number of
+    # distinct terms, against the average over the matching rows.
+    scope_size = (
+        "SELECT count(*) AS n FROM candidates"
+        if mode == "hybrid"
+        else f"SELECT count(*) AS n FROM pgmemory_memories AS m WHERE {where} AND {_LIVE} AND {window}"
+    )
+    by_text = f"""matched AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.search_vector, length(m.search_vector) AS dl
+    FROM pgmemory_memories AS m
     WHERE {where}
-      AND m.search_vector @@ tq.q
+      AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
       AND {_LIVE}
       AND {window}
+),
+term_hits AS (
+    SELECT d.id, d.user_id, d.dl, t.lexeme,
+           CAST(COALESCE(cardinality(t.positions), 1) AS float8) AS tf
+    FROM matched AS d CROSS JOIN LATERAL unnest(d.search_vector) AS t
+    WHERE t.lexeme = ANY(CAST(:term_list AS text[]))
+),
+doc_freq AS (
+    SELECT lexeme, CAST(count(*) AS float8) AS df FROM term_hits GROUP BY lexeme
+),
+corpus AS (
+    SELECT CAST(({scope_size}) AS float8) AS n,
+           (SELECT CAST(avg(dl) AS float8) FROM matched) AS avgdl
+),
+bm25 AS (
+    SELECT h.id, h.user_id,
+           sum(ln(1 + (c.n - f.df + 0.5) / (f.df + 0.5))
+               * h.tf * 2.2 / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / c.avgdl))) AS relevance
+    FROM term_hits AS h JOIN doc_freq AS f USING (lexeme) CROSS JOIN corpus AS c
+    GROUP BY h.id, h.user_id
+),
+by_text AS (
+    SELECT id, user_id, relevance, row_number() OVER (ORDER BY relevance DESC, id) AS rank
+    FROM bm25
     ORDER BY rank
     LIMIT :pool
 )"""

@@ -453,7 +453,7 @@ class MemoryStore:
 
         Exact: every live row of the scope is considered (recall@k = 1.0 against brute force).
         ``mode`` picks the ranking: ``"vector"`` (cosine similarity, the ``score``), ``"text"``
-        (keyword match, ``ts_rank_cd``) or ``"hybrid"`` (reciprocal-rank fusion of similarity,
+        (keyword match ranked by BM25 within the scope) or ``"hybrid"`` (reciprocal-rank fusion of similarity,
         keywords and recency, tuned by ``weights``). ``min_score`` drops hits scoring lower;
         ``since``/``until`` bound ``created_at`` (``since`` inclusive). Unless ``audit=False``,
         the recall is recorded in ``pgmemory_recall_audit`` by the same statement.
@@ -490,6 +490,7 @@ class MemoryStore:
             "collection": collection,
             "query": vector,
             "terms": terms.query(query) if query is not None else "",
+            "term_list": list(dict.fromkeys(terms.terms(query))) if query is not None else [],
             "pool": max(weights.pool, limit),
             "rrf_k": weights.rrf_k,
             "vector_weight": weights.vector,

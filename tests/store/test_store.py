@@ -496,3 +496,23 @@ async def test_a_message_is_stored_once_per_scope(store: MemoryStore, collection
     assert imported == 1
     contents = sorted(m.content for m in await store.list(collection, MemoryScope(user_id=user, session_id="s")))
     assert contents == ["I like tea", "fresh", "new", "no id, always stored", "no id, always stored"]
+
+
+async def test_keyword_ranking_is_bm25_rare_terms_weigh_more(store: MemoryStore, collection: str) -> None:
+    user = unique("u")
+    scope = MemoryScope(user_id=user)
+    common = [MemoryRecord(content=f"the weather report number {i} says sunny weather", scope=scope) for i in range(6)]
+    await store.add(
+        collection,
+        common
+        + [
+            MemoryRecord(content="my passport expires in march", scope=scope),
+            MemoryRecord(content="weather weather weather weather and also a passport", scope=scope),
+        ],
+    )
+    hits = await store.search(collection, scope, query="weather passport", mode="text", limit=8)
+    contents = [h.memory.content for h in hits]
+    # both passport memories beat every weather-only one: 'passport' is rare in the scope
+    assert set(contents[:2]) == {"my passport expires in march", "weather weather weather weather and also a passport"}
+    assert len(contents) == 8 and all(h.score > 0 for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)

@@ -103,6 +103,9 @@ INSERT_MEMORIES = _audited(
     returning=True,
 )
 
+#: A bulk import may run longer than the interactive statement timeout (this transaction only).
+NO_STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = 0"
+
 #: Staging table for binary COPY imports; dropped at commit.
 CREATE_STAGING = """
 CREATE TEMPORARY TABLE pgmemory_import (

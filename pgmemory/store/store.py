@@ -302,7 +302,8 @@ class MemoryStore:
         Faster than :meth:`add` for large loads (no per-row parameter handling). Rows go through
         a temporary staging table so that every row is still audited; nothing is visible, and
         nothing stays, unless the whole import succeeds. Messages already stored (same
-        ``message_id`` and scope) are skipped, as in :meth:`add`.
+        ``message_id`` and scope) are skipped, as in :meth:`add`. The import is not bound by
+        ``statement_timeout_ms`` (moving a million staged rows takes minutes).
         """
         from tqdm.auto import tqdm
 
@@ -310,6 +311,7 @@ class MemoryStore:
         total = 0
         bar = tqdm(desc=f"import {collection}", unit="rows", disable=not progress)
         async with self.engine.begin() as conn:
+            await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
             await conn.execute(text(q.CREATE_STAGING))
             cursor = (await _driver_connection(conn)).cursor()
             batch: list[MemoryRecord] = []

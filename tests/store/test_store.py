@@ -516,3 +516,18 @@ async def test_keyword_ranking_is_bm25_rare_terms_weigh_more(store: MemoryStore,
     assert set(contents[:2]) == {"my passport expires in march", "weather weather weather weather and also a passport"}
     assert len(contents) == 8 and all(h.score > 0 for h in hits)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+async def test_bulk_import_is_not_cut_by_the_statement_timeout(database_url: str, embedder) -> None:
+    from pgmemory.settings import Settings
+
+    settings = Settings(_env_file=None, statement_timeout_ms=60)  # type: ignore[call-arg]
+    async with MemoryStore(database_url, settings=settings, embedder=embedder) as strict:
+        name = unique("c")
+        await strict.create_collection(name, dimensions=8, embedding_model="m")
+        rng = np.random.default_rng(3)
+        imported = await strict.import_records(
+            name, [MemoryRecord(content=f"r{i}", scope=MemoryScope(user_id="u"), embedding=v)
+                   for i, v in enumerate(rng.standard_normal((3000, 8)))]
+        )
+        assert imported == 3000

@@ -83,7 +83,7 @@ async def run(url: str, rows: int, dims: int, n_queries: int) -> None:
         for user, vecs in (("huge", huge), ("small", small)):
             p50, p95, rec = await measure(store, user, vecs, queries)
             took_ann = user == "huge" and status.enabled
-            path = "HNSW path (ef_search 200)" if took_ann else "exact (below threshold)"
+            path = f"HNSW path (ef_search {status.ef_search})" if took_ann else "exact (below threshold)"
             ratio = f"   ({before[user][0] / p50:.1f}x faster at p50)" if took_ann else ""
             print(f"{path:<34}{user:>8}{p50:>9.2f}{p95:>9.2f}{rec:>10.3f}{ratio}")
         add_after = await add_cost(store, dims, rng)

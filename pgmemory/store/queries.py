@@ -391,17 +391,12 @@ SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
        set_config('enable_sort', 'off', true)
 """
 
-#: Live rows of a scope, counted up to :cap (enough to tell a large scope from a small one).
-@lru_cache(maxsize=64)
-def count_memories_capped(dimensions: tuple[str, ...]) -> str:
-    """How many live memories a scope holds, counting no further than ``:cap``."""
-    return f"""
-SELECT count(*) FROM (
-    SELECT 1 FROM pgmemory_memories AS m
-    WHERE {_scope_where(dimensions)}
-      AND {_LIVE}
-    LIMIT :cap
-) AS capped
+#: The users whose scope in a collection exceeds :min_rows live rows (the approximate path's
+#: candidates; refreshed with every recall probe).
+ANN_LARGE_USERS = f"""
+SELECT m.user_id FROM pgmemory_memories AS m
+WHERE m.collection = :collection AND {_LIVE}
+GROUP BY m.user_id HAVING count(*) > :min_rows
 """
 
 

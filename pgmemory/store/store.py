@@ -6,7 +6,6 @@ import asyncio
 import builtins
 import contextlib
 import contextvars
-import time
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -67,9 +66,8 @@ INSERT_CHUNK_ROWS = 1_000
 ANN_MIN_SCOPE_ROWS = 10_000
 ANN_EF_SEARCH = 400
 ANN_RECALL_FLOOR = 0.99
-#: Searches of a collection between two recall probes; seconds a scope's size is trusted.
+#: Searches of a collection between two recall probes (each also refreshes which scopes are large).
 ANN_PROBE_EVERY = 1_000
-ANN_SCOPE_SIZE_TTL_S = 60.0
 #: Earliest and latest instants PostgreSQL and Python both represent (open time bounds).
 _DISTANT_PAST = datetime(1, 1, 2, tzinfo=UTC)
 _DISTANT_FUTURE = datetime(9999, 12, 30, tzinfo=UTC)
@@ -110,8 +108,6 @@ class MemoryStore:
         self._collections: dict[str, CollectionInfo] = {}
         #: collection -> its approximate path (in this process; see enable_ann)
         self._ann: dict[str, _AnnPath] = {}
-        #: (collection, scope) -> (live rows counted up to the ANN threshold, when counted)
-        self._scope_rows: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, float]] = {}
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -545,16 +541,18 @@ class MemoryStore:
         ef_construction: int = 64,
         maintenance_work_mem: str | None = None,
     ) -> AnnStatus:
-        """Let vector searches of scopes above ``min_scope_rows`` use an HNSW index.
+        """Let vector searches of large user scopes use an HNSW index.
 
         Builds the collection's index if it is missing (``CREATE INDEX CONCURRENTLY``: writes
         go on; it takes a while and wants ``maintenance_work_mem``), then probes: stored vectors
         of the largest user scopes are searched through the index and exactly, and the path is
-        used only while recall@10 >= ``recall_floor``. The probe is repeated every
-        ANN_PROBE_EVERY searches of the collection. Smaller scopes, and every scope while the
-        probe fails, stay exact. Inserts into the collection get slower (the index is kept up
-        to date). The setting lives in this store object: call it after each start-up (the
-        index build is then skipped). The build runs without a statement timeout;
+        used only while recall@10 >= ``recall_floor``. A search takes the path when its scope
+        is exactly one user's (``MemoryScope(user_id=...)``, the shape the probe measures)
+        whose memories numbered more than ``min_scope_rows`` at the last probe; the probe, and
+        that list, are renewed every ANN_PROBE_EVERY searches of the collection. Every other
+        search stays exact. Inserts into the collection get slower (the index is kept up to
+        date). The setting lives in this store object: call it after each start-up (the index
+        build is then skipped). The build runs without a statement timeout;
         ``maintenance_work_mem`` (e.g. ``"1GB"``) speeds it up when the server can spare it.
         """
         info = await self.get_collection(collection)
@@ -609,13 +607,12 @@ class MemoryStore:
             raise InvalidInputError(
                 f"collection {collection!r} has no approximate path: call enable_ann() first"
             )
+        params = {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples}
         async with self._reading() as conn:
-            rows = (
-                await conn.execute(
-                    text(q.ANN_PROBE_SAMPLE),
-                    {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples},
-                )
-            ).all()
+            path.large_users = frozenset(
+                (await conn.execute(text(q.ANN_LARGE_USERS), params)).scalars()
+            )
+            rows = (await conn.execute(text(q.ANN_PROBE_SAMPLE), params)).all()
         found = total = 0
         for user_id, embedding in rows:
             scope = MemoryScope(user_id=user_id)
@@ -659,19 +656,8 @@ class MemoryStore:
             await self.probe_ann(collection)
         if not path.enabled:
             return None
-        key = (collection, tuple(sorted(scope.as_dict().items())))
-        cached = self._scope_rows.get(key)
-        now = time.monotonic()
-        if cached is None or now - cached[1] > ANN_SCOPE_SIZE_TTL_S:
-            async with self._reading() as conn:
-                rows = (
-                    await conn.execute(
-                        text(q.count_memories_capped(tuple(scope.as_dict()))),
-                        {**scope.as_dict(), "collection": collection, "cap": path.min_scope_rows + 1},
-                    )
-                ).scalar_one()
-            cached = self._scope_rows[key] = (int(rows), now)
-        return path if cached[0] > path.min_scope_rows else None
+        large = set(scope.as_dict()) == {"user_id"} and scope.user_id in path.large_users
+        return path if large else None
 
     async def list(
         self,
@@ -1057,6 +1043,8 @@ class _AnnPath:
     recall: float | None = None
     probed_scopes: int = 0
     searches: int = 0
+    #: Users whose scope exceeded min_scope_rows at the last probe.
+    large_users: frozenset[str] = frozenset()
 
     @property
     def enabled(self) -> bool:

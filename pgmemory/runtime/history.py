@@ -45,10 +45,12 @@ class HistoryProvider(ContextProvider):
 
     #: Whether this provider can rewrite its stored history (``after_messages_added``).
     supports_rewrite: bool = False
+    #: The source id used when none is given.
+    default_source_id: str | None = None
 
     def __init__(
         self,
-        source_id: str,
+        source_id: str | None = None,
         *,
         load_messages: bool = True,
         store_inputs: bool = True,
@@ -59,6 +61,11 @@ class HistoryProvider(ContextProvider):
         reducer_trigger: ReducerTrigger = "before_messages_retrieved",
         state_key: str | None = None,
     ) -> None:
+        source_id = source_id if source_id is not None else self.default_source_id
+        if source_id is None:
+            raise InvalidInputError(
+                f"{type(self).__name__} needs a source_id (e.g. 'audit_history')"
+            )
         super().__init__(source_id, state_key=state_key)
         self.load_messages = bool(load_messages)
         self.store_inputs = bool(store_inputs)
@@ -160,31 +167,7 @@ class InMemoryHistoryProvider(HistoryProvider):
     """
 
     supports_rewrite = True
-
-    def __init__(
-        self,
-        source_id: str = "in_memory_history",
-        *,
-        load_messages: bool = True,
-        store_inputs: bool = True,
-        store_outputs: bool = True,
-        store_context_messages: bool = False,
-        store_context_from: Sequence[str] | None = None,
-        reducer: ChatReducer | None = None,
-        reducer_trigger: ReducerTrigger = "before_messages_retrieved",
-        state_key: str | None = None,
-    ) -> None:
-        super().__init__(
-            source_id,
-            load_messages=load_messages,
-            store_inputs=store_inputs,
-            store_outputs=store_outputs,
-            store_context_messages=store_context_messages,
-            store_context_from=store_context_from,
-            reducer=reducer,
-            reducer_trigger=reducer_trigger,
-            state_key=state_key,
-        )
+    default_source_id = "in_memory_history"
 
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any

@@ -101,6 +101,8 @@ class MemoryStore:
         if url is None and self.settings.database_url is not None:
             url = self.settings.database_url.get_secret_value()
         self._url = url
+        #: The URL in use once open (the embedded server's when no URL was given).
+        self._resolved_url: str | None = url
         self._embedder = embedder
         self._migrate = migrate
         self._server: EmbeddedServer | None = None
@@ -147,15 +149,16 @@ class MemoryStore:
 
     async def migrate(self) -> None:
         """Upgrade the schema to this version's head (needs the store to know its URL)."""
-        url = self._url or getattr(self, "_resolved_url", None)
-        if url is None:
+        if self._resolved_url is None:
             raise RuntimeError("open the store first (the embedded server's URL is known then)")
-        await asyncio.to_thread(migrations.upgrade, url)
+        await asyncio.to_thread(migrations.upgrade, self._resolved_url)
 
     @property
     def url(self) -> str:
         """The SQLAlchemy URL in use (password included: don't log it)."""
-        return self._url or self._resolved_url
+        if self._resolved_url is None:
+            raise RuntimeError("the store is not open yet: its embedded server has no URL")
+        return self._resolved_url
 
     @property
     def engine(self) -> AsyncEngine:

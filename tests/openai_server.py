@@ -281,6 +281,28 @@ class OpenAIServer:
             yield {**base, "choices": [], "usage": usage}
 
 
+def _tool_sequence_problem(messages: list[Mapping[str, Any]]) -> str | None:
+    """What the real chat-completions API would reject about tool calls and results: a tool
+    message must answer a call of the assistant message before it, and every call must be
+    answered before the next non-tool message."""
+    open_calls: set[str] = set()
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in open_calls:
+                return f"messages[{i}]: tool message answers unknown tool_call_id {call_id!r}"
+            open_calls.discard(call_id)
+            continue
+        if open_calls:
+            return f"messages[{i}]: tool calls {sorted(open_calls)} were not answered before it"
+        if role == "assistant":
+            open_calls = {c.get("id") for c in message.get("tool_calls") or []}
+    if open_calls:
+        return f"tool calls {sorted(open_calls)} were not answered"
+    return None
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: OpenAIServer
     protocol_version = "HTTP/1.1"
@@ -320,6 +342,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(
                 400, {"error": {"message": f"bad JSON: {exc}", "type": "invalid_request_error"}}
             )
+            return
+        problem = _tool_sequence_problem(body.get("messages") or [])
+        if problem:  # the real API refuses these too, so a client bug cannot pass unnoticed
+            self._send_json(400, {"error": {"message": problem, "type": "invalid_request_error"}})
             return
         owner = self.owner
         with owner._lock:

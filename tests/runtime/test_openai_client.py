@@ -187,3 +187,21 @@ def test_constructor_errors_and_settings(monkeypatch: pytest.MonkeyPatch) -> Non
     )  # type: ignore[call-arg]
     client = OpenAIChatClient.from_settings(settings)
     assert client.model == "x" and client.base_url.startswith("http://127.0.0.1:2/v1")
+
+
+async def test_the_test_server_rejects_what_the_real_api_rejects(openai_server) -> None:
+    """A tool result without its call (or a call left unanswered) is a 400, as on the real API,
+    so a runtime bug that builds such a request cannot pass the tests unnoticed."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=openai_server.url, api_key="test", max_retries=0)
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    bad = [
+        [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c1", "content": "x"}],
+        [{"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "user", "content": "next"}],
+    ]
+    for messages in bad:
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(model="m", messages=messages)
+    assert openai_server.requests == []
+    await client.close()

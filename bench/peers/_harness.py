@@ -16,6 +16,8 @@ Row indices come back by parsing the content (``"row <i>: ..."``), which every p
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import asyncio
 import json
 import re
@@ -124,6 +126,20 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
     except ImportError:  # a peer venv without tqdm
         return None
     return tqdm(total=total, desc=desc, unit="q", leave=False, file=sys.stderr)
+
+
+async def import_batches(
+    data: Data, batch: int, desc: str, progress: bool, put: Callable[[range], Awaitable[None]]
+) -> None:
+    """Await ``put(rows)`` for consecutive row ranges of ``batch`` rows, with a progress bar."""
+    bar = _bar(data.rows, desc, progress)
+    for a in range(0, data.rows, batch):
+        rows = range(a, min(a + batch, data.rows))
+        await put(rows)
+        if bar is not None:
+            bar.update(len(rows))
+    if bar is not None:
+        bar.close()
 
 
 async def measure(

@@ -60,19 +60,15 @@ class Adapter:
         await self.collection.ensure_collection_exists()
 
     async def import_rows(self, data: h.Data, progress: bool) -> None:
-        bar = h._bar(data.rows, "import PostgresCollection (upsert 1,000 a call)", progress)
-        for a in range(0, data.rows, BATCH):
-            idx = range(a, min(a + BATCH, data.rows))
-            vecs = data.vectors[a : a + BATCH].tolist()
+        async def put(rows: range) -> None:
+            vecs = data.vectors[rows.start : rows.stop].tolist()
             await self.collection.upsert(
                 [self.Memory(str(i), h.user_name(data.user[i]), data.text(i), "user",
-                             data.created_at(i), vecs[i - a]) for i in idx],
+                             data.created_at(i), vecs[i - rows.start]) for i in rows],
                 generate_vectors=False,
             )  # fmt: skip
-            if bar is not None:
-                bar.update(len(idx))
-        if bar is not None:
-            bar.close()
+
+        await h.import_batches(data, BATCH, "import PostgresCollection (upsert 1,000 a call)", progress, put)
 
     async def after_import(self) -> None:
         await h.vacuum_analyze(self.url)

@@ -54,19 +54,15 @@ class Adapter:
         )  # fmt: skip
 
     async def import_rows(self, data: h.Data, progress: bool) -> None:
-        bar = h._bar(data.rows, "import PGVectorStore", progress)
-        for a in range(0, data.rows, BATCH):
-            idx = range(a, min(a + BATCH, data.rows))
+        async def put(rows: range) -> None:
             await self.store.aadd_embeddings(
-                texts=[data.text(i) for i in idx],
-                embeddings=data.vectors[a : a + BATCH].tolist(),
+                texts=[data.text(i) for i in rows],
+                embeddings=data.vectors[rows.start : rows.stop].tolist(),
                 metadatas=[{"user_id": h.user_name(data.user[i]),
-                            "created_at": data.created_at(i).isoformat()} for i in idx],
+                            "created_at": data.created_at(i).isoformat()} for i in rows],
             )  # fmt: skip
-            if bar is not None:
-                bar.update(len(idx))
-        if bar is not None:
-            bar.close()
+
+        await h.import_batches(data, BATCH, "import PGVectorStore", progress, put)
 
     async def after_import(self) -> None:
         await h.vacuum_analyze(self.url)

@@ -51,18 +51,14 @@ class Adapter:
         await self.store.setup()
 
     async def import_rows(self, data: h.Data, progress: bool) -> None:
-        bar = h._bar(data.rows, "import LangGraph store (abatch of 1,000 PutOps)", progress)
-        for a in range(0, data.rows, BATCH):
-            idx = range(a, min(a + BATCH, data.rows))
+        async def put(rows: range) -> None:
             await self.store.abatch([
                 PutOp(("memories", h.user_name(data.user[i])), str(i),
                       {"text": data.text(i), "created_at": data.created_at(i).isoformat()})
-                for i in idx
+                for i in rows
             ])  # fmt: skip
-            if bar is not None:
-                bar.update(len(idx))
-        if bar is not None:
-            bar.close()
+
+        await h.import_batches(data, BATCH, "import LangGraph store (abatch of 1,000 PutOps)", progress, put)
 
     async def after_import(self) -> None:
         await h.vacuum_analyze(self.url)

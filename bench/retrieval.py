@@ -53,7 +53,7 @@ import sqlalchemy as sa
 from tqdm.auto import tqdm
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-from pgmemory.store import terms as pgterms
+from pgmemory.text import terms as pgterms
 from pgmemory.store.records import SearchWeights
 
 from _scratch import Server  # noqa: E402 (bench/_scratch.py)

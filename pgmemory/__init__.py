@@ -5,12 +5,16 @@ The public surface is what this module exports; everything else is internal.
 
 from pgmemory.embedders import CachedEmbedder, Embedder, OpenAIEmbedder, USEEmbedder, make_embedder
 from pgmemory.errors import (
+    AfterRunError,
     CollectionError,
     DatabaseNotReadyError,
     EmbeddingError,
     InvalidInputError,
     PgMemoryError,
     ScopeError,
+    StructuredOutputError,
+    ToolArgumentsError,
+    ToolLoopLimitError,
 )
 from pgmemory.memory import (
     ChatHistoryMemoryProvider,
@@ -18,7 +22,6 @@ from pgmemory.memory import (
     FactMemoryProvider,
 )
 from pgmemory.runtime import (
-    AfterRunError,
     Agent,
     AgentResponse,
     AgentResponseUpdate,
@@ -38,12 +41,9 @@ from pgmemory.runtime import (
     PostgresHistoryProvider,
     ProviderSessionState,
     SessionContext,
-    StructuredOutputError,
     SummarizingReducer,
     TextContent,
     Tool,
-    ToolArgumentsError,
-    ToolLoopLimitError,
     all_messages,
     external_only,
     filter_by_source,

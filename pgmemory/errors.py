@@ -6,6 +6,11 @@ place. Input errors also derive from :class:`ValueError`, which is what they are
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pgmemory.runtime.agent import AgentResponse
+
 
 class PgMemoryError(Exception):
     """Base class of pgmemory's own errors."""
@@ -29,3 +34,32 @@ class DatabaseNotReadyError(PgMemoryError):
 
 class EmbeddingError(PgMemoryError):
     """An embedder failed or returned vectors that cannot be stored."""
+
+
+class ToolArgumentsError(InvalidInputError):
+    """The model's arguments do not fit the tool's parameters."""
+
+
+class ToolLoopLimitError(PgMemoryError):
+    """The model kept asking for tools after ``max_tool_iterations`` rounds."""
+
+
+class StructuredOutputError(PgMemoryError):
+    """The model's reply does not match the requested ``response_format``."""
+
+
+class AfterRunError(PgMemoryError):
+    """One or more providers' ``after_run`` failed after the model had answered.
+
+    Every provider's ``after_run`` still ran; ``errors`` holds each failure (in provider order)
+    and ``response`` the model's answer, so the caller can still use it.
+    """
+
+    def __init__(self, response: AgentResponse, errors: list[tuple[str, Exception]]) -> None:
+        self.response = response
+        self.errors = errors
+        details = "; ".join(f"{source}: {type(exc).__name__}: {exc}" for source, exc in errors)
+        super().__init__(
+            f"{len(errors)} context provider(s) failed after the model answered ({details}); "
+            "every provider's after_run ran, and the answer is in this error's .response"
+        )

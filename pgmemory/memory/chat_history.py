@@ -27,7 +27,7 @@ from pgmemory.runtime.session import AgentSession
 from pgmemory.runtime.tools import Tool, tool
 from pgmemory.store.records import Memory, MemoryRecord, MemoryScope, RecallTrace, SearchWeights
 from pgmemory.store.store import MemoryStore
-from pgmemory.store.terms import terms
+from pgmemory.text.terms import terms
 
 logger = logging.getLogger(__name__)
 

@@ -4,13 +4,7 @@ the OpenAI-compatible chat client and the agent that ties them together.
 Each concept has its own module; everything public is re-exported here.
 """
 
-from pgmemory.runtime.agent import (
-    AfterRunError,
-    Agent,
-    AgentResponse,
-    AgentResponseUpdate,
-    ToolLoopLimitError,
-)
+from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate
 from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate
 from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
 from pgmemory.runtime.messages import (
@@ -25,15 +19,14 @@ from pgmemory.runtime.messages import (
     external_only,
     filter_by_source,
 )
-from pgmemory.runtime.openai_client import OpenAIChatClient, StructuredOutputError
+from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.runtime.postgres_history import PostgresHistoryProvider
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
 from pgmemory.runtime.reducers import ChatReducer, MessageCountingReducer, SummarizingReducer
 from pgmemory.runtime.session import AgentSession, ProviderSessionState
-from pgmemory.runtime.tools import Tool, ToolArgumentsError, tool
+from pgmemory.runtime.tools import Tool, tool
 
 __all__ = [
-    "AfterRunError",
     "CHAT_HISTORY",
     "CONTEXT_PROVIDER",
     "EXTERNAL",
@@ -57,12 +50,9 @@ __all__ = [
     "PostgresHistoryProvider",
     "ProviderSessionState",
     "SessionContext",
-    "StructuredOutputError",
     "SummarizingReducer",
     "TextContent",
     "Tool",
-    "ToolArgumentsError",
-    "ToolLoopLimitError",
     "all_messages",
     "external_only",
     "filter_by_source",

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgmemory.errors import InvalidInputError, PgMemoryError
+from pgmemory.errors import AfterRunError, InvalidInputError, ToolLoopLimitError
 from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate, ToolChoice
 from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
 from pgmemory.runtime.messages import (
@@ -37,27 +37,6 @@ from pgmemory.runtime.tools import Tool, ToolLike, as_tools, merge_tools
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOOL_ITERATIONS = 10
-
-
-class ToolLoopLimitError(PgMemoryError):
-    """The model kept asking for tools after ``max_tool_iterations`` rounds."""
-
-
-class AfterRunError(PgMemoryError):
-    """One or more providers' ``after_run`` failed after the model had answered.
-
-    Every provider's ``after_run`` still ran; ``errors`` holds each failure (in provider order)
-    and ``response`` the model's answer, so the caller can still use it.
-    """
-
-    def __init__(self, response: AgentResponse, errors: list[tuple[str, Exception]]) -> None:
-        self.response = response
-        self.errors = errors
-        details = "; ".join(f"{source}: {type(exc).__name__}: {exc}" for source, exc in errors)
-        super().__init__(
-            f"{len(errors)} context provider(s) failed after the model answered ({details}); "
-            "every provider's after_run ran, and the answer is in this error's .response"
-        )
 
 
 def _check_iterations(value: object) -> int:
@@ -465,4 +444,4 @@ class Agent:
         )
 
 
-__all__ = ["AfterRunError", "Agent", "AgentResponse", "AgentResponseUpdate", "ToolLoopLimitError"]
+__all__ = ["Agent", "AgentResponse", "AgentResponseUpdate"]

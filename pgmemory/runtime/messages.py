@@ -5,14 +5,7 @@ A :class:`Message` is immutable. Stamping (:meth:`Message.with_source`) and ever
 or by a provider. :meth:`Message.to_dict` / :meth:`Message.from_dict` round-trip through plain
 JSON types, which is how sessions and the PostgreSQL history keep messages.
 
-Source types:
-
-``external``
-    passed in by the caller (the default for any message built by hand);
-``chat_history``
-    loaded from a history provider;
-``context_provider``
-    added by a context provider before the model call (``source_id`` names the provider).
+The roles and source types are defined in :mod:`pgmemory.vocabulary`.
 """
 
 from __future__ import annotations
@@ -22,19 +15,19 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeAlias, get_args
+from typing import Any, TypeAlias
 
 from pgmemory.errors import InvalidInputError
+from pgmemory.vocabulary import (
+    CHAT_HISTORY,
+    CONTEXT_PROVIDER,
+    EXTERNAL,
+    ROLES,
+    SOURCE_TYPES,
+    Role,
+    SourceType,
+)
 
-Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
-SourceType: TypeAlias = Literal["external", "chat_history", "context_provider"]
-
-ROLES: tuple[str, ...] = get_args(Role)
-SOURCE_TYPES: tuple[str, ...] = get_args(SourceType)
-
-EXTERNAL: SourceType = "external"
-CHAT_HISTORY: SourceType = "chat_history"
-CONTEXT_PROVIDER: SourceType = "context_provider"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import openai
 import pydantic
 from pydantic import SecretStr, TypeAdapter
 
-from pgmemory.errors import InvalidInputError, PgMemoryError
+from pgmemory.errors import InvalidInputError, PgMemoryError, StructuredOutputError
 from pgmemory.runtime.chat import ChatResponse, ChatResponseUpdate, ToolChoice
 from pgmemory.runtime.messages import FunctionCallContent, Message, TextContent
 from pgmemory.runtime.tools import Tool
@@ -28,10 +28,6 @@ from pgmemory.runtime.tools import Tool
 logger = logging.getLogger(__name__)
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-class StructuredOutputError(PgMemoryError):
-    """The model's reply does not match the requested ``response_format``."""
 
 
 def _strict_schema(adapter: TypeAdapter[Any]) -> dict[str, Any]:
@@ -398,4 +394,4 @@ class OpenAIChatClient:
         return _Format(response_format).parse(text)
 
 
-__all__ = ["OpenAIChatClient", "StructuredOutputError", "to_openai_messages"]
+__all__ = ["OpenAIChatClient", "to_openai_messages"]

@@ -27,13 +27,9 @@ import pydantic
 from pydantic import ConfigDict, Field, create_model
 from pydantic_core import to_jsonable_python
 
-from pgmemory.errors import InvalidInputError
+from pgmemory.errors import InvalidInputError, ToolArgumentsError
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-class ToolArgumentsError(InvalidInputError):
-    """The model's arguments do not fit the tool's parameters."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -314,4 +310,4 @@ def merge_tools(base: Iterable[Tool], extra: Iterable[Tool]) -> list[Tool]:
     return result
 
 
-__all__ = ["Tool", "ToolArgumentsError", "ToolLike", "as_tools", "merge_tools", "tool"]
+__all__ = ["Tool", "ToolLike", "as_tools", "merge_tools", "tool"]

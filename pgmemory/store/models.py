@@ -102,7 +102,7 @@ class MemoryRow(Base):
     content: Mapped[str] = mapped_column(Text, nullable=False)
     #: Hex sha256 of ``content``: joins memories to their audit rows without the text.
     content_sha256: Mapped[str] = mapped_column(Text, nullable=False)
-    #: Keyword terms of ``content`` (see pgmemory.store.terms) for full-text recall.
+    #: Keyword terms of ``content`` (see pgmemory.text.terms) for full-text recall.
     search_vector: Mapped[Any] = mapped_column(
         TSVECTOR, nullable=False, server_default=text("''::tsvector")
     )

@@ -192,7 +192,7 @@ def search_memories(
     """Exact top-k of a scope by similarity, keywords, or a fusion of both (and recency).
 
     * ``vector``: cosine similarity to ``:query``; ``score`` is the similarity.
-    * ``text``: keyword match of ``:terms`` (see pgmemory.store.terms), ranked by BM25
+    * ``text``: keyword match of ``:terms`` (see pgmemory.text.terms), ranked by BM25
       within the scope; ``score`` is the BM25 value.
     * ``hybrid``: reciprocal-rank fusion of the similarity ranking, the keyword ranking and
       the newest-first ranking, weighted by ``:vector_weight``, ``:text_weight`` and

@@ -24,7 +24,8 @@ from pgmemory.errors import CollectionError, InvalidInputError, ScopeError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate as migrations
 from pgmemory.store import queries as q
-from pgmemory.store import terms
+from pgmemory.text import terms
+from pgmemory.vocabulary import ROLES, SOURCE_TYPES
 from pgmemory.store.connector import VectorList, check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
@@ -41,8 +42,6 @@ from pgmemory.store.records import (
 )
 from pgmemory.store.uuid7 import uuid7
 from pgmemory.store.validation import (
-    ROLES,
-    SOURCE_TYPES,
     check_choice,
     check_dimensions,
     check_limit,

@@ -13,8 +13,6 @@ import numpy as np
 from pgmemory.errors import CollectionError, InvalidInputError
 from pgmemory.store.models import MAX_DIMENSIONS
 
-ROLES = ("system", "user", "assistant", "tool")
-SOURCE_TYPES = ("external", "chat_history", "context_provider")
 MAX_NAME_CHARS = 256
 
 

@@ -12,7 +12,8 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from pgmemory.errors import InvalidInputError
-from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate, ToolLoopLimitError
+from pgmemory.errors import ToolLoopLimitError
+from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate
 from pgmemory.runtime.messages import Message
 from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.runtime.tools import tool
@@ -247,7 +248,7 @@ async def test_streaming_failure_reaches_providers_and_propagates(
 async def test_a_failing_after_run_does_not_skip_later_providers(
     openai_server: OpenAIServer, chat_client: OpenAIChatClient
 ) -> None:
-    from pgmemory.runtime.agent import AfterRunError
+    from pgmemory.errors import AfterRunError
     from pgmemory.runtime.history import InMemoryHistoryProvider
     from pgmemory.runtime.providers import ContextProvider
 

@@ -12,7 +12,8 @@ from pydantic import BaseModel
 from pgmemory.errors import InvalidInputError
 from pgmemory.runtime.chat import ChatResponse
 from pgmemory.runtime.messages import FunctionCallContent, FunctionResultContent, Message
-from pgmemory.runtime.openai_client import OpenAIChatClient, StructuredOutputError
+from pgmemory.errors import StructuredOutputError
+from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.runtime.tools import tool
 from tests.openai_server import OpenAIServer, call, error, json_reply, text, tool_calls
 

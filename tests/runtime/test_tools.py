@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from pgmemory.errors import InvalidInputError
-from pgmemory.runtime.tools import Tool, ToolArgumentsError, as_tools, tool
+from pgmemory.errors import ToolArgumentsError
+from pgmemory.runtime.tools import Tool, as_tools, tool
 
 
 class OrderLine(TypedDict):

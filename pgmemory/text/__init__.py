@@ -1,0 +1,1 @@
+"""Text analysis shared by the store and the memory providers (keyword terms)."""

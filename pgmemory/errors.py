@@ -63,3 +63,7 @@ class AfterRunError(PgMemoryError):
             f"{len(errors)} context provider(s) failed after the model answered ({details}); "
             "every provider's after_run ran, and the answer is in this error's .response"
         )
+
+
+class MissingExtraError(PgMemoryError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""

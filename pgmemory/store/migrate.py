@@ -16,10 +16,19 @@ from alembic.script import ScriptDirectory
 from pgmemory.store.connector import VERSION_TABLE, normalise_url
 
 
+#: Every table pgmemory creates starts with this prefix; host applications must not use it.
+TABLE_PREFIX = "pgmemory_"
+
+
+def is_pgmemory_table(name: str | None) -> bool:
+    """Whether a table name belongs to pgmemory (its data tables and its alembic version table)."""
+    return bool(name) and name.startswith(TABLE_PREFIX)  # type: ignore[union-attr]
+
+
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
     """Alembic filter: only pgmemory's tables, so a shared database's other tables are left alone."""
     if type_ == "table":
-        return bool(name) and name.startswith("pgmemory_") and name != VERSION_TABLE
+        return is_pgmemory_table(name) and name != VERSION_TABLE
     return True
 
 

@@ -1,0 +1,135 @@
+"""A synchronous face over :class:`~pgmemory.MemoryStore`, for WSGI apps, scripts and notebooks.
+
+:class:`SyncMemoryStore` takes the same arguments and has the same methods as ``MemoryStore``,
+each blocking until done. It owns one event loop running in a background thread, and every call,
+from any thread, is submitted to that loop: one facade is safe to share across the threads of a
+Django, Flask or gunicorn worker, and its connection pool and embedder are shared by all of them.
+Nothing is implemented twice: every method is the async store's own, run on that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pgmemory.errors import PgMemoryError
+from pgmemory.store.store import MemoryStore
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+T = TypeVar("T")
+
+#: Methods of MemoryStore that are not forwarded as plain blocking calls (the life cycle is
+#: SyncMemoryStore's own: it also starts and stops the loop).
+_LIFE_CYCLE = frozenset({"open", "close"})
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread; coroutines are submitted to it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="pgmemory-sync-loop", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for its result (or exception) in this thread."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise PgMemoryError(
+                "a SyncMemoryStore method was called from inside its own event loop: use the "
+                "async MemoryStore in async code"
+            )
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result()
+
+    def stop(self) -> None:
+        """Stop the loop, join the thread, close the loop."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class SyncMemoryStore:
+    """:class:`~pgmemory.MemoryStore` with blocking methods, safe to share across threads.
+
+    Use it as a context manager, or call :meth:`open` once at start-up and :meth:`close` at
+    shut-down::
+
+        with SyncMemoryStore(migrate=True) as store:
+            store.create_collection("chat")
+            store.add("chat", [MemoryRecord(content="I can't eat spicy food",
+                                            scope=MemoryScope(user_id="alice"))])
+            hits = store.search("chat", MemoryScope(user_id="alice"), query="order food")
+
+    Args:
+        *args: passed to :class:`~pgmemory.MemoryStore` (the database URL).
+        **kwargs: passed to :class:`~pgmemory.MemoryStore` (``settings``, ``embedder``,
+            ``migrate``, ...).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._portal = _LoopThread()
+        #: The async store every call runs on (usable from async code on ``loop`` only).
+        self.async_store = MemoryStore(*args, **kwargs)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the store runs on."""
+        return self._portal.loop
+
+    def open(self) -> SyncMemoryStore:
+        """Connect (starting the embedded server if needed); see :meth:`MemoryStore.open`."""
+        self._portal.run(self.async_store.open())
+        return self
+
+    def close(self) -> None:
+        """Close the store, then stop the background loop. Calling it twice is harmless."""
+        if self._portal.loop.is_closed():
+            return
+        try:
+            self._portal.run(self.async_store.close())
+        finally:
+            self._portal.stop()
+
+    def __enter__(self) -> SyncMemoryStore:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Properties and plain attributes of the async store (url, engine, embedder, settings).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.async_store, name)
+
+
+def _blocking(name: str, method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: SyncMemoryStore, *args: Any, **kwargs: Any) -> Any:
+        return self._portal.run(getattr(self.async_store, name)(*args, **kwargs))
+
+    return call
+
+
+for _name, _method in inspect.getmembers(MemoryStore, inspect.iscoroutinefunction):
+    if not _name.startswith("_") and _name not in _LIFE_CYCLE:
+        setattr(SyncMemoryStore, _name, _blocking(_name, _method))
+
+__all__ = ["SyncMemoryStore"]

@@ -1,0 +1,293 @@
+"""pgmemory's providers as agent-framework context and history providers.
+
+Each class here IS the framework's ``ContextProvider`` (or ``HistoryProvider``) and owns one of
+pgmemory's own providers, built with the same arguments. A hook call converts the framework's
+session and context into pgmemory's, runs pgmemory's hook, and hands back what it added
+(instructions, messages, tools), so recall, storage and their audit are pgmemory's one
+implementation; only types are adapted here.
+
+The framework's session state is shared, not copied: pgmemory's provider keeps its state under
+its ``state_key`` in the framework session's ``state`` dict, JSON-native, so it round-trips
+through ``AgentSession.to_dict()`` / ``AgentSession.from_dict()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import agent_framework as af
+
+from pgmemory.memory.chat_history import ChatHistoryMemoryProvider as _ChatHistoryMemory
+from pgmemory.memory.chat_history import ChatHistoryMemoryProviderOptions
+from pgmemory.memory.facts import FactMemoryProvider as _FactMemory
+from pgmemory.runtime.agent import AgentResponse
+from pgmemory.runtime.providers import ContextProvider as _CoreProvider
+from pgmemory.runtime.providers import SessionContext
+from pgmemory.runtime.session import AgentSession
+from pgmemory.integrations.agent_framework.messages import (
+    to_framework,
+    to_framework_tool,
+    to_pgmemory,
+)
+from pgmemory.runtime.postgres_history import PostgresHistoryProvider as _PostgresHistory  # moves to memory
+
+
+class FrameworkSession(AgentSession):
+    """pgmemory's view of a framework session: same id, the very same ``state`` dict.
+
+    ``framework_session`` is the framework's session itself; the state initializers of the
+    classes below receive it.
+    """
+
+    __slots__ = ("framework_session",)
+
+    def __init__(self, session: af.AgentSession) -> None:  # noqa: D107 - shares, never copies
+        self.session_id = session.session_id
+        self.state = session.state
+        self.framework_session = session
+
+
+def _history_sources(agent: Any) -> set[str]:
+    providers = getattr(agent, "context_providers", None) or ()
+    return {p.source_id for p in providers if isinstance(p, af.HistoryProvider)}
+
+
+class _Bridge:
+    """Runs one pgmemory provider's hooks on the framework's session and context."""
+
+    def __init__(self, core: _CoreProvider) -> None:
+        self.core = core
+
+    def _context(self, agent: Any, context: af.SessionContext) -> SessionContext:
+        history = _history_sources(agent)
+        ours = SessionContext(
+            session_id=context.session_id,
+            input_messages=[to_pgmemory(m, history_sources=history) for m in context.input_messages],
+        )
+        for source_id, messages in context.context_messages.items():
+            for message in messages:
+                converted = to_pgmemory(message, history_sources=history)
+                ours.extend_messages(source_id, converted, source_type=converted.source_type)
+        if context.response is not None:
+            ours.response = AgentResponse(
+                messages=[to_pgmemory(m, history_sources=history) for m in context.response.messages],
+                session_id=context.session_id,
+            )
+        return ours
+
+    async def run(
+        self,
+        hook: str,
+        owner: af.ContextProvider,
+        *,
+        agent: Any,
+        session: af.AgentSession,
+        context: af.SessionContext,
+    ) -> None:
+        """Run pgmemory's ``hook`` (``before_run``/``after_run``) and apply what it added."""
+        ours = self._context(agent, context)
+        known = len(ours.get_messages())
+        view = FrameworkSession(session)
+        state = session.state.setdefault(self.core.state_key, {})
+        await getattr(self.core, hook)(agent=agent, session=view, context=ours, state=state)
+        if ours.instructions:
+            context.extend_instructions(owner.source_id, ours.instructions)
+        for message in ours.get_messages()[known:]:
+            context.extend_messages(
+                owner, [to_framework(message)], origin_session_ids=list(message.origin_session_ids) or None
+            )
+        if ours.tools:
+            context.extend_tools(owner.source_id, [to_framework_tool(t) for t in ours.tools])
+
+
+def _framework_initializer(initializer: Callable[[af.AgentSession], Any]) -> Callable[[Any], Any]:
+    """Call the user's initializer with the framework's session, not pgmemory's view of it."""
+    if not callable(initializer):
+        return initializer  # pgmemory's provider reports the error, naming the argument
+
+    def initialize(view: FrameworkSession) -> Any:
+        return initializer(view.framework_session)
+
+    return initialize
+
+
+class _Adapted(af.ContextProvider):
+    """A framework context provider whose hooks run a pgmemory provider (``self.pgmemory``)."""
+
+    pgmemory: _CoreProvider
+
+    def _adopt(self, core: _CoreProvider) -> None:
+        self.pgmemory = core
+        self._bridge = _Bridge(core)
+
+    async def before_run(
+        self,
+        *,
+        agent: Any,
+        session: af.AgentSession,
+        context: af.SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Run pgmemory's ``before_run`` (recall, instructions, tools) on the framework's context."""
+        await self._bridge.run("before_run", self, agent=agent, session=session, context=context)
+
+    async def after_run(
+        self,
+        *,
+        agent: Any,
+        session: af.AgentSession,
+        context: af.SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Run pgmemory's ``after_run`` (storage, extraction) on the framework's context."""
+        await self._bridge.run("after_run", self, agent=agent, session=session, context=context)
+
+
+class ChatHistoryMemoryProvider(_Adapted):
+    """:class:`pgmemory.ChatHistoryMemoryProvider` as an agent-framework ``ContextProvider``.
+
+    Same constructor; ``state_initializer`` receives the framework's ``AgentSession``.
+
+    Args:
+        store: the open :class:`~pgmemory.MemoryStore`.
+        collection_name: the collection memories are stored in and recalled from.
+        state_initializer: ``callable(session) -> ChatHistoryMemoryProvider.State`` giving the
+            storage and search scopes of a session.
+        options: :class:`~pgmemory.ChatHistoryMemoryProviderOptions`.
+        source_id: the provider's id (default: the class name).
+    """
+
+    State = _ChatHistoryMemory.State
+
+    def __init__(
+        self,
+        store: Any,
+        collection_name: str,
+        *,
+        state_initializer: Callable[[af.AgentSession], _ChatHistoryMemory.State],
+        options: ChatHistoryMemoryProviderOptions | None = None,
+        source_id: str | None = None,
+    ) -> None:
+        core = _ChatHistoryMemory(
+            store,
+            collection_name,
+            state_initializer=_framework_initializer(state_initializer),
+            options=options,
+            source_id=source_id or type(self).__name__,
+        )
+        super().__init__(core.source_id)
+        self._adopt(core)
+
+
+class FactMemoryProvider(_Adapted):
+    """:class:`pgmemory.FactMemoryProvider` as an agent-framework ``ContextProvider``.
+
+    Same constructor (``chat_client`` is pgmemory's chat client used for fact extraction, e.g.
+    :class:`pgmemory.OpenAIChatClient` on the agent's endpoint); ``state_initializer``
+    receives the framework's ``AgentSession``.
+    """
+
+    State = _FactMemory.State
+
+    def __init__(self, store: Any, chat_client: Any, model: Any, **options: Any) -> None:
+        if "state_initializer" in options:
+            options["state_initializer"] = _framework_initializer(options["state_initializer"])
+        core = _FactMemory(store, chat_client, model, **options)
+        super().__init__(core.source_id)
+        self._adopt(core)
+
+    @staticmethod
+    def scope_from_session(key: str = "user_id", **fixed: str) -> Callable[[Any], Any]:
+        """The usual initializer: the scope's user id read from ``session.state[key]``."""
+        return _FactMemory.scope_from_session(key, **fixed)
+
+
+class PostgresHistoryProvider(af.HistoryProvider):
+    """:class:`pgmemory.PostgresHistoryProvider` as an agent-framework ``HistoryProvider``.
+
+    Chat history in PostgreSQL, one row per message, surviving restarts; the same constructor
+    as pgmemory's. Being a framework ``HistoryProvider`` that loads messages, it also keeps the
+    framework from adding its in-memory history beside it.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        source_id: str = "postgres_history",
+        *,
+        load_messages: bool = True,
+        store_inputs: bool = True,
+        store_outputs: bool = True,
+        store_context_messages: bool = False,
+        store_context_from: Sequence[str] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(
+            source_id,
+            load_messages=load_messages,
+            store_inputs=store_inputs,
+            store_context_messages=store_context_messages,
+            store_context_from=set(store_context_from) if store_context_from is not None else None,
+            store_outputs=store_outputs,
+        )
+        self.pgmemory = _PostgresHistory(
+            store,
+            source_id,
+            load_messages=load_messages,
+            store_inputs=store_inputs,
+            store_outputs=store_outputs,
+            store_context_messages=store_context_messages,
+            store_context_from=store_context_from,
+            **options,
+        )
+        self._bridge = _Bridge(self.pgmemory)
+
+    async def before_run(
+        self,
+        *,
+        agent: Any,
+        session: af.AgentSession,
+        context: af.SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Load the session's stored history into the framework's context."""
+        await self._bridge.run("before_run", self, agent=agent, session=session, context=context)
+
+    async def after_run(
+        self,
+        *,
+        agent: Any,
+        session: af.AgentSession,
+        context: af.SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Append this run's messages to the stored history (one transaction)."""
+        await self._bridge.run("after_run", self, agent=agent, session=session, context=context)
+
+    async def get_messages(
+        self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[af.Message]:
+        """Every stored message of the session, oldest first, as framework messages."""
+        return [to_framework(m) for m in await self.pgmemory.get_messages(session_id, state=state)]
+
+    async def save_messages(
+        self,
+        session_id: str | None,
+        messages: Sequence[af.Message],
+        *,
+        state: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Append framework messages to the stored history (ids already stored are skipped)."""
+        await self.pgmemory.save_messages(
+            session_id, [to_pgmemory(m) for m in messages], state=state
+        )
+
+
+__all__ = [
+    "ChatHistoryMemoryProvider",
+    "FactMemoryProvider",
+    "FrameworkSession",
+    "PostgresHistoryProvider",
+]

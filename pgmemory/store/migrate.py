@@ -2,18 +2,19 @@
 
 The scripts ship inside the package as ``pgmemory.migrations``, so this works from an installed
 wheel as well as from a checkout. pgmemory keeps its own version table, so its migrations can
-share a database with the host application's.
+share a database with the host application's. Alembic is imported when a function here runs,
+not when the store is imported.
 """
 
 from __future__ import annotations
 
 from importlib import resources
-
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
+from typing import TYPE_CHECKING
 
 from pgmemory.store.connector import VERSION_TABLE, normalise_url
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
@@ -25,6 +26,8 @@ def include_object(obj: object, name: str | None, type_: str, reflected: bool, c
 
 def alembic_config(url: str | None = None) -> Config:
     """An alembic Config pointing at the packaged scripts (and at ``url`` if given)."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(resources.files("pgmemory.migrations")))
     if url is not None:
@@ -35,6 +38,8 @@ def alembic_config(url: str | None = None) -> Config:
 
 def head_revision() -> str:
     """The newest revision this version of pgmemory ships."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "pgmemory ships at least one migration"
     return head
@@ -42,11 +47,15 @@ def head_revision() -> str:
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Upgrade the schema at ``url`` to ``revision`` (blocking)."""
+    from alembic import command
+
     command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: str, revision: str) -> None:
     """Downgrade the schema at ``url`` to ``revision`` (``base`` removes every table)."""
+    from alembic import command
+
     command.downgrade(alembic_config(url), revision)
 
 

@@ -119,7 +119,7 @@ def copy_fields(row: Mapping[str, Any]) -> list[Any]:
     return [row[name] for name in STAGING_COLUMNS]
 
 
-def memory_from_row(row: Mapping[str, Any]) -> Memory:
+def memory_from_row(row: Mapping[Any, Any]) -> Memory:
     """The :class:`Memory` a row read with the READ_COLUMNS stands for."""
     fields = {c.name: row[c.name] for c in READ_COLUMNS if c.memory == "field"}
     scope = MemoryScope(**{c.name: row[c.name] or None for c in READ_COLUMNS if c.memory == "scope"})

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
     """Alembic filter: only pgmemory's tables, so a shared database's other tables are left alone."""
     if type_ == "table":
-        return bool(name) and name.startswith("pgmemory_") and name != VERSION_TABLE
+        return name is not None and name.startswith("pgmemory_") and name != VERSION_TABLE
     return True
 
 

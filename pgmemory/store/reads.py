@@ -105,8 +105,8 @@ async def search(
         query_hash = sha256_hex(query)
     if vector is not None:
         vector = check_vector(vector, dimensions=info.dimensions, what="query vector")
-    if query is None:
-        query_hash = sha256_hex(vector.tobytes().hex())
+        if query is None:
+            query_hash = sha256_hex(vector.tobytes().hex())
     if isinstance(path, Route):
         path = await ann.route(collection, scope) if mode == "vector" else None
     statement = q.search_memories(

@@ -44,8 +44,9 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
         pool_timeout=settings.pool_timeout_s,
         # No pre-ping: its probe leaves a transaction that the pool rolls back, and psycopg
         # drops its prepared statements after every ROLLBACK, so each checkout would re-parse
-        # every statement. Stale connections are recycled instead, and the store runs reads
-        # in transactions that COMMIT for the same reason.
+        # every statement. Stale connections are recycled instead; for the same reason the
+        # store runs plain reads in autocommit (no transaction, so nothing to roll back) and
+        # everything else in transactions that COMMIT.
         pool_pre_ping=False,
         pool_recycle=1800,
         connect_args={

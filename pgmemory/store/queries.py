@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pgmemory.store.columns import MEMORY_COLUMNS, READ_COLUMNS, SENT_COLUMNS, STAGING_COLUMNS
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 
 # --- collections ---------------------------------------------------------------------------
@@ -36,31 +37,23 @@ DELETE_COLLECTION = "DELETE FROM pgmemory_collections WHERE name = :name"
 
 # --- memories: writes ----------------------------------------------------------------------
 
-_MEMORY_COLUMNS = """id, user_id, collection, application_id, agent_id, session_id, role,
-    author_name, message_id, source_type, source_id, content, content_sha256, search_vector,
-    embedding, embedding_model, created_at, expires_at, metadata"""
-
-#: Columns of the bulk-import staging table, in binary COPY order.
-STAGING_COLUMNS = (
-    "id", "user_id", "application_id", "agent_id", "session_id", "role", "author_name",
-    "message_id", "source_type", "source_id", "content", "content_sha256", "terms",
-    "embedding", "created_at", "expires_at", "metadata",
-)  # fmt: skip
-#: PostgreSQL types of STAGING_COLUMNS, for psycopg's binary COPY.
-STAGING_TYPES = (
-    "uuid", "text", "text", "text", "text", "text", "text",
-    "text", "text", "text", "text", "text", "text",
-    "vector", "timestamptz", "timestamptz", "jsonb",
-)  # fmt: skip
+# The column lists below are derived from pgmemory.store.columns, where each column is defined.
+_INSERT_COLUMNS = ", ".join(c.name for c in MEMORY_COLUMNS)
+_SENT_VALUES = ", ".join(STAGING_COLUMNS)
+_SENT_ARRAYS = ",\n        ".join(f"CAST(:{c.batch} AS {c.value_type}[])" for c in SENT_COLUMNS)
+_STAGING_DEFINITION = ",\n    ".join(f"{c.value_name} {c.value_type}" for c in SENT_COLUMNS)
+#: A message is stored once per collection and scope (the partial unique index).
+_SKIP_STORED_MESSAGES = """ON CONFLICT (collection, user_id, application_id, agent_id, session_id, message_id)
+        WHERE message_id IS NOT NULL DO NOTHING"""
 
 #: What a write or delete returns for its audit rows.
 _AUDITED = "id, user_id, collection, application_id, agent_id, session_id, content_sha256"
 
 
-def _audited(change: str, operation: str, *, returning: bool = False) -> str:
-    """``change`` (an INSERT or DELETE ... RETURNING _AUDITED) plus one audit row per changed
-    memory, in the same statement: the audit row exists exactly when the change commits."""
-    tail = "\nRETURNING memory_id" if returning else ""
+def _audited(change: str, operation: str) -> str:
+    """``change`` (an INSERT or DELETE of memories) plus one audit row per changed memory, in
+    the same statement: the audit row exists exactly when the change commits. The statement
+    returns the changed memories' ids."""
     return f"""
 WITH changed AS ({change}
     RETURNING {_AUDITED}
@@ -70,89 +63,50 @@ INSERT INTO pgmemory_memory_audit
      content_sha256, actor)
 SELECT user_id, '{operation}', id, collection, application_id, agent_id, session_id,
        content_sha256, :actor
-FROM changed{tail}
+FROM changed
+RETURNING memory_id
 """
 
 
-#: Insert a batch given as parallel arrays, and audit each row, in one statement; a record
-#: whose message id the collection already holds in the same scope is skipped.
+def _insert_memories(source: str, alias: str) -> str:
+    """INSERT the rows of ``source`` (which names its values ``alias``), skipping stored messages."""
+    values = ",\n           ".join(c.stored_from(alias) for c in MEMORY_COLUMNS)
+    return f"""
+    INSERT INTO pgmemory_memories ({_INSERT_COLUMNS})
+    SELECT {values}
+    FROM {source}
+    {_SKIP_STORED_MESSAGES}"""
+
+
+#: Insert a batch given as parallel arrays (in order), auditing each row, in one statement; a
+#: record whose message id the collection already holds in the same scope is skipped.
 INSERT_MEMORIES = _audited(
-    f"""
-    INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
-    SELECT r.id, r.user_id, :collection, r.application_id, r.agent_id, r.session_id, r.role,
-           r.author_name, r.message_id, r.source_type, r.source_id, r.content, r.content_sha256,
-           to_tsvector('simple', r.terms), r.embedding, :embedding_model,
-           COALESCE(r.created_at, clock_timestamp()),
-           r.expires_at, r.metadata
-    FROM unnest(
-        CAST(:ids AS uuid[]), CAST(:user_ids AS text[]), CAST(:application_ids AS text[]),
-        CAST(:agent_ids AS text[]), CAST(:session_ids AS text[]), CAST(:roles AS text[]),
-        CAST(:author_names AS text[]), CAST(:message_ids AS text[]),
-        CAST(:source_types AS text[]), CAST(:source_ids AS text[]), CAST(:contents AS text[]),
-        CAST(:content_sha256s AS text[]), CAST(:terms AS text[]), CAST(:embeddings AS vector[]),
-        CAST(:created_ats AS timestamptz[]), CAST(:expires_ats AS timestamptz[]),
-        CAST(:metadatas AS jsonb[])
-    ) WITH ORDINALITY AS r(id, user_id, application_id, agent_id, session_id, role,
-                           author_name, message_id, source_type, source_id, content,
-                           content_sha256, terms, embedding, created_at, expires_at, metadata,
-                           ord)
-    ORDER BY r.ord
-    ON CONFLICT (collection, user_id, application_id, agent_id, session_id, message_id)
-        WHERE message_id IS NOT NULL DO NOTHING""",
+    _insert_memories(
+        f"""unnest(
+        {_SENT_ARRAYS}
+    ) WITH ORDINALITY AS r({_SENT_VALUES}, ord)
+    ORDER BY r.ord""",
+        "r",
+    ),
     "insert",
-    returning=True,
 )
 
 #: A bulk import may run longer than the interactive statement timeout (this transaction only).
 NO_STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = 0"
 
 #: Staging table for binary COPY imports; dropped at commit.
-CREATE_STAGING = """
+CREATE_STAGING = f"""
 CREATE TEMPORARY TABLE pgmemory_import (
-    id uuid, user_id text, application_id text, agent_id text, session_id text, role text,
-    author_name text, message_id text, source_type text, source_id text, content text,
-    content_sha256 text, terms text, embedding vector, created_at timestamptz,
-    expires_at timestamptz, metadata jsonb
+    {_STAGING_DEFINITION}
 ) ON COMMIT DROP
 """
 
 #: Binary COPY into the staging table.
-COPY_STAGING = f"COPY pgmemory_import ({', '.join(STAGING_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+COPY_STAGING = f"COPY pgmemory_import ({_SENT_VALUES}) FROM STDIN (FORMAT BINARY)"
 
 #: Move staged rows into the collection, auditing each row, in one statement (skipping
 #: messages already stored, as above).
-INSERT_FROM_STAGING = _audited(
-    f"""
-    INSERT INTO pgmemory_memories ({_MEMORY_COLUMNS})
-    SELECT id, user_id, :collection, application_id, agent_id, session_id, role, author_name,
-           message_id, source_type, source_id, content, content_sha256,
-           to_tsvector('simple', terms), embedding, :embedding_model,
-           COALESCE(created_at, clock_timestamp()), expires_at, metadata
-    FROM pgmemory_import
-    ON CONFLICT (collection, user_id, application_id, agent_id, session_id, message_id)
-        WHERE message_id IS NOT NULL DO NOTHING""",
-    "insert",
-    returning=True,
-)
-
-#: Delete the collection's memories with these ids, auditing each row.
-DELETE_BY_IDS = _audited(
-    """
-    DELETE FROM pgmemory_memories
-    WHERE collection = :collection AND id = ANY(CAST(:ids AS uuid[]))""",
-    "delete",
-    returning=True,
-)
-
-#: Delete every expired memory (optionally of one collection), auditing each row.
-DELETE_EXPIRED = _audited(
-    """
-    DELETE FROM pgmemory_memories
-    WHERE expires_at IS NOT NULL AND expires_at <= :now
-      AND (CAST(:collection AS text) IS NULL OR collection = :collection)""",
-    "expire",
-    returning=True,
-)
+INSERT_FROM_STAGING = _audited(_insert_memories("pgmemory_import AS s", "s"), "insert")
 
 # --- memories: scoped statements -----------------------------------------------------------
 # A scope's set dimensions become `m.<col> = :<col>` (the columns are NOT NULL, so a B-tree
@@ -165,9 +119,7 @@ _SCOPE_PREDICATE = {
     "session_id": "m.session_id = :session_id",
 }
 _LIVE = "(m.expires_at IS NULL OR m.expires_at > now())"
-_READ_COLUMNS = """m.id, m.collection, m.application_id, m.agent_id, m.user_id, m.session_id,
-       m.role, m.content, m.author_name, m.message_id, m.source_type, m.source_id,
-       m.embedding_model, m.created_at, m.expires_at, m.metadata"""
+_READ_COLUMNS = ", ".join(f"m.{c.name}" for c in READ_COLUMNS)
 
 
 def _scope_where(dimensions: tuple[str, ...]) -> str:
@@ -342,6 +294,62 @@ SELECT * FROM hits ORDER BY score DESC, id
 """
 
 
+@lru_cache(maxsize=64)
+def list_memories(dimensions: tuple[str, ...], *, newest_first: bool) -> str:
+    """Live memories of a scope in time order, paginated by limit/offset."""
+    order = "DESC" if newest_first else "ASC"
+    return f"""
+SELECT {_READ_COLUMNS}
+FROM pgmemory_memories AS m
+WHERE {_scope_where(dimensions)}
+  AND {_LIVE}
+  AND m.created_at >= :since AND m.created_at < :until
+ORDER BY m.created_at {order}, m.id {order}
+LIMIT :limit OFFSET :offset
+"""
+
+
+@lru_cache(maxsize=64)
+def count_memories(dimensions: tuple[str, ...]) -> str:
+    """How many live memories a scope holds."""
+    return f"""
+SELECT count(*) FROM pgmemory_memories AS m
+WHERE {_scope_where(dimensions)}
+  AND {_LIVE}
+"""
+
+
+# --- memories: deletes ---------------------------------------------------------------------
+
+#: Delete the collection's memories with these ids, auditing each row.
+DELETE_BY_IDS = _audited(
+    """
+    DELETE FROM pgmemory_memories
+    WHERE collection = :collection AND id = ANY(CAST(:ids AS uuid[]))""",
+    "delete",
+)
+
+#: Delete every expired memory (optionally of one collection), auditing each row.
+DELETE_EXPIRED = _audited(
+    """
+    DELETE FROM pgmemory_memories
+    WHERE expires_at IS NOT NULL AND expires_at <= :now
+      AND (CAST(:collection AS text) IS NULL OR collection = :collection)""",
+    "expire",
+)
+
+
+@lru_cache(maxsize=64)
+def delete_scope(dimensions: tuple[str, ...]) -> str:
+    """Erase every memory of a scope (expired ones too), auditing each row."""
+    return _audited(
+        f"""
+    DELETE FROM pgmemory_memories AS m
+    WHERE {_scope_where(dimensions)}""",
+        "delete",
+    )
+
+
 # --- large scopes: the approximate (HNSW) path ---------------------------------------------
 # One partial expression index per collection (the embedding column is untyped, a collection's
 # size is fixed), named after a hash of the collection name; the DDL is built server-side
@@ -418,43 +426,6 @@ FROM big CROSS JOIN LATERAL (
 ) AS picked
 LIMIT :samples
 """
-
-
-@lru_cache(maxsize=64)
-def list_memories(dimensions: tuple[str, ...], *, newest_first: bool) -> str:
-    """Live memories of a scope in time order, paginated by limit/offset."""
-    order = "DESC" if newest_first else "ASC"
-    return f"""
-SELECT {_READ_COLUMNS}
-FROM pgmemory_memories AS m
-WHERE {_scope_where(dimensions)}
-  AND {_LIVE}
-  AND m.created_at >= :since AND m.created_at < :until
-ORDER BY m.created_at {order}, m.id {order}
-LIMIT :limit OFFSET :offset
-"""
-
-
-@lru_cache(maxsize=64)
-def count_memories(dimensions: tuple[str, ...]) -> str:
-    """How many live memories a scope holds."""
-    return f"""
-SELECT count(*) FROM pgmemory_memories AS m
-WHERE {_scope_where(dimensions)}
-  AND {_LIVE}
-"""
-
-
-@lru_cache(maxsize=64)
-def delete_scope(dimensions: tuple[str, ...]) -> str:
-    """Erase every memory of a scope (expired ones too), auditing each row."""
-    return _audited(
-        f"""
-    DELETE FROM pgmemory_memories AS m
-    WHERE {_scope_where(dimensions)}""",
-        "delete",
-        returning=True,
-    )
 
 
 # --- chat history --------------------------------------------------------------------------
@@ -535,10 +506,11 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
   AND session_id = :session_id AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
 """
 
-#: Let this transaction's recall-audit row commit without waiting for the disk flush.
-ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
-
 # --- recall audit --------------------------------------------------------------------------
+
+#: Let this transaction's recall-audit row commit without waiting for the disk flush (memories
+#: themselves always commit synchronously).
+ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 
 #: Record a recall assembled by a caller (e.g. similar plus most recent memories).
 RECORD_RECALL = """
@@ -557,7 +529,6 @@ ERASE_USER_MEMORIES = _audited(
     """
     DELETE FROM pgmemory_memories WHERE user_id = :user_id""",
     "delete",
-    returning=True,
 )
 
 #: Erase every fact of a user (all namespaces and narrower scopes).

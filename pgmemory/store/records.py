@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pgmemory.errors import ScopeError
+from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.store.validation import check_text
 
 #: Longest scope value accepted (application, agent, user or session id).
 MAX_SCOPE_VALUE_CHARS = 256
@@ -66,25 +67,40 @@ class MemoryScope:
 
 
 def _check_scope_value(name: str, value: object) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str):
-        raise ScopeError(f"{name} must be a string or None, got {type(value).__name__} {value!r}")
-    if not value.strip():
-        raise ScopeError(
-            f"{name} is blank ({value!r}); pass None to leave the dimension unset, "
-            "or a non-blank id"
+    if value is not None:
+        check_text(
+            value,
+            what=name,
+            max_chars=MAX_SCOPE_VALUE_CHARS,
+            error=ScopeError,
+            expected="a string or None",
+            if_blank="pass None to leave the dimension unset, or a non-blank id",
+            if_long="use a shorter id or a hash of it",
         )
-    if "\x00" in value:
+
+
+def check_search_scope(scope: object, *, allow_unscoped: bool) -> MemoryScope:
+    """Check the scope of a read or an erasure: a :class:`MemoryScope`, not empty unless allowed.
+
+    Args:
+        scope: What the caller passed as the scope.
+        allow_unscoped: Whether an empty scope (every tenant's memories) is really meant.
+
+    Returns:
+        The scope, unchanged.
+
+    Raises:
+        ScopeError: The scope is not a MemoryScope, or is empty without ``allow_unscoped``.
+    """
+    if not isinstance(scope, MemoryScope):
+        raise ScopeError(f"scope must be a MemoryScope, got {scope!r}")
+    if scope.is_empty and not allow_unscoped:
         raise ScopeError(
-            f"{name} {value!r} contains a NUL character, which PostgreSQL text cannot store; "
-            "remove it"
+            "the search scope sets no dimension, so it would cover every user's memories; "
+            "set user_id (or session_id, agent_id, application_id), or pass "
+            "allow_unscoped=True if that is really meant"
         )
-    if len(value) > MAX_SCOPE_VALUE_CHARS:
-        raise ScopeError(
-            f"{name} is {len(value)} characters long (starts {value[:40]!r}); the limit is "
-            f"{MAX_SCOPE_VALUE_CHARS}: use a shorter id or a hash of it"
-        )
+    return scope
 
 
 @dataclass(kw_only=True, slots=True)
@@ -125,7 +141,15 @@ class Memory:
 
 @dataclass(frozen=True, slots=True)
 class MemoryHit:
-    """A recalled memory with its cosine similarity to the query (1.0 = same direction)."""
+    """A recalled memory and its score; higher is better, and what it measures is the mode's.
+
+    * ``mode="vector"``: the cosine similarity to the query, from -1 to 1 (1 = same direction).
+    * ``mode="text"``: the keyword match's BM25 relevance within the scope, above 0 and
+      unbounded (it grows with rare terms and repeated matches).
+    * ``mode="hybrid"``: the reciprocal-rank fusion value, the sum over rankings of
+      ``weight / (rrf_k + rank)`` (see :class:`SearchWeights`): small positive numbers,
+      comparable only within one search.
+    """
 
     memory: Memory
     score: float
@@ -176,8 +200,6 @@ class SearchWeights:
     pool: int = 50
 
     def __post_init__(self) -> None:
-        from pgmemory.errors import InvalidInputError
-
         for name in ("vector", "text", "recency"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0 or value != value:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -21,42 +22,63 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def check_text(value: object, *, what: str, max_chars: int) -> str:
-    """A storable, searchable text: a non-blank str, no NUL, at most ``max_chars``."""
+def check_text(
+    value: object,
+    *,
+    what: str,
+    max_chars: int,
+    error: type[InvalidInputError] = InvalidInputError,
+    expected: str = "a string",
+    if_blank: str = "blank text carries nothing to remember or search for: skip it",
+    if_long: str = "split the text, or raise PGMEMORY_MAX_TEXT_CHARS / Settings(max_text_chars=...)",
+) -> str:
+    """Check a text PostgreSQL can store and match: a non-blank str, no NUL, not too long.
+
+    The one such check: memory contents and queries, names, and scope values all go through it.
+
+    Args:
+        value: What the caller passed.
+        what: How the caller named it, for the message (e.g. ``"records[3].content"``).
+        max_chars: The longest value accepted.
+        error: The exception class to raise (e.g. :class:`~pgmemory.errors.ScopeError`).
+        expected: What the caller accepts, for the message about a value of another type.
+        if_blank: The fix to suggest for a blank value.
+        if_long: The fix to suggest for a value over ``max_chars``.
+
+    Returns:
+        The value, unchanged.
+
+    Raises:
+        InvalidInputError: The value is unusable (``error``, a subclass, when given).
+    """
     if not isinstance(value, str):
-        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
+        raise error(f"{what} must be {expected}, got {type(value).__name__} {value!r:.40}")
     if not value.strip():
-        raise InvalidInputError(
-            f"{what} is empty or whitespace only ({value[:20]!r}); blank text carries nothing "
-            "to remember or search for: skip it"
-        )
+        raise error(f"{what} is blank: empty or whitespace only ({value[:20]!r}); {if_blank}")
     nul = value.find("\x00")
     if nul >= 0:
-        raise InvalidInputError(
+        raise error(
             f"{what} contains a NUL character at index {nul} (text starts {value[:40]!r}); "
             "PostgreSQL text cannot store NUL: remove it, e.g. text.replace('\\x00', '')"
         )
     if len(value) > max_chars:
-        raise InvalidInputError(
-            f"{what} is {len(value)} characters (starts {value[:40]!r}); the limit is "
-            f"{max_chars}: split the text, or raise PGMEMORY_MAX_TEXT_CHARS / "
-            "Settings(max_text_chars=...)"
+        raise error(
+            f"{what} is {len(value)} characters long (starts {value[:40]!r}); the limit is "
+            f"{max_chars}: {if_long}"
         )
     return value
 
 
 def check_name(value: object, *, what: str) -> str:
-    """An identifier-like value (collection name, actor, role): non-blank, no NUL, short."""
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError(f"{what} must be a non-blank string, got {value!r}")
-    if "\x00" in value:
-        raise InvalidInputError(f"{what} {value!r} contains a NUL character: remove it")
-    if len(value) > MAX_NAME_CHARS:
-        raise InvalidInputError(
-            f"{what} is {len(value)} characters (starts {value[:40]!r}); the limit is "
-            f"{MAX_NAME_CHARS}"
-        )
-    return value
+    """Check an identifier-like value (collection name, actor, session id): see :func:`check_text`."""
+    return check_text(
+        value,
+        what=what,
+        max_chars=MAX_NAME_CHARS,
+        expected="a non-blank string",
+        if_blank="pass a non-blank value",
+        if_long="use a shorter value, or a hash of it",
+    )
 
 
 def check_optional_name(value: object, *, what: str) -> str | None:
@@ -133,8 +155,46 @@ def check_limit(value: object, *, what: str = "limit", maximum: int = 10_000) ->
     return value
 
 
-def check_score(value: object) -> float:
-    """A minimum cosine similarity in [-1, 1]."""
-    if not isinstance(value, (int, float)) or math.isnan(value) or not -1.0 <= value <= 1.0:
-        raise InvalidInputError(f"min_score is {value!r}; expected a number from -1 to 1")
+def check_number(
+    value: object, *, what: str, low: float = -math.inf, high: float = math.inf
+) -> float:
+    """Check a finite real number from ``low`` to ``high`` (a bool is not a number here).
+
+    Args:
+        value: What the caller passed.
+        what: The argument's name, as the caller spelled it, for the message.
+        low: The smallest value accepted.
+        high: The largest value accepted.
+
+    Returns:
+        The value as a float.
+
+    Raises:
+        InvalidInputError: The value is not a number, not finite, or out of range.
+    """
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        if math.isinf(low) and math.isinf(high):
+            expected = "a finite number"
+        else:
+            expected = f"a number from {low:g} to {high:g}"
+        raise InvalidInputError(f"{what} is {value!r}; expected {expected}")
     return float(value)
+
+
+def check_aware(value: object, *, what: str) -> datetime | None:
+    """Check an optional time-zone-aware datetime (None passes)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInputError(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None:
+        raise InvalidInputError(
+            f"{what} {value.isoformat()} has no time zone; pass an aware datetime, e.g. "
+            "datetime.now(UTC)"
+        )
+    return value

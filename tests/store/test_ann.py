@@ -10,7 +10,8 @@ from sqlalchemy import text
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, queries
 from pgmemory.store.records import MemoryRecord, MemoryScope
-from pgmemory.store.store import _DISTANT_FUTURE, _DISTANT_PAST, MemoryStore
+from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE, DISTANT_PAST as _DISTANT_PAST
+from pgmemory.store.store import MemoryStore
 
 DIM = 16
 NAME = "odd: name 'with' quotes"

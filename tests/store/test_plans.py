@@ -101,7 +101,7 @@ def store_statement(store: MemoryStore) -> str:
 
 
 def explain_params(query: np.ndarray) -> dict:
-    from pgmemory.store.store import _DISTANT_FUTURE, _DISTANT_PAST
+    from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE, DISTANT_PAST as _DISTANT_PAST
 
     return {
         "collection": "c",

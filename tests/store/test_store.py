@@ -272,7 +272,7 @@ async def test_text_query_needs_the_collections_model(store: MemoryStore) -> Non
 async def test_large_batches_are_chunked_and_copy_import_is_audited(
     store: MemoryStore, collection: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pgmemory.store.store as store_module
+    import pgmemory.store.writes as store_module
 
     monkeypatch.setattr(store_module, "INSERT_CHUNK_ROWS", 70)
     user = unique("u")
@@ -306,7 +306,7 @@ async def test_a_failure_inside_a_later_chunk_writes_nothing(
     store: MemoryStore, collection: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A database-side failure in the third chunk rolls back the first two as well."""
-    import pgmemory.store.store as store_module
+    import pgmemory.store.writes as store_module
 
     monkeypatch.setattr(store_module, "INSERT_CHUNK_ROWS", 10)
     user = unique("u")

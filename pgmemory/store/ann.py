@@ -1,0 +1,197 @@
+"""The approximate path: HNSW index scans for the vector searches of large user scopes.
+
+Exact search reads every row of a scope; past some ten thousand rows an HNSW index answers in a
+fraction of the time. A collection gets the path only on request (:meth:`AnnPaths.enable`),
+and keeps it only while a recall probe, which compares index and exact answers on the
+collection's own stored vectors, measures recall@10 at or above the floor. Then a search takes
+the path when its scope is exactly one user whose memories numbered more than
+``min_scope_rows`` at the last probe; every other search stays exact. The choice lives in the
+process (in the store object), not in the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import text
+
+from pgmemory.errors import InvalidInputError
+from pgmemory.store import queries as q
+from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.database import Database
+from pgmemory.store.records import AnnStatus, MemoryHit, MemoryScope
+from pgmemory.store.validation import check_limit, check_number
+
+logger = logging.getLogger(__name__)
+
+#: Defaults of the approximate path. Measured on a 19k-row scope at 384 d (bench/scale.py):
+#: exact ~50 ms; HNSW with iterative scan ~5 ms at ef_search 200, ~7 ms at 400. The probe
+#: (recall@10 on stored vectors) gave 0.98 at 200, below the floor, so the default is 400.
+ANN_MIN_SCOPE_ROWS = 10_000
+ANN_EF_SEARCH = 400
+ANN_RECALL_FLOOR = 0.99
+#: Searches of a collection between two recall probes (each also refreshes which scopes are large).
+ANN_PROBE_EVERY = 1_000
+
+
+@dataclass(kw_only=True)
+class AnnPath:
+    """A collection's approximate path in this process, and what its last probe found."""
+
+    ef_search: int
+    recall_floor: float
+    min_scope_rows: int
+    recall: float | None = None
+    probed_scopes: int = 0
+    searches: int = 0
+    #: Users whose scope exceeded min_scope_rows at the last probe.
+    large_users: frozenset[str] = frozenset()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the last probe measured recall at or above the floor."""
+        return self.recall is not None and self.recall >= self.recall_floor
+
+    def status(self, collection: str) -> AnnStatus:
+        """The path as the public :class:`AnnStatus`."""
+        return AnnStatus(
+            collection=collection,
+            enabled=self.enabled,
+            recall=self.recall,
+            recall_floor=self.recall_floor,
+            min_scope_rows=self.min_scope_rows,
+            ef_search=self.ef_search,
+            probed_scopes=self.probed_scopes,
+        )
+
+
+class PathSearch(Protocol):
+    """An unaudited vector search forced onto ``path`` (exact when None): what probes compare."""
+
+    async def __call__(
+        self, collection: str, scope: MemoryScope, vector: Any, limit: int, path: AnnPath | None
+    ) -> list[MemoryHit]: ...
+
+
+class AnnPaths:
+    """The approximate paths of one store's collections.
+
+    Args:
+        db: The database.
+        catalogue: The collections.
+        search: Runs a search on a given path (the probe's exact and approximate searches).
+    """
+
+    def __init__(self, db: Database, catalogue: Catalogue, search: PathSearch) -> None:
+        self._db = db
+        self._catalogue = catalogue
+        self._search = search
+        self._paths: dict[str, AnnPath] = {}
+
+    async def enable(
+        self,
+        collection: str,
+        *,
+        min_scope_rows: int,
+        ef_search: int,
+        recall_floor: float,
+        m: int,
+        ef_construction: int,
+        maintenance_work_mem: str | None,
+    ) -> AnnStatus:
+        """Build the collection's HNSW index if it is missing (or invalid), then probe it."""
+        info = await self._catalogue.get(collection)
+        check_limit(ef_search, what="ef_search", maximum=1_000)
+        check_limit(min_scope_rows, what="min_scope_rows", maximum=100_000_000)
+        check_number(recall_floor, what="recall_floor", low=0.0, high=1.0)
+        params = {
+            "collection": collection,
+            "dimensions": info.dimensions,
+            "m": check_limit(m, what="m", maximum=100),
+            "ef_construction": check_limit(ef_construction, what="ef_construction", maximum=1_000),
+        }
+        async with self._db.autocommit() as conn:
+            valid = (await conn.execute(text(q.ANN_INDEX_VALID), params)).scalar()
+            # The DDL comes back quoted by PostgreSQL's format(); it runs as is (exec_driver_sql
+            # does not look for bind parameters in it).
+            if valid is False:  # a failed concurrent build leaves an invalid index behind
+                drop = (await conn.execute(text(q.ANN_DROP_DDL), params)).scalar_one()
+                await conn.exec_driver_sql(drop)
+            if not valid:
+                ddl = (await conn.execute(text(q.ANN_INDEX_DDL), params)).scalar_one()
+                await conn.execute(
+                    text(q.ANN_BUILD_SETTINGS), {"maintenance_work_mem": maintenance_work_mem}
+                )
+                try:
+                    await conn.exec_driver_sql(ddl)
+                finally:
+                    await conn.exec_driver_sql(q.ANN_BUILD_RESET)
+        self._paths[collection] = AnnPath(
+            ef_search=ef_search, recall_floor=recall_floor, min_scope_rows=min_scope_rows
+        )
+        return await self.probe(collection, samples=20, limit=10)
+
+    async def disable(self, collection: str, *, drop_index: bool) -> None:
+        """Search every scope of the collection exactly again (optionally drop the index)."""
+        self._paths.pop(collection, None)
+        if drop_index:
+            async with self._db.autocommit() as conn:
+                ddl = (
+                    await conn.execute(text(q.ANN_DROP_DDL), {"collection": collection})
+                ).scalar_one()
+                await conn.exec_driver_sql(ddl)
+
+    async def probe(self, collection: str, *, samples: int, limit: int) -> AnnStatus:
+        """Measure the path's recall@``limit`` against exact search, and decide.
+
+        Raises:
+            InvalidInputError: The collection has no approximate path.
+        """
+        path = self._paths.get(collection)
+        if path is None:
+            raise InvalidInputError(
+                f"collection {collection!r} has no approximate path: call enable_ann() first"
+            )
+        params = {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples}
+        async with self._db.autocommit() as conn:
+            path.large_users = frozenset(
+                (await conn.execute(text(q.ANN_LARGE_USERS), params)).scalars()
+            )
+            rows = (await conn.execute(text(q.ANN_PROBE_SAMPLE), params)).all()
+        found = total = 0
+        for user_id, embedding in rows:
+            scope = MemoryScope(user_id=user_id)
+            exact = await self._search(collection, scope, embedding, limit, None)
+            approx = await self._search(collection, scope, embedding, limit, path)
+            found += len({h.memory.id for h in approx} & {h.memory.id for h in exact})
+            total += len(exact)
+        path.recall = found / total if total else None
+        path.probed_scopes = len({user_id for user_id, _ in rows})
+        path.searches = 0
+        status = path.status(collection)
+        logger.info(
+            "approximate path of %s: recall %s over %d scopes -> %s",
+            collection,
+            "n/a" if status.recall is None else f"{status.recall:.3f}",
+            status.probed_scopes,
+            "on" if status.enabled else "off (exact)",
+        )
+        return status
+
+    async def route(self, collection: str, scope: MemoryScope) -> AnnPath | None:
+        """The path a vector search of ``scope`` should take: the approximate one, or None (exact).
+
+        Counts the search; every ANN_PROBE_EVERY searches of the collection, probes again first.
+        """
+        path = self._paths.get(collection)
+        if path is None:
+            return None
+        path.searches += 1
+        if path.searches > ANN_PROBE_EVERY:
+            await self.probe(collection, samples=20, limit=10)
+        if not path.enabled:
+            return None
+        large = set(scope.as_dict()) == {"user_id"} and scope.user_id in path.large_users
+        return path if large else None

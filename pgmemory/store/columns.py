@@ -1,0 +1,126 @@
+"""The columns of a memory row (``pgmemory_memories``), defined once.
+
+Everything that lists them is derived from :data:`MEMORY_COLUMNS`: the SQL column lists, the
+staging table of bulk imports, the binary COPY types, the ``unnest`` casts of batched inserts
+(all in :mod:`pgmemory.store.queries`), the batches :mod:`pgmemory.store.writes` builds, and the
+mapping of a row read back to a :class:`~pgmemory.store.records.Memory`. The SQLAlchemy model
+(:class:`~pgmemory.store.models.MemoryRow`) and the migrations define the table; a test checks
+that this list agrees with both.
+
+How a value reaches its column: most are *sent* with each row, as one array per column
+(``add``, through ``unnest``) or as one COPY field (``import_records``, through the staging
+table), under the column's ``batch`` key; ``collection`` and ``embedding_model`` come from the
+statement's own parameters; ``search_vector`` is computed from the keyword terms sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pgmemory.store.records import Memory, MemoryScope
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryColumn:
+    """One column of ``pgmemory_memories``.
+
+    Attributes:
+        name: The column's name.
+        sql_type: Its PostgreSQL type, as ``information_schema.columns.udt_name`` spells it.
+        batch: The key of its per-row values in a prepared batch (also the array parameter of
+            the batched insert); None when the insert statement supplies the value itself.
+        sent: The name of the value sent per row (staging column, ``unnest`` alias), when it
+            is not the column's own name.
+        sent_type: The PostgreSQL type of the value sent, when it is not ``sql_type``.
+        stored: How the insert turns the sent value ``{}`` into the column's value, or the
+            statement parameter that supplies it (e.g. ``":collection"``).
+        memory: Where a row read back puts it: a ``Memory`` field of the same name, one of
+            the ``MemoryScope`` dimensions (``''`` read as None), or nowhere (None).
+    """
+
+    name: str
+    sql_type: str
+    batch: str | None
+    sent: str | None = None
+    sent_type: str | None = None
+    stored: str = "{}"
+    memory: Literal["field", "scope"] | None = "field"
+
+    @property
+    def value_name(self) -> str:
+        """The name of the value sent per row (the staging column)."""
+        return self.sent or self.name
+
+    @property
+    def value_type(self) -> str:
+        """The PostgreSQL type of the value sent per row."""
+        return self.sent_type or self.sql_type
+
+    def stored_from(self, source: str) -> str:
+        """The SQL expression storing this column from ``source`` (an alias, e.g. ``"r"``)."""
+        if self.batch is None:
+            return self.stored
+        return self.stored.format(f"{source}.{self.value_name}")
+
+
+#: The table's columns, in table order. Order matters: it is the order of the inserts' column
+#: lists, of the staging table and of binary COPY fields.
+MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
+    MemoryColumn("id", "uuid", "ids"),
+    MemoryColumn("user_id", "text", "user_ids", memory="scope"),
+    MemoryColumn("collection", "text", None, stored=":collection"),
+    MemoryColumn("application_id", "text", "application_ids", memory="scope"),
+    MemoryColumn("agent_id", "text", "agent_ids", memory="scope"),
+    MemoryColumn("session_id", "text", "session_ids", memory="scope"),
+    MemoryColumn("role", "text", "roles"),
+    MemoryColumn("author_name", "text", "author_names"),
+    MemoryColumn("message_id", "text", "message_ids"),
+    MemoryColumn("source_type", "text", "source_types"),
+    MemoryColumn("source_id", "text", "source_ids"),
+    MemoryColumn("content", "text", "contents"),
+    MemoryColumn("content_sha256", "text", "content_sha256s", memory=None),
+    MemoryColumn(
+        "search_vector",
+        "tsvector",
+        "terms",
+        sent="terms",
+        sent_type="text",
+        stored="to_tsvector('simple', {})",
+        memory=None,
+    ),
+    MemoryColumn("embedding", "vector", "embeddings", memory=None),
+    MemoryColumn("embedding_model", "text", None, stored=":embedding_model"),
+    MemoryColumn("created_at", "timestamptz", "created_ats", stored="COALESCE({}, clock_timestamp())"),
+    MemoryColumn("expires_at", "timestamptz", "expires_ats"),
+    MemoryColumn("metadata", "jsonb", "metadatas"),
+)
+
+#: The columns whose values are sent per row, in COPY order.
+SENT_COLUMNS: tuple[MemoryColumn, ...] = tuple(c for c in MEMORY_COLUMNS if c.batch is not None)
+#: Names of the values sent per row (the staging table's columns), in COPY order.
+STAGING_COLUMNS: tuple[str, ...] = tuple(c.value_name for c in SENT_COLUMNS)
+#: PostgreSQL types of STAGING_COLUMNS, for psycopg's binary COPY.
+STAGING_TYPES: tuple[str, ...] = tuple(c.value_type for c in SENT_COLUMNS)
+#: Keys of a prepared batch (parallel lists, one per sent column), in COPY order.
+BATCH_KEYS: tuple[str, ...] = tuple(c.batch for c in SENT_COLUMNS if c.batch is not None)
+#: The columns read back into a :class:`Memory`.
+READ_COLUMNS: tuple[MemoryColumn, ...] = tuple(c for c in MEMORY_COLUMNS if c.memory is not None)
+
+
+def to_batch(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Turn rows (dicts keyed by STAGING_COLUMNS) into a batch of parallel lists by batch key."""
+    return {key: [row[name] for row in rows] for key, name in zip(BATCH_KEYS, STAGING_COLUMNS, strict=True)}
+
+
+def copy_fields(row: Mapping[str, Any]) -> list[Any]:
+    """One row's values (keyed by STAGING_COLUMNS) in binary COPY order."""
+    return [row[name] for name in STAGING_COLUMNS]
+
+
+def memory_from_row(row: Mapping[Any, Any]) -> Memory:
+    """The :class:`Memory` a row read with the READ_COLUMNS stands for."""
+    fields = {c.name: row[c.name] for c in READ_COLUMNS if c.memory == "field"}
+    scope = MemoryScope(**{c.name: row[c.name] or None for c in READ_COLUMNS if c.memory == "scope"})
+    return Memory(scope=scope, **fields)

@@ -1,0 +1,112 @@
+"""Deleting memories: by id, by scope, once expired, and everything about a user.
+
+Every memory deleted gets its audit row (by content hash, never the text) in the statement
+that deletes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import text
+
+from pgmemory.errors import InvalidInputError
+from pgmemory.store import queries as q
+from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.database import Database
+from pgmemory.store.records import MemoryScope, check_search_scope
+from pgmemory.store.validation import check_aware, check_name, check_optional_name
+
+logger = logging.getLogger(__name__)
+
+
+async def delete(
+    db: Database,
+    catalogue: Catalogue,
+    collection: str,
+    *,
+    ids: Sequence[uuid.UUID | str] | None,
+    scope: MemoryScope | None,
+    actor: str | None,
+    allow_unscoped: bool,
+) -> int:
+    """Delete a collection's memories by id, or every memory of a scope; returns the count.
+
+    Raises:
+        InvalidInputError: Both or neither of ``ids`` and ``scope``, or an id is not a UUID.
+        ScopeError: The scope is empty without ``allow_unscoped``.
+    """
+    await catalogue.get(collection)
+    check_optional_name(actor, what="actor")
+    if (ids is None) == (scope is None):
+        raise InvalidInputError("pass exactly one of ids= or scope=")
+    statement: str
+    params: dict[str, Any]
+    if ids is not None:
+        try:
+            id_list = [i if isinstance(i, uuid.UUID) else uuid.UUID(str(i)) for i in ids]
+        except ValueError as exc:
+            raise InvalidInputError(f"ids must be UUIDs: {exc}") from exc
+        statement, params = q.DELETE_BY_IDS, {"ids": id_list}
+    else:
+        check_search_scope(scope, allow_unscoped=allow_unscoped)
+        assert scope is not None
+        statement, params = q.delete_scope(tuple(scope.as_dict())), dict(scope.as_dict())
+    async with db.transaction() as conn:
+        result = await conn.execute(
+            text(statement), {**params, "collection": collection, "actor": actor or ""}
+        )
+        count = len(result.all())
+    logger.info("deleted %d memories from collection %s", count, collection)
+    return count
+
+
+async def expire(
+    db: Database,
+    catalogue: Catalogue,
+    collection: str | None,
+    *,
+    now: datetime | None,
+    actor: str | None,
+) -> int:
+    """Delete memories whose ``expires_at`` has passed (of one collection, or all); returns
+    the count."""
+    if collection is not None:
+        await catalogue.get(collection)
+    check_optional_name(actor, what="actor")
+    async with db.transaction() as conn:
+        result = await conn.execute(
+            text(q.DELETE_EXPIRED),
+            {
+                "collection": collection,
+                "now": check_aware(now, what="now") or datetime.now(UTC),
+                "actor": actor or "",
+            },
+        )
+        return len(result.all())
+
+
+async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[str, int]:
+    """Erase everything stored about a user in ONE transaction; returns counts per kind."""
+    check_name(user_id, what="user_id")
+    check_optional_name(actor, what="actor")
+    params = {"user_id": user_id, "actor": actor or ""}
+    async with db.transaction() as conn:
+        memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
+        facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
+        history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount
+        fact_audit = (await conn.execute(text(q.REDACT_USER_FACT_AUDIT), params)).rowcount
+        recall_audit = (await conn.execute(text(q.REDACT_USER_RECALL_AUDIT), params)).rowcount
+    counts = {
+        "memories": memories,
+        "facts": int(facts),
+        "history_messages": int(history),
+        "fact_audit_rows_redacted": int(fact_audit),
+        "recall_audit_rows_redacted": int(recall_audit),
+    }
+    logger.info("erased a user: %s", counts)
+    return counts

@@ -1,0 +1,91 @@
+"""Facts: one JSON object per scope and namespace (e.g. a user's name and allergies).
+
+The key is the exact scope, all four dimensions (an unset one is ``''``), plus the namespace.
+Every key that changes is audited with its old and new value, in the transaction that changes
+it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from sqlalchemy import text
+
+from pgmemory.errors import ScopeError
+from pgmemory.store import queries as q
+from pgmemory.store.database import Database
+from pgmemory.store.records import MemoryScope
+from pgmemory.store.validation import check_metadata, check_name, check_optional_name
+
+logger = logging.getLogger(__name__)
+
+
+async def get(db: Database, namespace: str, scope: MemoryScope) -> dict[str, Any]:
+    """The facts stored for exactly this scope in ``namespace`` (empty when none)."""
+    params = _params(namespace, scope)
+    async with db.autocommit() as conn:
+        facts = (await conn.execute(text(q.GET_FACTS), params)).scalar()
+    return dict(facts or {})
+
+
+async def merge(
+    db: Database,
+    namespace: str,
+    scope: MemoryScope,
+    updates: Mapping[str, Any],
+    *,
+    actor: str | None,
+) -> dict[str, Any]:
+    """Merge ``updates`` into the scope's facts in ONE transaction (a None value removes the
+    key); returns the merged facts."""
+    check_optional_name(actor, what="actor")
+    clean = check_metadata(updates, what="fact updates")
+    params = _params(namespace, scope)
+    async with db.transaction() as conn:
+        await conn.execute(text(q.ENSURE_FACTS), params)
+        current = dict((await conn.execute(text(q.GET_FACTS_FOR_UPDATE), params)).scalar() or {})
+        merged = dict(current)
+        changes: list[tuple[str, Any, Any]] = []
+        for key, value in clean.items():
+            old = current.get(key)
+            if value is None:
+                if key in merged:
+                    del merged[key]
+                    changes.append((key, old, None))
+            elif old != value:
+                merged[key] = value
+                changes.append((key, old, value))
+        if changes:
+            await conn.execute(text(q.UPDATE_FACTS), {**params, "facts": Jsonb(merged)})
+            await conn.execute(
+                text(q.AUDIT_FACTS),
+                {
+                    **params,
+                    "actor": actor or "",
+                    "keys": [c[0] for c in changes],
+                    "old_values": [None if c[1] is None else Jsonb(c[1]) for c in changes],
+                    "new_values": [None if c[2] is None else Jsonb(c[2]) for c in changes],
+                },
+            )
+    if changes:
+        logger.info("changed %d facts in namespace %s", len(changes), namespace)
+    return merged
+
+
+async def delete(db: Database, scope: MemoryScope, *, namespace: str | None) -> int:
+    """Erase the scope's facts in one namespace, or in all (None); returns the rows deleted."""
+    params: dict[str, Any] = _params(namespace or "-", scope)
+    params["namespace"] = namespace
+    async with db.transaction() as conn:
+        return int((await conn.execute(text(q.DELETE_FACTS), params)).rowcount)
+
+
+def _params(namespace: str, scope: MemoryScope) -> dict[str, Any]:
+    """The key of a scope's facts row, checked."""
+    check_name(namespace, what="namespace")
+    if not isinstance(scope, MemoryScope) or scope.is_empty:
+        raise ScopeError(f"facts need a non-empty MemoryScope, got {scope!r}")
+    return {**scope.column_values(), "namespace": namespace}

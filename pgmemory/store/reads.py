@@ -1,0 +1,213 @@
+"""Reading memories back: ranked search, pages in time order, and counts, within a scope.
+
+Every read is confined to a scope (see :func:`pgmemory.store.records.check_search_scope`) and
+skips expired rows. Search is exact unless the collection's approximate path takes it (see
+:mod:`pgmemory.store.ann`), and writes its recall audit row in the same statement.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import text
+
+from pgmemory.errors import InvalidInputError
+from pgmemory.store import queries as q
+from pgmemory.store.ann import AnnPath, AnnPaths
+from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.columns import memory_from_row
+from pgmemory.store.database import Database
+from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+from pgmemory.store.recall import relax_audit_commit
+from pgmemory.store.records import (
+    Memory,
+    MemoryHit,
+    MemoryScope,
+    RecallTrace,
+    SearchWeights,
+    check_search_scope,
+)
+from pgmemory.store.validation import (
+    check_aware,
+    check_choice,
+    check_limit,
+    check_number,
+    check_text,
+    check_vector,
+    sha256_hex,
+)
+from pgmemory.text import terms
+
+#: Earliest and latest instants PostgreSQL and Python both represent (open time bounds).
+DISTANT_PAST = datetime(1, 1, 2, tzinfo=UTC)
+DISTANT_FUTURE = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+class Route(enum.Enum):
+    """How a search picks between the exact and the approximate path."""
+
+    #: Ask the collection's approximate path (vector mode only; exact otherwise).
+    AUTO = "auto"
+
+
+def check_min_score(value: object, *, mode: str) -> float:
+    """A search's ``min_score``: from -1 to 1 in vector mode (cosine similarity), else any
+    finite number (BM25 and fused scores have no fixed range)."""
+    if mode == "vector":
+        return check_number(value, what="min_score", low=-1.0, high=1.0)
+    return check_number(value, what="min_score")
+
+
+async def search(
+    db: Database,
+    catalogue: Catalogue,
+    ann: AnnPaths,
+    collection: str,
+    scope: MemoryScope,
+    *,
+    query: str | None,
+    vector: Sequence[float] | np.ndarray | None,
+    limit: int,
+    mode: str,
+    weights: SearchWeights | None,
+    min_score: float | None,
+    since: datetime | None,
+    until: datetime | None,
+    allow_unscoped: bool,
+    audit: bool,
+    trace: RecallTrace | None,
+    path: AnnPath | None | Route = Route.AUTO,
+) -> list[MemoryHit]:
+    """The ``limit`` best memories of the scope, best first (see ``MemoryStore.search``).
+
+    ``path`` forces the exact path (None) or an approximate one (what a recall probe
+    compares); by default the collection's approximate paths decide.
+    """
+    check_search_scope(scope, allow_unscoped=allow_unscoped)
+    info = await catalogue.get(collection)
+    check_limit(limit)
+    check_choice(mode, what="mode", choices=q.SEARCH_MODES)
+    weights = weights or SearchWeights()
+    floor = -2.0 if min_score is None else check_min_score(min_score, mode=mode)
+    window = _window(since, until)
+    if (query is None) == (vector is None):
+        raise InvalidInputError("pass exactly one of query= (text) or vector=")
+    if query is None and mode != "vector":
+        raise InvalidInputError(f"mode={mode!r} matches keywords: pass query= (text)")
+    if query is not None:
+        check_text(query, what="query", max_chars=db.settings.max_text_chars)
+        if mode != "text":
+            vector = (await catalogue.embed(info, [query]))[0]
+        query_hash = sha256_hex(query)
+    if vector is not None:
+        vector = check_vector(vector, dimensions=info.dimensions, what="query vector")
+        if query is None:
+            query_hash = sha256_hex(vector.tobytes().hex())
+    if isinstance(path, Route):
+        path = await ann.route(collection, scope) if mode == "vector" else None
+    statement = q.search_memories(
+        tuple(scope.as_dict()),
+        covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
+        audit=audit,
+        mode=mode,
+        ann_dimensions=info.dimensions if path is not None else None,
+    )
+    params: dict[str, Any] = {
+        **scope.as_dict(),
+        **window,
+        "collection": collection,
+        "query": vector,
+        "terms": terms.query(query) if query is not None else "",
+        "term_list": list(dict.fromkeys(terms.terms(query))) if query is not None else [],
+        "pool": max(weights.pool, limit),
+        "rrf_k": weights.rrf_k,
+        "vector_weight": weights.vector,
+        "text_weight": weights.text,
+        "recency_weight": weights.recency,
+        "limit": limit,
+        "ann_candidates": max(4 * limit, 40),
+        "min_score": floor,
+    }
+    if audit:
+        params.update(_audit_params(scope, trace or RecallTrace(), query, query_hash))
+    async with db.transaction() if audit or path else db.autocommit() as conn:
+        if audit:
+            await relax_audit_commit(conn, db.settings)
+        if path is not None:
+            await conn.execute(text(q.ANN_SETTINGS), {"ef_search": path.ef_search})
+        rows = (await conn.execute(text(statement), params)).mappings().all()
+    return [MemoryHit(memory_from_row(row), float(row["score"])) for row in rows]
+
+
+def _audit_params(
+    scope: MemoryScope, trace: RecallTrace, query: str | None, query_hash: str
+) -> dict[str, Any]:
+    """The parameters of a search's recall audit row."""
+    stored = scope.column_values()
+    return {
+        "audit_user_id": stored["user_id"],
+        "audit_application_id": stored["application_id"],
+        "audit_agent_id": stored["agent_id"],
+        "audit_session_id": stored["session_id"],
+        "provider": trace.provider,
+        "mode": trace.mode,
+        "requesting_session_id": trace.session_id,
+        "query_sha256": query_hash,
+        "query_text": query if trace.include_query_text else None,
+    }
+
+
+async def page(
+    db: Database,
+    catalogue: Catalogue,
+    collection: str,
+    scope: MemoryScope,
+    *,
+    limit: int,
+    offset: int,
+    newest_first: bool,
+    since: datetime | None,
+    until: datetime | None,
+    allow_unscoped: bool,
+) -> list[Memory]:
+    """One page of the scope's live memories in time order (see ``MemoryStore.list``)."""
+    check_search_scope(scope, allow_unscoped=allow_unscoped)
+    await catalogue.get(collection)
+    check_limit(limit)
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidInputError(f"offset is {offset!r}; expected an integer >= 0")
+    statement = q.list_memories(tuple(scope.as_dict()), newest_first=newest_first)
+    params = {
+        **scope.as_dict(),
+        **_window(since, until),
+        "collection": collection,
+        "limit": limit,
+        "offset": offset,
+    }
+    async with db.autocommit() as conn:
+        rows = (await conn.execute(text(statement), params)).mappings().all()
+    return [memory_from_row(row) for row in rows]
+
+
+async def count(
+    db: Database, catalogue: Catalogue, collection: str, scope: MemoryScope, *, allow_unscoped: bool
+) -> int:
+    """How many live memories the scope holds."""
+    check_search_scope(scope, allow_unscoped=allow_unscoped)
+    await catalogue.get(collection)
+    statement = q.count_memories(tuple(scope.as_dict()))
+    async with db.autocommit() as conn:
+        result = await conn.execute(text(statement), {**scope.as_dict(), "collection": collection})
+        return int(result.scalar_one())
+
+
+def _window(since: datetime | None, until: datetime | None) -> dict[str, datetime]:
+    """The ``:since``/``:until`` parameters: ``created_at`` bounds, open ends made explicit."""
+    return {
+        "since": check_aware(since, what="since") or DISTANT_PAST,
+        "until": check_aware(until, what="until") or DISTANT_FUTURE,
+    }

@@ -1,0 +1,66 @@
+"""The recall audit: which memories went into an answer, for whom, and for what query.
+
+A :func:`pgmemory.store.reads.search` writes its own audit row in the search statement; a
+caller that puts an answer's memories together from several reads records them with
+:func:`record`. Queries are kept as their sha256 unless the trace asks for the text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pgmemory.errors import InvalidInputError
+from pgmemory.settings import Settings
+from pgmemory.store import queries as q
+from pgmemory.store.database import Database
+from pgmemory.store.records import MemoryScope, RecallTrace
+from pgmemory.store.validation import sha256_hex
+
+
+async def relax_audit_commit(conn: AsyncConnection, settings: Settings) -> None:
+    """Let the transaction commit without waiting for its audit row's disk flush.
+
+    Unless ``Settings.durable_recall_audit``: the flush costs a few ms per recall. Call it only
+    in transactions that write nothing but recall audit rows (memories themselves always
+    commit synchronously).
+    """
+    if not settings.durable_recall_audit:
+        await conn.execute(text(q.ASYNC_COMMIT))
+
+
+async def record(
+    db: Database,
+    collection: str,
+    scope: MemoryScope,
+    *,
+    memory_ids: Sequence[uuid.UUID],
+    scores: Sequence[float],
+    query: str | None,
+    trace: RecallTrace | None,
+) -> None:
+    """Append one recall audit row for memories the caller put together itself.
+
+    Raises:
+        InvalidInputError: ``memory_ids`` and ``scores`` differ in length.
+    """
+    if len(memory_ids) != len(scores):
+        raise InvalidInputError("memory_ids and scores must have the same length")
+    trace = trace or RecallTrace()
+    params = {
+        **scope.column_values(),
+        "collection": collection,
+        "provider": trace.provider,
+        "mode": trace.mode,
+        "requesting_session_id": trace.session_id,
+        "query_sha256": sha256_hex(query or ""),
+        "query_text": query if trace.include_query_text else None,
+        "memory_ids": list(memory_ids),
+        "scores": [float(x) for x in scores],
+    }
+    async with db.transaction() as conn:
+        await relax_audit_commit(conn, db.settings)
+        await conn.execute(text(q.RECORD_RECALL), params)

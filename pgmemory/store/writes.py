@@ -1,0 +1,219 @@
+"""Storing memories: batched inserts, bulk COPY imports, and the checks both run first.
+
+Every record of a batch is checked, and texts without a vector embedded, before any SQL runs,
+so a bad batch is refused whole. Each batch (or import) is ONE transaction, and every row's
+insert is audited by the same statement that stores it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.store import queries as q
+from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
+from pgmemory.store.connector import VectorList
+from pgmemory.store.database import Database
+from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope
+from pgmemory.store.uuid7 import uuid7
+from pgmemory.store.validation import (
+    check_aware,
+    check_choice,
+    check_metadata,
+    check_optional_name,
+    check_text,
+    check_vector,
+    sha256_hex,
+)
+from pgmemory.text import terms
+from pgmemory.vocabulary import ROLES, SOURCE_TYPES
+
+logger = logging.getLogger(__name__)
+
+#: Rows per INSERT statement: each chunk is one statement with an array parameter per sent
+#: column, far below PostgreSQL's 65,535 bind parameters, and keeps a statement's payload
+#: around a few MB.
+INSERT_CHUNK_ROWS = 1_000
+
+
+async def add(
+    db: Database,
+    catalogue: Catalogue,
+    collection: str,
+    records: Sequence[MemoryRecord],
+    *,
+    actor: str | None,
+    allow_unscoped: bool,
+) -> list[uuid.UUID]:
+    """Store a batch in ONE transaction, INSERT_CHUNK_ROWS rows per statement.
+
+    Returns:
+        The ids of the rows stored, in record order (a re-sent message is skipped).
+    """
+    info = await catalogue.get(collection)
+    rows = await prepare(
+        catalogue, info, records, max_chars=db.settings.max_text_chars, actor=actor,
+        allow_unscoped=allow_unscoped,
+    )
+    if not rows:
+        return []
+    stored: set[uuid.UUID] = set()
+    async with db.transaction() as conn:
+        for start in range(0, len(rows), INSERT_CHUNK_ROWS):
+            chunk = to_batch(rows[start : start + INSERT_CHUNK_ROWS])
+            chunk["embeddings"] = VectorList(chunk["embeddings"])
+            result = await conn.execute(
+                text(q.INSERT_MEMORIES),
+                {
+                    **chunk,
+                    "collection": collection,
+                    "embedding_model": info.embedding_model,
+                    "actor": actor or "",
+                },
+            )
+            stored.update(result.scalars())
+    logger.info("stored %d memories in collection %s", len(stored), collection)
+    return [row["id"] for row in rows if row["id"] in stored]
+
+
+async def import_records(
+    db: Database,
+    catalogue: Catalogue,
+    collection: str,
+    records: Iterable[MemoryRecord],
+    *,
+    actor: str | None,
+    batch_rows: int,
+    progress: bool,
+    allow_unscoped: bool,
+) -> int:
+    """Bulk-load records with binary COPY through a staging table, in ONE transaction.
+
+    Records are checked and embedded ``batch_rows`` at a time; the staged rows then move into
+    the collection (audited) in one statement. No statement timeout applies.
+
+    Returns:
+        How many rows were stored (re-sent messages are skipped).
+    """
+    from tqdm.auto import tqdm
+
+    info = await catalogue.get(collection)
+    bar = tqdm(desc=f"import {collection}", unit="rows", disable=not progress)
+    async with db.transaction() as conn:
+        await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
+        await conn.execute(text(q.CREATE_STAGING))
+        cursor = (await _driver_connection(conn)).cursor()
+        batch: list[MemoryRecord] = []
+
+        async def flush() -> None:
+            rows = await prepare(
+                catalogue, info, batch, max_chars=db.settings.max_text_chars, actor=actor,
+                allow_unscoped=allow_unscoped,
+            )
+            async with cursor.copy(q.COPY_STAGING) as copy:
+                copy.set_types(list(STAGING_TYPES))
+                for row in rows:
+                    await copy.write_row(copy_fields(row))
+            bar.update(len(rows))
+            batch.clear()
+
+        for record in records:
+            batch.append(record)
+            if len(batch) >= batch_rows:
+                await flush()
+        if batch:
+            await flush()
+        result = await conn.execute(
+            text(q.INSERT_FROM_STAGING),
+            {"collection": collection, "embedding_model": info.embedding_model, "actor": actor or ""},
+        )
+        total = len(result.all())
+    bar.close()
+    logger.info("imported %d memories into collection %s", total, collection)
+    return total
+
+
+async def prepare(
+    catalogue: Catalogue,
+    info: CollectionInfo,
+    records: Sequence[MemoryRecord],
+    *,
+    max_chars: int,
+    actor: str | None,
+    allow_unscoped: bool,
+) -> list[dict[str, Any]]:
+    """Check a batch and turn each record into a row, embedding the texts without a vector.
+
+    Returns:
+        One dict per record, keyed by the sent columns' names
+        (:data:`pgmemory.store.columns.STAGING_COLUMNS`), with a new id each.
+
+    Raises:
+        InvalidInputError: A record is unusable (its index is in the message); nothing is
+            stored.
+        ScopeError: A record's scope is not a MemoryScope, or is empty without
+            ``allow_unscoped``.
+    """
+    check_optional_name(actor, what="actor")
+    rows: list[dict[str, Any]] = []
+    for i, record in enumerate(records):
+        rows.append(_row(record, f"records[{i}]", info, max_chars, allow_unscoped))
+    to_embed = [i for i, row in enumerate(rows) if row["embedding"] is None]
+    if to_embed:
+        vectors = await catalogue.embed(info, [rows[i]["content"] for i in to_embed])
+        for i, vector in zip(to_embed, vectors, strict=True):
+            rows[i]["embedding"] = check_vector(
+                vector, dimensions=info.dimensions, what=f"records[{i}] embedding"
+            )
+    return rows
+
+
+def _row(
+    record: object, where: str, info: CollectionInfo, max_chars: int, allow_unscoped: bool
+) -> dict[str, Any]:
+    """One record's row (its embedding None when the store must make it)."""
+    if not isinstance(record, MemoryRecord):
+        raise InvalidInputError(f"{where} is a {type(record).__name__}; pass MemoryRecord objects")
+    if not isinstance(record.scope, MemoryScope):
+        raise ScopeError(f"{where}.scope must be a MemoryScope, got {record.scope!r}")
+    if record.scope.is_empty and not allow_unscoped:
+        raise ScopeError(
+            f"{where} has an empty scope: tag it with a user, session, agent or "
+            "application id (or pass allow_unscoped=True to store it for everybody)"
+        )
+    content = check_text(record.content, what=f"{where}.content", max_chars=max_chars)
+    # Checked in this order, so that of two faults the same one is always reported.
+    return {
+        "id": uuid7(),
+        **record.scope.column_values(),
+        "role": check_choice(record.role, what=f"{where}.role", choices=ROLES),
+        "author_name": check_optional_name(record.author_name, what=f"{where}.author_name"),
+        "message_id": check_optional_name(record.message_id, what=f"{where}.message_id"),
+        "source_type": check_choice(
+            record.source_type, what=f"{where}.source_type", choices=SOURCE_TYPES
+        ),
+        "source_id": check_optional_name(record.source_id, what=f"{where}.source_id"),
+        "content": content,
+        "content_sha256": sha256_hex(content),
+        "terms": terms.document(content),
+        "embedding": None
+        if record.embedding is None
+        else check_vector(record.embedding, dimensions=info.dimensions, what=f"{where}.embedding"),
+        "created_at": check_aware(record.created_at, what=f"{where}.created_at"),
+        "expires_at": check_aware(record.expires_at, what=f"{where}.expires_at"),
+        "metadata": Jsonb(check_metadata(record.metadata, what=f"{where}.metadata")),
+    }
+
+
+async def _driver_connection(conn: AsyncConnection) -> Any:
+    """The psycopg AsyncConnection under a SQLAlchemy connection (for COPY)."""
+    raw = await conn.get_raw_connection()
+    return raw.driver_connection

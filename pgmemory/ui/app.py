@@ -59,10 +59,11 @@ SNIPPET_CHARS = 400
 
 _TEMPLATES = Path(__file__).with_name("templates")
 _SEARCH_MODES = {
-    "hybrid": "fused rank (RRF of cosine, BM25 and recency)",
+    "hybrid": "fused rank (reciprocal-rank fusion of cosine and BM25)",
     "vector": "cosine similarity",
     "text": "BM25",
 }
+_MODE_OPTIONS = {"hybrid": "hybrid · fused rank", "vector": "vector · cosine", "text": "text · BM25"}
 #: No script may run, no resource may load from elsewhere, no framing, no form to elsewhere.
 _CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -99,6 +100,7 @@ def _environment() -> jinja2.Environment:
     env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, indent=1, default=str)
     env.filters["message_text"] = _message_text
     env.globals["modes"] = _SEARCH_MODES
+    env.globals["mode_options"] = _MODE_OPTIONS
     return env
 
 

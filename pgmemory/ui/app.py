@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
-from pgmemory.errors import InvalidInputError, PgMemoryError
+from pgmemory.errors import PgMemoryError
 from pgmemory.extras import require
 from pgmemory.store import browse
 from pgmemory.store.records import MemoryScope, RecallTrace

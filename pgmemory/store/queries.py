@@ -548,3 +548,333 @@ WHERE user_id = :user_id AND query_text IS NOT NULL
 
 #: Erase a user's chat history in every session.
 ERASE_USER_HISTORY = "DELETE FROM pgmemory_chat_messages WHERE user_id = :user_id"
+
+
+# --- browsing and retention (UI, CLI) ------------------------------------------------------
+# Reads behind the operators' audit page and the retention sweep. Pages are bounded by
+# :limit (the caller clamps it) and walk by keyset: ``(time, id) < (:before_at, :before_id)``
+# for older rows, ``> (:after_at, :after_id)`` for newer ones (read ascending, then reversed).
+# Every statement about one user filters ``user_id = :user_id`` on every table it reads.
+
+#: Tables whose ``user_id`` leads an index, so their distinct users can be walked by skip scan.
+_USER_SOURCES = (
+    "pgmemory_recall_audit",
+    "pgmemory_memory_audit",
+    "pgmemory_chat_messages",
+    "pgmemory_facts",
+    "pgmemory_fact_audit",
+)
+
+
+def _skip_scan(name: str, table: str) -> str:
+    """A recursive CTE yielding up to :limit distinct user ids of ``table`` after :after, one
+    index probe each (a loose index scan), instead of reading every row of the table."""
+    return f"""{name}(user_id, depth) AS (
+    SELECT (SELECT min(t.user_id) FROM {table} AS t WHERE t.user_id > :after), 1
+    UNION ALL
+    SELECT (SELECT min(t.user_id) FROM {table} AS t WHERE t.user_id > s.user_id), s.depth + 1
+    FROM {name} AS s WHERE s.user_id IS NOT NULL AND s.depth < :limit
+)"""
+
+
+def _build_user_page() -> str:
+    # Memories: per collection, the (collection, user_id, created_at) index is walked instead.
+    ctes = [
+        """memory_users(collection, user_id, depth) AS (
+    SELECT c.name,
+           (SELECT min(m.user_id) FROM pgmemory_memories AS m
+            WHERE m.collection = c.name AND m.user_id > :after), 1
+    FROM pgmemory_collections AS c
+    UNION ALL
+    SELECT s.collection,
+           (SELECT min(m.user_id) FROM pgmemory_memories AS m
+            WHERE m.collection = s.collection AND m.user_id > s.user_id), s.depth + 1
+    FROM memory_users AS s WHERE s.user_id IS NOT NULL AND s.depth < :limit
+)"""
+    ]
+    ctes += [_skip_scan(f"users_{i}", table) for i, table in enumerate(_USER_SOURCES)]
+    union = "\n    UNION ".join(
+        ["SELECT user_id FROM memory_users"]
+        + [f"SELECT user_id FROM users_{i}" for i in range(len(_USER_SOURCES))]
+    )
+    return f"""
+WITH RECURSIVE {(',' + chr(10)).join(ctes)}
+SELECT user_id FROM (
+    {union}
+) AS found
+WHERE user_id IS NOT NULL
+ORDER BY user_id
+LIMIT :limit
+"""
+
+
+#: One page of user ids (ascending, after :after; '' = "no user" is never listed) found in any
+#: table: memories, either audit, chat history or facts. At most :limit index probes per source.
+USER_PAGE = _build_user_page()
+
+#: Memories per collection of each user on a page (the ids come from USER_PAGE).
+USER_MEMORY_COUNTS = """
+SELECT u.user_id, c.name AS collection, s.memories, s.last_at
+FROM unnest(CAST(:user_ids AS text[])) AS u(user_id)
+CROSS JOIN pgmemory_collections AS c
+CROSS JOIN LATERAL (
+    SELECT count(*) AS memories, max(m.created_at) AS last_at FROM pgmemory_memories AS m
+    WHERE m.collection = c.name AND m.user_id = u.user_id
+) AS s
+WHERE s.memories > 0
+ORDER BY u.user_id, c.name
+"""
+
+#: Recalls, chat messages and facts of each user on a page, with the latest time of each.
+USER_ACTIVITY = """
+SELECT u.user_id, r.recalls, r.last_recall_at, h.last_message_at, f.last_fact_at
+FROM unnest(CAST(:user_ids AS text[])) AS u(user_id)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS recalls, max(a.at) AS last_recall_at FROM pgmemory_recall_audit AS a
+    WHERE a.user_id = u.user_id
+) AS r
+CROSS JOIN LATERAL (
+    SELECT max(h.created_at) AS last_message_at FROM pgmemory_chat_messages AS h
+    WHERE h.user_id = u.user_id
+) AS h
+CROSS JOIN LATERAL (
+    SELECT max(f.updated_at) AS last_fact_at FROM pgmemory_facts AS f WHERE f.user_id = u.user_id
+) AS f
+"""
+
+#: A user's memory scopes: each collection/application/agent/session with its row count.
+USER_MEMORY_SCOPES = """
+SELECT m.collection, m.application_id, m.agent_id, m.session_id, count(*) AS memories,
+       min(m.created_at) AS first_at, max(m.created_at) AS last_at
+FROM pgmemory_memories AS m
+WHERE m.user_id = :user_id
+GROUP BY m.collection, m.application_id, m.agent_id, m.session_id
+ORDER BY max(m.created_at) DESC
+LIMIT :limit
+"""
+
+#: A user's chat sessions, most recently active first, with their message counts.
+USER_SESSIONS = """
+SELECT h.session_id, count(*) AS messages, min(h.created_at) AS first_at,
+       max(h.created_at) AS last_at
+FROM pgmemory_chat_messages AS h
+WHERE h.user_id = :user_id
+GROUP BY h.session_id
+ORDER BY max(h.created_at) DESC
+LIMIT :limit
+"""
+
+_BROWSE_MEMORY_COLUMNS = """m.id, m.collection, m.application_id, m.agent_id, m.user_id,
+       m.session_id, m.role, m.content, m.author_name, m.message_id, m.source_type, m.source_id,
+       m.embedding_model, m.created_at, m.expires_at, m.metadata"""
+#: Optional narrowing of a user's memories to one session (NULL = every session).
+_SESSION_FILTER = "(CAST(:session_id AS text) IS NULL OR m.session_id = :session_id)"
+
+#: A page of a user's memories in a collection (optionally one session), older than the
+#: cursor, newest first; expired rows not yet reclaimed are included (they are still stored).
+USER_MEMORIES_OLDER = f"""
+SELECT {_BROWSE_MEMORY_COLUMNS}
+FROM pgmemory_memories AS m
+WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}
+  AND (m.created_at, m.id) < (:before_at, :before_id)
+ORDER BY m.created_at DESC, m.id DESC
+LIMIT :limit
+"""
+
+#: The page of a user's memories just newer than the cursor, oldest first (the caller reverses).
+USER_MEMORIES_NEWER = f"""
+SELECT {_BROWSE_MEMORY_COLUMNS}
+FROM pgmemory_memories AS m
+WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}
+  AND (m.created_at, m.id) > (:after_at, :after_id)
+ORDER BY m.created_at ASC, m.id ASC
+LIMIT :limit
+"""
+
+#: One memory of a user (in any collection).
+USER_MEMORY = f"""
+SELECT {_BROWSE_MEMORY_COLUMNS}
+FROM pgmemory_memories AS m
+WHERE m.user_id = :user_id AND m.id = :memory_id
+"""
+
+_RECALL_COLUMNS = """a.id, a.at, a.collection, a.application_id, a.agent_id, a.session_id,
+       a.provider, a.mode, a.requesting_session_id, a.query_sha256, a.query_text,
+       cardinality(a.memory_ids) AS returned"""
+
+#: A page of a user's recalls older than the cursor, newest first.
+USER_RECALLS_OLDER = f"""
+SELECT {_RECALL_COLUMNS}
+FROM pgmemory_recall_audit AS a
+WHERE a.user_id = :user_id AND (a.at, a.id) < (:before_at, :before_id)
+ORDER BY a.at DESC, a.id DESC
+LIMIT :limit
+"""
+
+#: The page of a user's recalls just newer than the cursor, oldest first (the caller reverses).
+USER_RECALLS_NEWER = f"""
+SELECT {_RECALL_COLUMNS}
+FROM pgmemory_recall_audit AS a
+WHERE a.user_id = :user_id AND (a.at, a.id) > (:after_at, :after_id)
+ORDER BY a.at ASC, a.id ASC
+LIMIT :limit
+"""
+
+#: One recall of a user.
+USER_RECALL = f"""
+SELECT {_RECALL_COLUMNS}
+FROM pgmemory_recall_audit AS a
+WHERE a.user_id = :user_id AND a.id = :recall_id
+"""
+
+#: What the given recalls of a user returned, in rank order (the first :per_recall of each),
+#: joined to the memories (NULL columns: deleted since) and to the latest deletion or expiry
+#: audited for each memory.
+RECALLED_MEMORIES = """
+SELECT a.id AS recall_id, r.rank, r.memory_id, r.score, m.collection, m.role, m.content,
+       m.session_id, m.created_at, m.expires_at, d.at AS deleted_at, d.operation AS deleted_by
+FROM pgmemory_recall_audit AS a
+CROSS JOIN LATERAL unnest(a.memory_ids, a.scores) WITH ORDINALITY AS r(memory_id, score, rank)
+LEFT JOIN pgmemory_memories AS m ON m.user_id = :user_id AND m.id = r.memory_id
+LEFT JOIN LATERAL (
+    SELECT x.at, x.operation FROM pgmemory_memory_audit AS x
+    WHERE x.user_id = :user_id AND x.memory_id = r.memory_id
+      AND x.operation IN ('delete', 'expire')
+    ORDER BY x.at DESC, x.id DESC
+    LIMIT 1
+) AS d ON m.id IS NULL
+WHERE a.user_id = :user_id AND a.id = ANY(CAST(:recall_ids AS bigint[])) AND r.rank <= :per_recall
+ORDER BY a.id, r.rank
+"""
+
+#: The latest recalls of a user that returned a given memory (newest first).
+RECALLS_OF_MEMORY = f"""
+SELECT {_RECALL_COLUMNS}, s.score, s.rank
+FROM pgmemory_recall_audit AS a
+CROSS JOIN LATERAL (
+    SELECT r.score, r.rank
+    FROM unnest(a.memory_ids, a.scores) WITH ORDINALITY AS r(memory_id, score, rank)
+    WHERE r.memory_id = :memory_id
+    LIMIT 1
+) AS s
+WHERE a.user_id = :user_id AND :memory_id = ANY(a.memory_ids)
+ORDER BY a.at DESC, a.id DESC
+LIMIT :limit
+"""
+
+_MEMORY_AUDIT_COLUMNS = """x.id, x.at, x.txid, x.operation, x.memory_id, x.collection,
+       x.application_id, x.agent_id, x.session_id, x.content_sha256, x.actor"""
+
+#: A page of a user's memory write/delete audit older than the cursor, newest first.
+USER_MEMORY_AUDIT_OLDER = f"""
+SELECT {_MEMORY_AUDIT_COLUMNS}
+FROM pgmemory_memory_audit AS x
+WHERE x.user_id = :user_id AND (x.at, x.id) < (:before_at, :before_id)
+ORDER BY x.at DESC, x.id DESC
+LIMIT :limit
+"""
+
+#: The page of a user's memory audit just newer than the cursor, oldest first (reversed later).
+USER_MEMORY_AUDIT_NEWER = f"""
+SELECT {_MEMORY_AUDIT_COLUMNS}
+FROM pgmemory_memory_audit AS x
+WHERE x.user_id = :user_id AND (x.at, x.id) > (:after_at, :after_id)
+ORDER BY x.at ASC, x.id ASC
+LIMIT :limit
+"""
+
+#: The audit trail of one memory of a user, oldest first.
+MEMORY_AUDIT_TRAIL = f"""
+SELECT {_MEMORY_AUDIT_COLUMNS}
+FROM pgmemory_memory_audit AS x
+WHERE x.user_id = :user_id AND x.memory_id = :memory_id
+ORDER BY x.at, x.id
+LIMIT :limit
+"""
+
+#: A user's current facts, one row per scope and namespace.
+USER_FACTS = """
+SELECT f.application_id, f.agent_id, f.session_id, f.namespace, f.facts, f.updated_at
+FROM pgmemory_facts AS f
+WHERE f.user_id = :user_id
+ORDER BY f.namespace, f.application_id, f.agent_id, f.session_id
+LIMIT :limit
+"""
+
+_FACT_AUDIT_COLUMNS = """x.id, x.at, x.application_id, x.agent_id, x.session_id, x.namespace,
+       x.key, x.old_value, x.new_value, x.actor"""
+
+#: A page of a user's fact changes older than the cursor, newest first.
+USER_FACT_AUDIT_OLDER = f"""
+SELECT {_FACT_AUDIT_COLUMNS}
+FROM pgmemory_fact_audit AS x
+WHERE x.user_id = :user_id AND (x.at, x.id) < (:before_at, :before_id)
+ORDER BY x.at DESC, x.id DESC
+LIMIT :limit
+"""
+
+#: The page of a user's fact changes just newer than the cursor, oldest first (reversed later).
+USER_FACT_AUDIT_NEWER = f"""
+SELECT {_FACT_AUDIT_COLUMNS}
+FROM pgmemory_fact_audit AS x
+WHERE x.user_id = :user_id AND (x.at, x.id) > (:after_at, :after_id)
+ORDER BY x.at ASC, x.id ASC
+LIMIT :limit
+"""
+
+#: The page of a session's history just before :before_seq, newest first (the caller reverses).
+READ_HISTORY_BEFORE = """
+SELECT seq, message, created_at FROM pgmemory_chat_messages
+WHERE user_id = :user_id AND session_id = :session_id AND seq < :before_seq
+ORDER BY seq DESC
+LIMIT :limit
+"""
+
+# Retention. A prune is recorded in pgmemory_fact_audit under an all-blank scope (no real
+# fact can have one: facts need a scope) and the namespace below; the memory audit cannot hold
+# it (its operation check admits only insert/delete/expire, and memory_id is required).
+
+#: Namespace of the fact-audit rows that record audit prunes (kept by later prunes).
+RETENTION_NAMESPACE = "pgmemory:retention"
+
+#: Delete recall-audit rows older than the cutoff; returns how many went.
+PRUNE_RECALL_AUDIT = """
+WITH gone AS (DELETE FROM pgmemory_recall_audit WHERE at < :cutoff RETURNING 1)
+SELECT count(*) FROM gone
+"""
+
+#: Delete memory-audit rows older than the cutoff; returns how many went.
+PRUNE_MEMORY_AUDIT = """
+WITH gone AS (DELETE FROM pgmemory_memory_audit WHERE at < :cutoff RETURNING 1)
+SELECT count(*) FROM gone
+"""
+
+#: Delete fact-audit rows older than the cutoff, except the records of earlier prunes.
+PRUNE_FACT_AUDIT = """
+WITH gone AS (
+    DELETE FROM pgmemory_fact_audit
+    WHERE at < :cutoff
+      AND NOT (user_id = '' AND application_id = '' AND agent_id = '' AND session_id = ''
+               AND namespace = :retention_namespace)
+    RETURNING 1
+)
+SELECT count(*) FROM gone
+"""
+
+#: Record that a prune happened: cutoff and counts as the new value, who asked as actor.
+RECORD_PRUNE = """
+INSERT INTO pgmemory_fact_audit
+    (user_id, application_id, agent_id, session_id, namespace, key, old_value, new_value, actor)
+VALUES ('', '', '', '', :retention_namespace, 'prune_audit', NULL, :summary, :actor)
+RETURNING id, at
+"""
+
+#: The latest prune records, newest first.
+LIST_PRUNES = """
+SELECT x.id, x.at, x.new_value AS summary, x.actor
+FROM pgmemory_fact_audit AS x
+WHERE x.user_id = '' AND x.application_id = '' AND x.agent_id = '' AND x.session_id = ''
+  AND x.namespace = :retention_namespace
+ORDER BY x.at DESC, x.id DESC
+LIMIT :limit
+"""

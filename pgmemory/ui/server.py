@@ -1,0 +1,134 @@
+"""Run the audit page with uvicorn: :func:`serve` (blocking) and :func:`serve_store` (async)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from pgmemory.extras import require
+
+if TYPE_CHECKING:
+    from pgmemory.settings import Settings
+    from pgmemory.store.store import MemoryStore
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable holding the operators' token.
+TOKEN_ENV = "PGMEMORY_UI_TOKEN"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds to this machine only (``localhost``, 127.0.0.0/8, ``::1``).
+
+    Args:
+        host: the address or name to bind.
+
+    Returns:
+        True for a loopback address.
+    """
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_token(host: str, *, allow_writes: bool, token: str | None = None) -> str | None:
+    """The token the page will demand: ``token``, else ``PGMEMORY_UI_TOKEN``, else none.
+
+    Args:
+        host: the address to bind.
+        allow_writes: whether erasure is offered.
+        token: an explicit token (wins over the environment).
+
+    Returns:
+        The token, or None when the page may run open (loopback and read-only).
+
+    Raises:
+        ValueError: no token, but the page binds beyond loopback or allows writes.
+    """
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if token is None and (allow_writes or not is_loopback(host)):
+        why = "allows writes" if allow_writes else f"listens beyond this machine ({host})"
+        raise ValueError(
+            f"the audit page {why}, so it needs a token: set {TOKEN_ENV} to a long random "
+            "secret (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+        )
+    return token
+
+
+async def serve_store(
+    store: MemoryStore,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    allow_writes: bool = False,
+    token: str | None = None,
+) -> None:
+    """Serve the page on an open store until interrupted (run it on the store's event loop).
+
+    Uvicorn's access log is off: request lines carry user ids (personal data).
+
+    Args:
+        store: an open store.
+        host: address to bind (loopback by default).
+        port: TCP port.
+        allow_writes: offer erasure (needs a token).
+        token: the operators' token (default: ``PGMEMORY_UI_TOKEN``).
+
+    Raises:
+        ValueError: a token is needed and there is none.
+    """
+    uvicorn = require("uvicorn", extra="ui", purpose="serving the audit web page")
+    from pgmemory.ui.app import create_app
+
+    token = resolve_token(host, allow_writes=allow_writes, token=token)
+    app = create_app(store, allow_writes=allow_writes, token=token)
+    config = uvicorn.Config(
+        app, host=host, port=port, access_log=False, lifespan="off", log_level="info"
+    )
+    logger.info(
+        "audit page on http://%s:%d/ (%s, %s)", host, port,
+        "writes allowed" if allow_writes else "read-only",
+        "token required" if token else "no token",
+    )
+    await uvicorn.Server(config).serve()
+
+
+def serve(
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    *,
+    allow_writes: bool = False,
+    token: str | None = None,
+    url: str | None = None,
+    settings: Settings | None = None,
+) -> None:
+    """Open a store and serve the page until interrupted (blocking).
+
+    Args:
+        host: address to bind (loopback by default; anything else needs a token).
+        port: TCP port.
+        allow_writes: offer erasure (needs a token).
+        token: the operators' token (default: ``PGMEMORY_UI_TOKEN``).
+        url: database URL (default: the settings', else the embedded server).
+        settings: pgmemory settings (default: from the environment).
+
+    Raises:
+        ValueError: a token is needed and there is none (checked before anything starts).
+    """
+    from pgmemory.store.store import MemoryStore
+
+    resolve_token(host, allow_writes=allow_writes, token=token)  # fail before starting a server
+
+    async def run() -> None:
+        async with MemoryStore(url, settings=settings) as store:
+            await serve_store(store, host, port, allow_writes=allow_writes, token=token)
+
+    asyncio.run(run())

@@ -23,12 +23,9 @@ from pydantic import SecretStr, TypeAdapter
 from pgmemory.errors import InvalidInputError, PgMemoryError, StructuredOutputError
 from pgmemory.runtime.chat import ChatResponse, ChatResponseUpdate, ToolChoice
 from pgmemory.runtime.messages import FunctionCallContent, Message, TextContent
-from pgmemory.runtime.tools import Tool
+from pgmemory.runtime.tools import NAME_RE, Tool
 
 logger = logging.getLogger(__name__)
-
-_NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
 
 def _strict_schema(adapter: TypeAdapter[Any]) -> dict[str, Any]:
     try:  # the openai package's own strict-mode conversion, when available
@@ -102,7 +99,7 @@ class _Format:
 
 
 def _openai_name(name: str | None) -> dict[str, str]:
-    return {"name": name} if name and _NAME_OK.match(name) else {}
+    return {"name": name} if name and NAME_RE.match(name) else {}
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.runtime.messages import Message, external_only
+from pgmemory.runtime.openai_client import strict_json_schema
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
 from pgmemory.store.records import MemoryScope
 
@@ -100,12 +101,7 @@ def _extraction_model(model: type[BaseModel]) -> type[BaseModel]:
 
 
 def _response_format(extraction_model: type[BaseModel]) -> dict[str, Any]:
-    try:  # the openai package's strict-mode conversion (every property required, nullable)
-        from openai.lib._pydantic import to_strict_json_schema
-
-        schema = to_strict_json_schema(extraction_model)
-    except Exception:  # pragma: no cover - other openai versions
-        schema = extraction_model.model_json_schema()
+    schema = strict_json_schema(extraction_model)  # every property required, nullable
     return {
         "type": "json_schema",
         "json_schema": {"name": extraction_model.__name__[:64], "schema": schema, "strict": True},

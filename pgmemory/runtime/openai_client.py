@@ -27,13 +27,28 @@ from pgmemory.runtime.tools import NAME_RE, Tool
 
 logger = logging.getLogger(__name__)
 
-def _strict_schema(adapter: TypeAdapter[Any]) -> dict[str, Any]:
+
+def strict_json_schema(target: type[pydantic.BaseModel] | TypeAdapter[Any]) -> dict[str, Any]:
+    """The JSON schema of ``target`` in the API's strict structured-output form.
+
+    Strict mode requires every property and forbids additional ones; the ``openai`` package's
+    own conversion does that. It lives in a private module of that package, so this is the one
+    place that imports it; when it is unavailable the plain JSON schema is returned.
+
+    Args:
+        target: a pydantic model class, or a ``TypeAdapter`` of any type pydantic validates.
+
+    Returns:
+        The schema, ready for ``{"type": "json_schema", "json_schema": {"schema": ...}}``.
+    """
     try:  # the openai package's own strict-mode conversion, when available
         from openai.lib._pydantic import to_strict_json_schema
 
-        return to_strict_json_schema(adapter)
+        return to_strict_json_schema(target)
     except Exception:  # pragma: no cover - fallback for other openai versions
-        return adapter.json_schema()
+        if isinstance(target, TypeAdapter):
+            return target.json_schema()
+        return target.model_json_schema()
 
 
 def _schema_name(target: Any) -> str:
@@ -63,7 +78,7 @@ class _Format:
             return
         try:
             self.adapter = TypeAdapter(response_format)
-            schema = _strict_schema(self.adapter)
+            schema = strict_json_schema(self.adapter)
         except (
             pydantic.PydanticUserError,
             pydantic.PydanticSchemaGenerationError,
@@ -391,4 +406,4 @@ class OpenAIChatClient:
         return _Format(response_format).parse(text)
 
 
-__all__ = ["OpenAIChatClient", "to_openai_messages"]
+__all__ = ["OpenAIChatClient", "strict_json_schema", "to_openai_messages"]

@@ -14,7 +14,7 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pydantic
@@ -24,6 +24,9 @@ from pgmemory.errors import InvalidInputError, PgMemoryError, StructuredOutputEr
 from pgmemory.runtime.chat import ChatResponse, ChatResponseUpdate, ToolChoice
 from pgmemory.runtime.messages import FunctionCallContent, Message, TextContent
 from pgmemory.runtime.tools import NAME_RE, Tool
+
+if TYPE_CHECKING:
+    from pgmemory.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -204,8 +207,16 @@ class OpenAIChatClient:
         )
 
     @classmethod
-    def from_settings(cls, settings: Any = None, **overrides: Any) -> OpenAIChatClient:
-        """Build one from :class:`pgmemory.settings.Settings` (``PGMEMORY_OPENAI_*`` variables)."""
+    def from_settings(cls, settings: Settings | None = None, **overrides: Any) -> OpenAIChatClient:
+        """Build one from :class:`pgmemory.settings.Settings` (``PGMEMORY_OPENAI_*`` variables).
+
+        Model, endpoint, key, timeout and retries all come from the settings, whose defaults
+        are the only ones that apply here.
+
+        Args:
+            settings: the settings to read; ``Settings()`` (environment and ``.env``) if omitted.
+            **overrides: constructor arguments that replace the settings' values.
+        """
         if settings is None:
             from pgmemory.settings import Settings
 
@@ -214,8 +225,8 @@ class OpenAIChatClient:
             "model": settings.openai_chat_model,
             "base_url": settings.openai_base_url,
             "api_key": settings.openai_api_key,
-            "timeout": getattr(settings, "openai_timeout_s", 60.0),
-            "max_retries": getattr(settings, "openai_max_retries", 2),
+            "timeout": settings.openai_timeout_s,
+            "max_retries": settings.openai_max_retries,
         }
         values.update(overrides)
         return cls(**values)

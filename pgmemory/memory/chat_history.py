@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.runtime.messages import Message, all_messages, external_only
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
-from pgmemory.runtime.session import AgentSession
+from pgmemory.runtime.session import AgentSession, ProviderSessionState
 from pgmemory.runtime.tools import Tool, tool
 from pgmemory.store.records import Memory, MemoryRecord, MemoryScope, RecallTrace, SearchWeights
 from pgmemory.store.store import MemoryStore
@@ -183,13 +183,28 @@ class ChatHistoryMemoryProvider(ContextProvider):
         self.collection_name = collection_name
         self.options = options
         self._state_initializer = state_initializer
+        self._session_state: ProviderSessionState[dict[str, Any]] = ProviderSessionState(
+            self._initial_state, state_key=self.state_key, state_type=dict[str, Any]
+        )
 
     # --- state -----------------------------------------------------------------------------
 
-    def get_state(self, session: AgentSession, state: dict[str, Any]) -> State:
-        """The session's scopes, initialised (and saved in ``state``) on first use."""
-        if "storage_scope" in state:
-            return self.State.from_dict(state)
+    def get_state(self, session: AgentSession, state: dict[str, Any] | None = None) -> State:
+        """The session's scopes, initialised on first use and kept in ``session.state``.
+
+        Args:
+            session: the session; the scopes live in ``session.state[self.state_key]``.
+            state: not read (the session holds the state); accepted for callers of the
+                two-argument form.
+
+        Raises:
+            InvalidInputError: the state initializer returned something other than a State.
+            ScopeError: the storage scope sets no dimension, or the search scope sets none
+                and ``allow_unscoped_search`` is off.
+        """
+        return self.State.from_dict(self._session_state.get_or_initialize(session))
+
+    def _initial_state(self, session: AgentSession) -> dict[str, Any]:
         value = self._state_initializer(session)
         if not isinstance(value, self.State):
             raise InvalidInputError(
@@ -207,8 +222,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
                 "memories; set user_id (or another id), or pass "
                 "ChatHistoryMemoryProviderOptions(allow_unscoped_search=True)"
             )
-        state.update(value.to_dict())
-        return value
+        return value.to_dict()
 
     # --- hooks -----------------------------------------------------------------------------
 
@@ -216,7 +230,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
         self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
     ) -> None:
         """Recall now (``before_ai_invoke``) or add the search tool (on demand)."""
-        scopes = self.get_state(session, state)
+        scopes = self.get_state(session)
         if self.options.search_time == "on_demand_function_calling":
             context.extend_tools(self, self._search_tool(scopes, session))
             return
@@ -248,7 +262,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
         """Store the run's messages in one transaction (nothing when the run failed)."""
         if context.exception is not None:
             return
-        scopes = self.get_state(session, state)
+        scopes = self.get_state(session)
         limit = self.store.settings.max_text_chars
         storable = self.storable_messages(context)
         # The on-demand Search tool's calls and results are recalled memories: storing them

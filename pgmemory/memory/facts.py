@@ -42,6 +42,7 @@ from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.runtime.messages import Message, external_only
 from pgmemory.runtime.openai_client import strict_json_schema
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
+from pgmemory.runtime.session import ProviderSessionState
 from pgmemory.store.records import MemoryScope
 
 if TYPE_CHECKING:
@@ -247,6 +248,9 @@ class FactMemoryProvider(ContextProvider):
         #: client) so each value is validated on its own and one bad value loses only itself.
         self.response_format: dict[str, Any] = _response_format(self.extraction_model)
         self._state_initializer = state_initializer
+        self._session_state: ProviderSessionState[dict[str, Any]] = ProviderSessionState(
+            self._initial_state, state_key=self.state_key, state_type=dict[str, Any]
+        )
 
     # --- state -----------------------------------------------------------------------------
 
@@ -275,10 +279,23 @@ class FactMemoryProvider(ContextProvider):
 
         return initializer
 
-    def get_state(self, session: AgentSession, state: dict[str, Any]) -> FactMemoryProvider.State:
-        """The session's state, initialised (and saved in ``state``) on first use."""
-        if "scope" in state:
-            return self.State.from_dict(state)
+    def get_state(
+        self, session: AgentSession, state: dict[str, Any] | None = None
+    ) -> FactMemoryProvider.State:
+        """The session's state, initialised on first use and kept in ``session.state``.
+
+        Args:
+            session: the session; the state lives in ``session.state[self.state_key]``.
+            state: not read (the session holds the state); accepted for callers of the
+                two-argument form.
+
+        Raises:
+            InvalidInputError: the state initializer returned something other than a scope.
+            ScopeError: the scope sets no dimension.
+        """
+        return self.State.from_dict(self._session_state.get_or_initialize(session))
+
+    def _initial_state(self, session: AgentSession) -> dict[str, Any]:
         value = self._state_initializer(session)
         if isinstance(value, MemoryScope):
             value = self.State(scope=value)
@@ -292,22 +309,11 @@ class FactMemoryProvider(ContextProvider):
                 "the fact scope sets no dimension, so every user would share one set of facts; "
                 "set user_id (or another id) in the state initializer"
             )
-        state.clear()
-        state.update(value.to_dict())
-        return value
-
-    def _session_state(self, session: AgentSession) -> dict[str, Any]:
-        state = session.state.setdefault(self.state_key, {})
-        if not isinstance(state, dict):
-            raise InvalidInputError(
-                f"session.state[{self.state_key!r}] is a {type(state).__name__}, not this "
-                "provider's dict; give the provider another state_key"
-            )
-        return state
+        return value.to_dict()
 
     async def get_facts(self, session: AgentSession) -> dict[str, Any]:
         """The facts known for the session's scope (JSON values, keyed by field name)."""
-        scope = self.get_state(session, self._session_state(session)).scope
+        scope = self.get_state(session).scope
         return self._known(await self.store.get_facts(self.namespace, scope))
 
     def _known(self, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -346,7 +352,7 @@ class FactMemoryProvider(ContextProvider):
         state: dict[str, Any],
     ) -> None:
         """Inject the scope's known facts and ask for missing required ones."""
-        scope = self.get_state(session, state).scope
+        scope = self.get_state(session).scope
         known = self._known(await self.store.get_facts(self.namespace, scope))
         context.extend_instructions(self, self.format_instructions(known))
         logger.info(
@@ -434,7 +440,7 @@ class FactMemoryProvider(ContextProvider):
         if not messages:
             logger.debug("fact memory %s: no user text, extraction skipped", self.source_id)
             return
-        scope = self.get_state(session, state).scope
+        scope = self.get_state(session).scope
         try:
             updates = await self.extract(messages)
         except Exception as exc:  # extraction must never fail the user's run

@@ -33,14 +33,13 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Any
 
-import pydantic
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.memory.fact_schema import extraction_model, response_format
 from pgmemory.runtime.messages import Message, external_only
-from pgmemory.runtime.openai_client import strict_json_schema
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
 from pgmemory.runtime.session import ProviderSessionState
 from pgmemory.store.records import MemoryScope
@@ -80,33 +79,6 @@ def _json_text(value: Any) -> str:
     encoded = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
     # JSON allows raw U+2028/U+2029, which some readers treat as line breaks: escape them.
     return encoded.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-
-
-def _extraction_model(model: type[BaseModel]) -> type[BaseModel]:
-    """A copy of ``model`` whose every field is nullable and defaults to None.
-
-    Field constraints (``ge``, ``max_length``, ...) and descriptions are kept, so they reach the
-    JSON schema the chat model sees; validators are not copied (values are validated through
-    the original model afterwards).
-    """
-    fields: dict[str, Any] = {}
-    for name, info in model.model_fields.items():
-        annotation: Any = info.annotation
-        if info.metadata:
-            annotation = Annotated[(annotation, *info.metadata)]
-        fields[name] = (
-            Optional[annotation],  # noqa: UP045 - a runtime-built type, not an annotation
-            Field(default=None, description=info.description, title=info.title),
-        )
-    return pydantic.create_model(f"{model.__name__}Extraction", **fields)
-
-
-def _response_format(extraction_model: type[BaseModel]) -> dict[str, Any]:
-    schema = strict_json_schema(extraction_model)  # every property required, nullable
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": extraction_model.__name__[:64], "schema": schema, "strict": True},
-    }
 
 
 class FactMemoryProvider(ContextProvider):
@@ -242,11 +214,11 @@ class FactMemoryProvider(ContextProvider):
         self.extraction_prompt = extraction_prompt
         self.extraction_options: dict[str, Any] = dict(extraction_options or {})
         #: ``model`` with every field nullable: the shape the extraction asks for.
-        self.extraction_model: type[BaseModel] = _extraction_model(model)
+        self.extraction_model: type[BaseModel] = extraction_model(model)
         #: The extraction request's ``response_format``: a strict JSON schema of
         #: :attr:`extraction_model`. It is sent as a raw schema (decoded, not parsed, by the
         #: client) so each value is validated on its own and one bad value loses only itself.
-        self.response_format: dict[str, Any] = _response_format(self.extraction_model)
+        self.response_format: dict[str, Any] = response_format(self.extraction_model)
         self._state_initializer = state_initializer
         self._session_state: ProviderSessionState[dict[str, Any]] = ProviderSessionState(
             self._initial_state, state_key=self.state_key, state_type=dict[str, Any]

@@ -39,15 +39,26 @@ logger = logging.getLogger(__name__)
 class ChatHistoryMemoryProvider(ContextProvider):
     """Stores every turn in PostgreSQL with embeddings and recalls related ones by scope.
 
-    ``state_initializer(session)`` returns a :class:`ChatHistoryMemoryProvider.State` (storage
-    scope, and a search scope that defaults to it); it runs once per session and the result is
-    kept, JSON-native, in ``session.state`` under the provider's state key. Example: read
-    ``session.state["user_id"]`` and fail clearly when it is missing.
-
     Security: recalled memories are untrusted text placed in the model's context (they are
     quoted and labelled as data); stored messages are personal data (erase them with
     ``store.delete(collection, scope=...)``); the on-demand query is model-generated and only
     ever used as a parameter. Logs carry counts at INFO and redacted detail at DEBUG.
+
+    Args:
+        store: the store holding the memories.
+        collection_name: the collection they are stored in (created beforehand).
+        state_initializer: ``state_initializer(session)`` returns a
+            :class:`ChatHistoryMemoryProvider.State` (storage scope, and a search scope that
+            defaults to it); it runs once per session and the result is kept, JSON-native, in
+            ``session.state`` under the provider's state key. Example: read
+            ``session.state["user_id"]`` and fail clearly when it is missing.
+        options: every other setting
+            (:class:`~pgmemory.memory.chat_history_options.ChatHistoryMemoryProviderOptions`).
+        source_id: the provider's id (default: the class name); also the state key unless
+            ``options.state_key`` is set.
+
+    Raises:
+        InvalidInputError: ``state_initializer`` is not callable.
     """
 
     @dataclass(frozen=True)

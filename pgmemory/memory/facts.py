@@ -1,7 +1,7 @@
 """Fact memory: structured facts about the user, extracted by the chat model, kept in PostgreSQL.
 
-:class:`FactMemoryProvider` is a context provider built around a pydantic model of facts (the
-seeds' example: the user's name and age)::
+:class:`FactMemoryProvider` is a context provider built around a pydantic model of facts (for
+example the user's name and age)::
 
     class UserInfo(BaseModel):
         name: str | None
@@ -84,35 +84,42 @@ def _json_text(value: Any) -> str:
 class FactMemoryProvider(ContextProvider):
     """Remembers structured facts about the user (a pydantic model) per scope, in PostgreSQL.
 
-    Arguments:
-
-    * ``store`` - the :class:`~pgmemory.MemoryStore` holding the facts.
-    * ``chat_client`` - the chat client used for extraction (usually the agent's own).
-    * ``model`` - a pydantic model class: its fields are the facts. Stored values are its
-      fields' JSON form (``model_dump(mode="json")``), keyed by field name.
-    * ``state_initializer(session)`` - returns the :class:`MemoryScope` the facts belong to
-      (or a :class:`FactMemoryProvider.State`). It runs once per session; the scope is kept,
-      JSON-native, in ``session.state[state_key]``, so a session restored with
-      ``agent.deserialize_session()`` keeps its scope. :meth:`scope_from_session` builds the
-      usual one (user id read from ``session.state``, clear error if absent).
-    * ``namespace`` - the facts' namespace in the store (default: ``source_id``), so several
-      fact providers can share a scope without clashing.
-    * ``required`` - field names the agent must ask for while they are unknown. Default: the
-      model's required fields (``name: str | None`` without a default is required; with
-      ``= None`` it is not). Pass ``()`` to never ask.
-    * ``source_id`` - the provider's id (default ``"fact_memory"``); it stamps its instructions
-      and is the ``actor`` of every audit row. ``state_key`` defaults to it.
-    * ``facts_prompt`` / ``missing_prompt`` / ``extraction_prompt`` - the texts described by
-      :data:`DEFAULT_FACTS_PROMPT`, :data:`DEFAULT_MISSING_PROMPT` (with ``{fields}``) and
-      :data:`DEFAULT_EXTRACTION_PROMPT`.
-    * ``extraction_options`` - extra request options for the extraction call (e.g.
-      ``{"model": "gpt-4o-mini", "temperature": 0}``).
-    * ``store_input_filter`` - which request messages are mined for facts (default: only the
-      caller's own, ``external``, messages); of those, only ``user`` messages with text are used.
-
     An extraction that fails (endpoint error, reply not matching the schema, value rejected by
     the model's validation) is logged without content and does not fail the run; a database
     error while merging does propagate. A run that failed stores nothing.
+
+    Args:
+        store: the :class:`~pgmemory.MemoryStore` holding the facts.
+        chat_client: the chat client used for extraction (usually the agent's own).
+        model: a pydantic model class: its fields are the facts. Stored values are its
+            fields' JSON form (``model_dump(mode="json")``), keyed by field name.
+        state_initializer: ``state_initializer(session)`` returns the :class:`MemoryScope`
+            the facts belong to (or a :class:`FactMemoryProvider.State`). It runs once per
+            session; the scope is kept, JSON-native, in ``session.state[state_key]``, so a
+            session restored with ``agent.deserialize_session()`` keeps its scope.
+            :meth:`scope_from_session` builds the usual one (user id read from
+            ``session.state``, clear error if absent).
+        namespace: the facts' namespace in the store (default: ``source_id``), so several
+            fact providers can share a scope without clashing.
+        required: field names the agent must ask for while they are unknown. Default: the
+            model's required fields (``name: str | None`` without a default is required; with
+            ``= None`` it is not). Pass ``()`` to never ask.
+        source_id: the provider's id (default ``"fact_memory"``); it stamps its instructions
+            and is the ``actor`` of every audit row.
+        state_key: the key of its state in ``session.state`` (default: ``source_id``).
+        facts_prompt: the header of the injected facts (:data:`DEFAULT_FACTS_PROMPT`).
+        missing_prompt: the request for missing required facts, with ``{fields}``
+            (:data:`DEFAULT_MISSING_PROMPT`).
+        extraction_prompt: the system instruction of the extraction request
+            (:data:`DEFAULT_EXTRACTION_PROMPT`).
+        extraction_options: extra request options for the extraction call (e.g.
+            ``{"model": "gpt-4o-mini", "temperature": 0}``).
+        store_input_filter: which request messages are mined for facts (default: only the
+            caller's own, ``external``, messages); of those, only ``user`` messages with text
+            are used.
+
+    Raises:
+        InvalidInputError: an argument is unusable (the message names it and the fix).
     """
 
     @dataclass(frozen=True, slots=True)

@@ -26,10 +26,22 @@ if TYPE_CHECKING:
 class PostgresHistoryProvider(HistoryProvider):
     """A history provider on :class:`pgmemory.store.store.MemoryStore`.
 
-    ``user_id_key`` names the entry of ``session.state`` holding the caller's user id
-    (default ``"user_id"``; rows are then kept per user, which deletion and distribution by
-    user rely on). ``page_size`` is how many rows each read fetches. Reducers may only run
-    ``before_messages_retrieved``: the stored history is an audit record and is never rewritten.
+    The history's keys (session id, user id) are recorded in the session's state on first
+    use, through a :class:`~pgmemory.runtime.session.ProviderSessionState`.
+
+    Args:
+        store: the store holding the history.
+        user_id_key: the entry of ``session.state`` holding the caller's user id (default
+            ``"user_id"``; rows are then kept per user, which deletion and distribution by
+            user rely on); ``None`` keeps rows without a user.
+        page_size: how many rows each read fetches.
+        **others: as for :class:`~pgmemory.runtime.history.HistoryProvider`; ``source_id``
+            defaults to ``"postgres_history"``.
+
+    Raises:
+        InvalidInputError: the store lacks the history methods, ``page_size`` is below 1, or
+            a reducer would run ``after_messages_added`` (the stored history is an audit
+            record and is never rewritten).
     """
 
     def __init__(

@@ -7,8 +7,8 @@ The JSON schema of a tool's parameters comes from the callable's signature:
 * ``Annotated[str, "what it is"]`` (or ``Annotated[str, Field(description=...)]``) describes a
   parameter; so does an ``Args:`` section (or ``:param name:`` lines) in the docstring;
 * the docstring's first paragraph describes the tool;
-* a variadic ``*items: Item`` becomes one array parameter ``items`` (the seed's
-  ``PlaceOrder(params KeyValuePair<string,int>[])``), and the call passes it back spread out.
+* a variadic ``*items: Item`` becomes one array parameter ``items`` (e.g. the order lines of
+  ``place_order(*items: OrderItem)``), and the call passes it back spread out.
 
 Arguments from the model are validated with pydantic before the call; an invalid call, an
 unknown tool or a tool that raises becomes an error result the model sees, never a crash.

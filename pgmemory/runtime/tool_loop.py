@@ -7,9 +7,8 @@ once more with tool choice ``"none"``; if it still asks for tools, :class:`ToolL
 is raised. A call to a declaration-only tool (no function) ends the loop: the caller answers it.
 
 :func:`tool_loop` is the one implementation: an async generator that yields
-:class:`AgentResponseUpdate` pieces and, last, the :class:`AgentResponse`.
-:meth:`~pgmemory.runtime.agent.Agent.run` drains it; :meth:`~pgmemory.runtime.agent.Agent.run_stream`
-forwards it.
+:class:`AgentResponseUpdate` pieces and, last, the :class:`AgentResponse`. ``Agent.run``
+drains it; ``Agent.run_stream`` forwards it.
 """
 
 from __future__ import annotations

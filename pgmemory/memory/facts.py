@@ -1,7 +1,7 @@
 """Fact memory: structured facts about the user, extracted by the chat model, kept in PostgreSQL.
 
-:class:`FactMemoryProvider` is a context provider built around a pydantic model of facts (the
-seeds' example: the user's name and age)::
+:class:`FactMemoryProvider` is a context provider built around a pydantic model of facts (for
+example the user's name and age)::
 
     class UserInfo(BaseModel):
         name: str | None
@@ -33,14 +33,15 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Any
 
-import pydantic
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.memory.fact_schema import extraction_model, response_format
 from pgmemory.runtime.messages import Message, external_only
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
+from pgmemory.runtime.session import ProviderSessionState
 from pgmemory.store.records import MemoryScope
 
 if TYPE_CHECKING:
@@ -80,70 +81,45 @@ def _json_text(value: Any) -> str:
     return encoded.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def _extraction_model(model: type[BaseModel]) -> type[BaseModel]:
-    """A copy of ``model`` whose every field is nullable and defaults to None.
-
-    Field constraints (``ge``, ``max_length``, ...) and descriptions are kept, so they reach the
-    JSON schema the chat model sees; validators are not copied (values are validated through
-    the original model afterwards).
-    """
-    fields: dict[str, Any] = {}
-    for name, info in model.model_fields.items():
-        annotation: Any = info.annotation
-        if info.metadata:
-            annotation = Annotated[(annotation, *info.metadata)]
-        fields[name] = (
-            Optional[annotation],  # noqa: UP045 - a runtime-built type, not an annotation
-            Field(default=None, description=info.description, title=info.title),
-        )
-    return pydantic.create_model(f"{model.__name__}Extraction", **fields)
-
-
-def _response_format(extraction_model: type[BaseModel]) -> dict[str, Any]:
-    try:  # the openai package's strict-mode conversion (every property required, nullable)
-        from openai.lib._pydantic import to_strict_json_schema
-
-        schema = to_strict_json_schema(extraction_model)
-    except Exception:  # pragma: no cover - other openai versions
-        schema = extraction_model.model_json_schema()
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": extraction_model.__name__[:64], "schema": schema, "strict": True},
-    }
-
-
 class FactMemoryProvider(ContextProvider):
     """Remembers structured facts about the user (a pydantic model) per scope, in PostgreSQL.
-
-    Arguments:
-
-    * ``store`` - the :class:`~pgmemory.MemoryStore` holding the facts.
-    * ``chat_client`` - the chat client used for extraction (usually the agent's own).
-    * ``model`` - a pydantic model class: its fields are the facts. Stored values are its
-      fields' JSON form (``model_dump(mode="json")``), keyed by field name.
-    * ``state_initializer(session)`` - returns the :class:`MemoryScope` the facts belong to
-      (or a :class:`FactMemoryProvider.State`). It runs once per session; the scope is kept,
-      JSON-native, in ``session.state[state_key]``, so a session restored with
-      ``agent.deserialize_session()`` keeps its scope. :meth:`scope_from_session` builds the
-      usual one (user id read from ``session.state``, clear error if absent).
-    * ``namespace`` - the facts' namespace in the store (default: ``source_id``), so several
-      fact providers can share a scope without clashing.
-    * ``required`` - field names the agent must ask for while they are unknown. Default: the
-      model's required fields (``name: str | None`` without a default is required; with
-      ``= None`` it is not). Pass ``()`` to never ask.
-    * ``source_id`` - the provider's id (default ``"fact_memory"``); it stamps its instructions
-      and is the ``actor`` of every audit row. ``state_key`` defaults to it.
-    * ``facts_prompt`` / ``missing_prompt`` / ``extraction_prompt`` - the texts described by
-      :data:`DEFAULT_FACTS_PROMPT`, :data:`DEFAULT_MISSING_PROMPT` (with ``{fields}``) and
-      :data:`DEFAULT_EXTRACTION_PROMPT`.
-    * ``extraction_options`` - extra request options for the extraction call (e.g.
-      ``{"model": "gpt-4o-mini", "temperature": 0}``).
-    * ``store_input_filter`` - which request messages are mined for facts (default: only the
-      caller's own, ``external``, messages); of those, only ``user`` messages with text are used.
 
     An extraction that fails (endpoint error, reply not matching the schema, value rejected by
     the model's validation) is logged without content and does not fail the run; a database
     error while merging does propagate. A run that failed stores nothing.
+
+    Args:
+        store: the :class:`~pgmemory.MemoryStore` holding the facts.
+        chat_client: the chat client used for extraction (usually the agent's own).
+        model: a pydantic model class: its fields are the facts. Stored values are its
+            fields' JSON form (``model_dump(mode="json")``), keyed by field name.
+        state_initializer: ``state_initializer(session)`` returns the :class:`MemoryScope`
+            the facts belong to (or a :class:`FactMemoryProvider.State`). It runs once per
+            session; the scope is kept, JSON-native, in ``session.state[state_key]``, so a
+            session restored with ``agent.deserialize_session()`` keeps its scope.
+            :meth:`scope_from_session` builds the usual one (user id read from
+            ``session.state``, clear error if absent).
+        namespace: the facts' namespace in the store (default: ``source_id``), so several
+            fact providers can share a scope without clashing.
+        required: field names the agent must ask for while they are unknown. Default: the
+            model's required fields (``name: str | None`` without a default is required; with
+            ``= None`` it is not). Pass ``()`` to never ask.
+        source_id: the provider's id (default ``"fact_memory"``); it stamps its instructions
+            and is the ``actor`` of every audit row.
+        state_key: the key of its state in ``session.state`` (default: ``source_id``).
+        facts_prompt: the header of the injected facts (:data:`DEFAULT_FACTS_PROMPT`).
+        missing_prompt: the request for missing required facts, with ``{fields}``
+            (:data:`DEFAULT_MISSING_PROMPT`).
+        extraction_prompt: the system instruction of the extraction request
+            (:data:`DEFAULT_EXTRACTION_PROMPT`).
+        extraction_options: extra request options for the extraction call (e.g.
+            ``{"model": "gpt-4o-mini", "temperature": 0}``).
+        store_input_filter: which request messages are mined for facts (default: only the
+            caller's own, ``external``, messages); of those, only ``user`` messages with text
+            are used.
+
+    Raises:
+        InvalidInputError: an argument is unusable (the message names it and the fix).
     """
 
     @dataclass(frozen=True, slots=True)
@@ -245,12 +221,15 @@ class FactMemoryProvider(ContextProvider):
         self.extraction_prompt = extraction_prompt
         self.extraction_options: dict[str, Any] = dict(extraction_options or {})
         #: ``model`` with every field nullable: the shape the extraction asks for.
-        self.extraction_model: type[BaseModel] = _extraction_model(model)
+        self.extraction_model: type[BaseModel] = extraction_model(model)
         #: The extraction request's ``response_format``: a strict JSON schema of
         #: :attr:`extraction_model`. It is sent as a raw schema (decoded, not parsed, by the
         #: client) so each value is validated on its own and one bad value loses only itself.
-        self.response_format: dict[str, Any] = _response_format(self.extraction_model)
+        self.response_format: dict[str, Any] = response_format(self.extraction_model)
         self._state_initializer = state_initializer
+        self._session_state: ProviderSessionState[dict[str, Any]] = ProviderSessionState(
+            self._initial_state, state_key=self.state_key, state_type=dict[str, Any]
+        )
 
     # --- state -----------------------------------------------------------------------------
 
@@ -279,10 +258,23 @@ class FactMemoryProvider(ContextProvider):
 
         return initializer
 
-    def get_state(self, session: AgentSession, state: dict[str, Any]) -> FactMemoryProvider.State:
-        """The session's state, initialised (and saved in ``state``) on first use."""
-        if "scope" in state:
-            return self.State.from_dict(state)
+    def get_state(
+        self, session: AgentSession, state: dict[str, Any] | None = None
+    ) -> FactMemoryProvider.State:
+        """The session's state, initialised on first use and kept in ``session.state``.
+
+        Args:
+            session: the session; the state lives in ``session.state[self.state_key]``.
+            state: not read (the session holds the state); accepted for callers of the
+                two-argument form.
+
+        Raises:
+            InvalidInputError: the state initializer returned something other than a scope.
+            ScopeError: the scope sets no dimension.
+        """
+        return self.State.from_dict(self._session_state.get_or_initialize(session))
+
+    def _initial_state(self, session: AgentSession) -> dict[str, Any]:
         value = self._state_initializer(session)
         if isinstance(value, MemoryScope):
             value = self.State(scope=value)
@@ -296,22 +288,11 @@ class FactMemoryProvider(ContextProvider):
                 "the fact scope sets no dimension, so every user would share one set of facts; "
                 "set user_id (or another id) in the state initializer"
             )
-        state.clear()
-        state.update(value.to_dict())
-        return value
-
-    def _session_state(self, session: AgentSession) -> dict[str, Any]:
-        state = session.state.setdefault(self.state_key, {})
-        if not isinstance(state, dict):
-            raise InvalidInputError(
-                f"session.state[{self.state_key!r}] is a {type(state).__name__}, not this "
-                "provider's dict; give the provider another state_key"
-            )
-        return state
+        return value.to_dict()
 
     async def get_facts(self, session: AgentSession) -> dict[str, Any]:
         """The facts known for the session's scope (JSON values, keyed by field name)."""
-        scope = self.get_state(session, self._session_state(session)).scope
+        scope = self.get_state(session).scope
         return self._known(await self.store.get_facts(self.namespace, scope))
 
     def _known(self, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -350,7 +331,7 @@ class FactMemoryProvider(ContextProvider):
         state: dict[str, Any],
     ) -> None:
         """Inject the scope's known facts and ask for missing required ones."""
-        scope = self.get_state(session, state).scope
+        scope = self.get_state(session).scope
         known = self._known(await self.store.get_facts(self.namespace, scope))
         context.extend_instructions(self, self.format_instructions(known))
         logger.info(
@@ -438,7 +419,7 @@ class FactMemoryProvider(ContextProvider):
         if not messages:
             logger.debug("fact memory %s: no user text, extraction skipped", self.source_id)
             return
-        scope = self.get_state(session, state).scope
+        scope = self.get_state(session).scope
         try:
             updates = await self.extract(messages)
         except Exception as exc:  # extraction must never fail the user's run

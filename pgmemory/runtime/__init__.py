@@ -1,8 +1,11 @@
 """The agent runtime: messages, tools, sessions, context and history providers, reducers,
 the OpenAI-compatible chat client and the agent that ties them together.
 
-Each concept has its own module; everything public is re-exported here.
+Each concept has its own module; everything public is re-exported here. The runtime knows
+nothing of the database: providers backed by the store live in :mod:`pgmemory.memory`.
 """
+
+from typing import Any
 
 from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate
 from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate
@@ -20,7 +23,6 @@ from pgmemory.runtime.messages import (
     filter_by_source,
 )
 from pgmemory.runtime.openai_client import OpenAIChatClient
-from pgmemory.runtime.postgres_history import PostgresHistoryProvider
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
 from pgmemory.runtime.reducers import ChatReducer, MessageCountingReducer, SummarizingReducer
 from pgmemory.runtime.session import AgentSession, ProviderSessionState
@@ -47,7 +49,6 @@ __all__ = [
     "MessageCountingReducer",
     "MessageFilter",
     "OpenAIChatClient",
-    "PostgresHistoryProvider",
     "ProviderSessionState",
     "SessionContext",
     "SummarizingReducer",
@@ -58,3 +59,15 @@ __all__ = [
     "filter_by_source",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Transitional bridge, to be deleted: PostgresHistoryProvider moved to pgmemory.memory
+    # (it needs the store, which the runtime must not import). pgmemory/__init__.py and
+    # examples/two_turn_chat.py still import it from here; once they import it from
+    # pgmemory.memory, delete this function and the `typing` import above.
+    if name == "PostgresHistoryProvider":
+        from pgmemory.memory.postgres_history import PostgresHistoryProvider
+
+        return PostgresHistoryProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

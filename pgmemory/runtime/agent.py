@@ -6,7 +6,8 @@ One run:
 2. every provider's ``before_run`` runs in list order (each sees what earlier ones added);
 3. the model is called with the system message (instructions), the request messages and the
    tools; while it asks for tools, the agent calls them (in parallel) and calls the model again,
-   at most ``max_tool_iterations`` rounds;
+   at most ``max_tool_iterations`` rounds (:mod:`pgmemory.runtime.tool_loop`, the same loop
+   for :meth:`Agent.run` and :meth:`Agent.run_stream`);
 4. every provider's ``after_run`` runs in list order with the response, or, if the model call
    failed, with ``context.exception`` set (default providers then store nothing), after which
    the exception propagates.
@@ -14,24 +15,18 @@ One run:
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
-from pgmemory.errors import AfterRunError, InvalidInputError, ToolLoopLimitError
-from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate, ToolChoice
+from pgmemory.errors import AfterRunError, InvalidInputError
+from pgmemory.runtime.chat import ChatClient, ToolChoice
 from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
-from pgmemory.runtime.messages import (
-    Content,
-    FunctionCallContent,
-    FunctionResultContent,
-    Message,
-    as_messages,
-)
+from pgmemory.runtime.messages import Message, as_messages
 from pgmemory.runtime.providers import ContextProvider, SessionContext
 from pgmemory.runtime.session import AgentSession
+from pgmemory.runtime.tool_loop import AgentResponse, AgentResponseUpdate, tool_loop
 from pgmemory.runtime.tools import Tool, ToolLike, as_tools, merge_tools
 
 logger = logging.getLogger(__name__)
@@ -43,51 +38,6 @@ def _check_iterations(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidInputError(f"max_tool_iterations={value!r} must be an integer >= 1")
     return value
-
-
-@dataclass(slots=True)
-class AgentResponse:
-    """The outcome of one run.
-
-    ``messages`` are every message the agent produced, in order: assistant messages that call
-    tools, the tool results, and the final answer. ``text`` is the final answer's text.
-    ``value`` is the parsed structured output when the run asked for a ``response_format``.
-    """
-
-    messages: list[Message]
-    value: Any = None
-    usage: dict[str, int] = field(default_factory=dict)
-    session_id: str | None = None
-
-    @property
-    def text(self) -> str:
-        """The text of the last assistant message ('' if there is none)."""
-        for message in reversed(self.messages):
-            if message.role == "assistant" and message.text:
-                return message.text
-        return ""
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass(slots=True)
-class AgentResponseUpdate:
-    """A piece of a streamed run: a text delta of an assistant message, or contents (function
-    calls the model made, results of tools the agent ran)."""
-
-    text: str = ""
-    contents: list[Content] = field(default_factory=list)
-    role: str = "assistant"
-    message_id: str | None = None
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def _add_usage(total: dict[str, int], usage: Mapping[str, int]) -> None:
-    for key, value in usage.items():
-        total[key] = total.get(key, 0) + int(value)
 
 
 class Agent:
@@ -239,91 +189,32 @@ class Agent:
             except Exception:  # the model's exception is the one the caller must see
                 logger.exception("after_run of %r failed while handling a failed run", provider)
 
-    def _model_messages(
-        self, context: SessionContext, produced: Sequence[Message]
-    ) -> list[Message]:
-        system = [Message("system", context.instructions)] if context.instructions else []
-        return [*system, *context.request_messages, *produced]
+    def _limit(self, max_tool_iterations: int | None) -> int:
+        if max_tool_iterations is None:
+            return self.max_tool_iterations
+        return _check_iterations(max_tool_iterations)
 
-    async def _call_tool(self, call: FunctionCallContent, tools: Mapping[str, Tool]) -> Message:
-        tool = tools.get(call.name)
-        if tool is None:
-            result = FunctionResultContent(
-                call.call_id,
-                error=f"unknown tool {call.name!r}; available tools: {', '.join(sorted(tools)) or 'none'}",
-            )
-        else:
-            try:
-                value = await tool.invoke(call.parse_arguments())
-                result = FunctionResultContent(call.call_id, result=value)
-            except Exception as exc:  # the model sees the failure and may recover
-                logger.warning("tool %r failed: %s", call.name, type(exc).__name__)
-                result = FunctionResultContent(call.call_id, error=f"{type(exc).__name__}: {exc}")
-        return Message("tool", contents=[result])
-
-    async def _run_tools(
-        self, calls: Sequence[FunctionCallContent], tools: Mapping[str, Tool]
-    ) -> list[Message]:
-        return list(await asyncio.gather(*(self._call_tool(c, tools) for c in calls)))
-
-    def _loop_options(
-        self,
-        context: SessionContext,
-        tool_choice: ToolChoice | None,
-        options: Mapping[str, Any] | None,
-    ) -> tuple[dict[str, Tool], ToolChoice | None, dict[str, Any]]:
-        tools = {t.name: t for t in context.tools}
-        return (
-            tools,
-            tool_choice if tool_choice is not None else self.tool_choice,
-            {**self.options, **dict(options or {})},
-        )
-
-    @staticmethod
-    def _declaration_only(calls: Sequence[FunctionCallContent], tools: Mapping[str, Tool]) -> bool:
-        return any(tools.get(c.name) is not None and tools[c.name].fn is None for c in calls)
-
-    async def _invoke(
+    def _steps(
         self,
         context: SessionContext,
         *,
+        stream: bool,
         tool_choice: ToolChoice | None,
         response_format: Any,
         max_tool_iterations: int,
         options: Mapping[str, Any] | None,
-    ) -> AgentResponse:
-        tools, choice, opts = self._loop_options(context, tool_choice, options)
-        produced: list[Message] = []
-        usage: dict[str, int] = {}
-        rounds = 0
-        while True:
-            last_round = rounds >= max_tool_iterations
-            reply: ChatResponse = await self.client.get_response(
-                self._model_messages(context, produced),
-                tools=list(tools.values()),
-                tool_choice="none" if last_round and tools else choice,
-                response_format=response_format,
-                options=opts,
-            )
-            _add_usage(usage, reply.usage)
-            produced.extend(self._named(m) for m in reply.messages)
-            calls = reply.function_calls
-            if not calls or self._declaration_only(calls, tools):
-                return AgentResponse(
-                    produced, value=reply.value, usage=usage, session_id=context.session_id
-                )
-            if last_round:
-                raise ToolLoopLimitError(
-                    f"the model still asked for tools ({', '.join(c.name for c in calls)}) after "
-                    f"{max_tool_iterations} rounds; raise max_tool_iterations=... or check the tools"
-                )
-            rounds += 1
-            produced.extend(await self._run_tools(calls, tools))
-
-    def _named(self, message: Message) -> Message:
-        if self.name and message.role == "assistant" and not message.author_name:
-            return message.replace(author_name=self.name)
-        return message
+    ) -> AsyncGenerator[AgentResponseUpdate | AgentResponse, None]:
+        """The run's tool loop, with the agent's tool choice and options as defaults."""
+        return tool_loop(
+            self.client,
+            context,
+            stream=stream,
+            tool_choice=tool_choice if tool_choice is not None else self.tool_choice,
+            response_format=response_format,
+            options={**self.options, **dict(options or {})},
+            max_tool_iterations=max_tool_iterations,
+            author_name=self.name,
+        )
 
     async def run(
         self,
@@ -345,19 +236,24 @@ class Agent:
         insists, :class:`ToolLoopLimitError` is raised.
         """
         session, context = await self._prepare(input, session, tools)
+        response: AgentResponse | None = None
         try:
-            response = await self._invoke(
+            steps = self._steps(
                 context,
+                stream=False,
                 tool_choice=tool_choice,
                 response_format=response_format,
-                max_tool_iterations=self.max_tool_iterations
-                if max_tool_iterations is None
-                else _check_iterations(max_tool_iterations),
+                max_tool_iterations=self._limit(max_tool_iterations),
                 options=options,
             )
+            async with aclosing(steps):
+                async for step in steps:
+                    if isinstance(step, AgentResponse):
+                        response = step
         except Exception as exc:
             await self._fail(session, context, exc)
             raise
+        assert response is not None  # the loop ends with the response or raises
         context.response = response
         await self._finish(session, context)
         return response
@@ -379,60 +275,26 @@ class Agent:
         Providers' ``after_run`` only runs if the stream is consumed to the end.
         """
         session, context = await self._prepare(input, session, tools)
-        limit = (
-            self.max_tool_iterations
-            if max_tool_iterations is None
-            else _check_iterations(max_tool_iterations)
+        steps = self._steps(
+            context,
+            stream=True,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            max_tool_iterations=self._limit(max_tool_iterations),
+            options=options,
         )
-        tool_map, choice, opts = self._loop_options(context, tool_choice, options)
-        produced: list[Message] = []
-        usage: dict[str, int] = {}
-        value: Any = None
-        rounds = 0
+        response: AgentResponse | None = None
         try:
-            while True:
-                last_round = rounds >= limit
-                updates: list[ChatResponseUpdate] = []
-                stream = self.client.get_streaming_response(
-                    self._model_messages(context, produced),
-                    tools=list(tool_map.values()),
-                    tool_choice="none" if last_round and tool_map else choice,
-                    response_format=response_format,
-                    options=opts,
-                )
-                async for update in stream:
-                    updates.append(update)
-                    if update.text or update.function_calls:
-                        yield AgentResponseUpdate(
-                            text=update.text,
-                            contents=list(update.function_calls),
-                            message_id=update.message_id,
-                        )
-                reply = ChatResponse.from_updates(updates)
-                _add_usage(usage, reply.usage)
-                produced.extend(self._named(m) for m in reply.messages)
-                calls = reply.function_calls
-                if not calls or self._declaration_only(calls, tool_map):
-                    if response_format is not None and not calls:
-                        parse = getattr(self.client, "parse_structured", None)
-                        value = parse(reply.text, response_format) if parse else None
-                    break
-                if last_round:
-                    raise ToolLoopLimitError(
-                        f"the model still asked for tools ({', '.join(c.name for c in calls)}) after "
-                        f"{limit} rounds; raise max_tool_iterations=... or check the tools"
-                    )
-                rounds += 1
-                results = await self._run_tools(calls, tool_map)
-                produced.extend(results)
-                for message in results:
-                    yield AgentResponseUpdate(
-                        contents=list(message.contents), role="tool", message_id=message.message_id
-                    )
+            async with aclosing(steps):
+                async for step in steps:
+                    if isinstance(step, AgentResponse):
+                        response = step
+                    else:
+                        yield step
         except Exception as exc:
             await self._fail(session, context, exc)
             raise
-        response = AgentResponse(produced, value=value, usage=usage, session_id=session.session_id)
+        assert response is not None  # the loop ends with the response or raises
         context.response = response
         await self._finish(session, context)
         yield response

@@ -1,7 +1,9 @@
 """What a chat client is: the protocol the agent and the reducers call, and its reply types.
 
 :class:`~pgmemory.runtime.openai_client.OpenAIChatClient` is the implementation pgmemory ships;
-anything with the same two methods can stand in for it.
+anything with the same methods can stand in for it. ``Agent.run`` and the reducers call only
+``get_response``; ``Agent.run_stream`` calls ``get_streaming_response``, and
+``parse_structured`` when the run asks for a ``response_format``.
 """
 
 from __future__ import annotations
@@ -117,7 +119,28 @@ class ChatClient(Protocol):
         response_format: Any = None,
         options: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[ChatResponseUpdate]:
-        """Like :meth:`get_response`, yielding the reply as it is generated."""
+        """Like :meth:`get_response`, yielding the reply as it is generated.
+
+        A streamed reply carries no parsed structured output: the agent assembles the reply
+        (:meth:`ChatResponse.from_updates`) and calls :meth:`parse_structured` on its text.
+        """
+        ...
+
+    def parse_structured(self, text: str, response_format: Any) -> Any:
+        """Parse a reply's text into ``response_format``, as :meth:`get_response` fills
+        ``ChatResponse.value``.
+
+        Args:
+            text: the reply's text.
+            response_format: what was requested (a pydantic model, any type pydantic
+                validates, or a raw ``response_format`` dict).
+
+        Returns:
+            The parsed value (``None`` for a format that is not parsed, such as ``"text"``).
+
+        Raises:
+            StructuredOutputError: the text does not match the format.
+        """
         ...
 
 

@@ -27,20 +27,26 @@ if TYPE_CHECKING:
 class HistoryProvider(ContextProvider):
     """Base class of history providers.
 
-    Options:
-
-    ``load_messages``
-        feed the stored history to the model before each run (only one provider may).
-    ``store_inputs`` / ``store_outputs``
-        save the caller's input messages / the agent's response messages after each run.
-    ``store_context_messages``
-        also save messages other context providers added (not loaded history); limit it to
-        some providers with ``store_context_from={source ids}``.
-    ``reducer`` / ``reducer_trigger``
-        shrink the history: ``"before_messages_retrieved"`` (default) reduces what is loaded;
-        ``"after_messages_added"`` rewrites the stored history, for providers that support it.
-
     Nothing is saved when the run failed.
+
+    Args:
+        source_id: the provider's id (default: the class's ``default_source_id``).
+        load_messages: feed the stored history to the model before each run (only one
+            provider of an agent may).
+        store_inputs: save the caller's input messages after each run.
+        store_outputs: save the agent's response messages after each run.
+        store_context_messages: also save messages other context providers added (not
+            loaded history).
+        store_context_from: limit ``store_context_messages`` to these providers' source ids.
+        reducer: shrinks the history (:class:`~pgmemory.runtime.reducers.ChatReducer`).
+        reducer_trigger: ``"before_messages_retrieved"`` (default) reduces what is loaded;
+            ``"after_messages_added"`` rewrites the stored history, for providers that
+            support it.
+        state_key: the key of its state in ``session.state`` (default: ``source_id``).
+
+    Raises:
+        InvalidInputError: no source id, a reducer without ``reduce()``, an unknown trigger,
+            or a rewrite the provider does not support.
     """
 
     #: Whether this provider can rewrite its stored history (``after_messages_added``).

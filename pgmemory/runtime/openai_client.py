@@ -14,7 +14,7 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pydantic
@@ -23,20 +23,35 @@ from pydantic import SecretStr, TypeAdapter
 from pgmemory.errors import InvalidInputError, PgMemoryError, StructuredOutputError
 from pgmemory.runtime.chat import ChatResponse, ChatResponseUpdate, ToolChoice
 from pgmemory.runtime.messages import FunctionCallContent, Message, TextContent
-from pgmemory.runtime.tools import Tool
+from pgmemory.runtime.tools import NAME_RE, Tool
+
+if TYPE_CHECKING:
+    from pgmemory.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-_NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
+def strict_json_schema(target: type[pydantic.BaseModel] | TypeAdapter[Any]) -> dict[str, Any]:
+    """The JSON schema of ``target`` in the API's strict structured-output form.
 
-def _strict_schema(adapter: TypeAdapter[Any]) -> dict[str, Any]:
+    Strict mode requires every property and forbids additional ones; the ``openai`` package's
+    own conversion does that. It lives in a private module of that package, so this is the one
+    place that imports it; when it is unavailable the plain JSON schema is returned.
+
+    Args:
+        target: a pydantic model class, or a ``TypeAdapter`` of any type pydantic validates.
+
+    Returns:
+        The schema, ready for ``{"type": "json_schema", "json_schema": {"schema": ...}}``.
+    """
     try:  # the openai package's own strict-mode conversion, when available
         from openai.lib._pydantic import to_strict_json_schema
 
-        return to_strict_json_schema(adapter)
+        return to_strict_json_schema(target)
     except Exception:  # pragma: no cover - fallback for other openai versions
-        return adapter.json_schema()
+        if isinstance(target, TypeAdapter):
+            return target.json_schema()
+        return target.model_json_schema()
 
 
 def _schema_name(target: Any) -> str:
@@ -66,7 +81,7 @@ class _Format:
             return
         try:
             self.adapter = TypeAdapter(response_format)
-            schema = _strict_schema(self.adapter)
+            schema = strict_json_schema(self.adapter)
         except (
             pydantic.PydanticUserError,
             pydantic.PydanticSchemaGenerationError,
@@ -102,7 +117,7 @@ class _Format:
 
 
 def _openai_name(name: str | None) -> dict[str, str]:
-    return {"name": name} if name and _NAME_OK.match(name) else {}
+    return {"name": name} if name and NAME_RE.match(name) else {}
 
 
 def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -192,8 +207,16 @@ class OpenAIChatClient:
         )
 
     @classmethod
-    def from_settings(cls, settings: Any = None, **overrides: Any) -> OpenAIChatClient:
-        """Build one from :class:`pgmemory.settings.Settings` (``PGMEMORY_OPENAI_*`` variables)."""
+    def from_settings(cls, settings: Settings | None = None, **overrides: Any) -> OpenAIChatClient:
+        """Build one from :class:`pgmemory.settings.Settings` (``PGMEMORY_OPENAI_*`` variables).
+
+        Model, endpoint, key, timeout and retries all come from the settings, whose defaults
+        are the only ones that apply here.
+
+        Args:
+            settings: the settings to read; ``Settings()`` (environment and ``.env``) if omitted.
+            **overrides: constructor arguments that replace the settings' values.
+        """
         if settings is None:
             from pgmemory.settings import Settings
 
@@ -202,8 +225,8 @@ class OpenAIChatClient:
             "model": settings.openai_chat_model,
             "base_url": settings.openai_base_url,
             "api_key": settings.openai_api_key,
-            "timeout": getattr(settings, "openai_timeout_s", 60.0),
-            "max_retries": getattr(settings, "openai_max_retries", 2),
+            "timeout": settings.openai_timeout_s,
+            "max_retries": settings.openai_max_retries,
         }
         values.update(overrides)
         return cls(**values)
@@ -394,4 +417,4 @@ class OpenAIChatClient:
         return _Format(response_format).parse(text)
 
 
-__all__ = ["OpenAIChatClient", "to_openai_messages"]
+__all__ = ["OpenAIChatClient", "strict_json_schema", "to_openai_messages"]

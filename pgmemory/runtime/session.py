@@ -144,6 +144,10 @@ class ProviderSessionState(Generic[T]):
     (pydantic's ``mode="json"``), so sessions serialize; without a type, plain JSON is kept.
 
     ``get_or_initialize`` returns a fresh object each time: change it, then :meth:`save` it.
+
+    A provider may keep this state under its own ``state_key``: the agent puts an empty dict
+    there before the provider's hooks run (the hooks' ``state`` argument), and an empty dict
+    counts as no state yet; :meth:`save` fills that same dict, so the hooks' ``state`` shows it.
     """
 
     def __init__(
@@ -194,17 +198,15 @@ class ProviderSessionState(Generic[T]):
             ) from None
 
     def has_state(self, session: Any) -> bool:
-        """Whether the session already holds state under this key."""
-        return self.state_key in _state_of(session)
+        """Whether the session already holds state under this key (an empty dict is none)."""
+        current = _state_of(session).get(self.state_key, _ABSENT)
+        return current is not _ABSENT and current != {}
 
     def get_or_initialize(self, session: Any) -> T:
         """The session's state for this provider, initialised (and saved) if absent."""
-        state = _state_of(session)
-        if self.state_key not in state:
-            value = self._initializer(session)
-            self.save(session, value)
-            return self._load(state[self.state_key])
-        return self._load(state[self.state_key])
+        if not self.has_state(session):
+            self.save(session, self._initializer(session))
+        return self._load(_state_of(session)[self.state_key])
 
     def save(self, session: Any, value: T) -> None:
         """Store ``value`` in the session under this key (replacing what was there)."""
@@ -221,6 +223,9 @@ class ProviderSessionState(Generic[T]):
     def clear(self, session: Any) -> None:
         """Forget this provider's state in the session (the initializer runs again next time)."""
         _state_of(session).pop(self.state_key, None)
+
+
+_ABSENT = object()
 
 
 def _state_of(session: Any) -> dict[str, Any]:

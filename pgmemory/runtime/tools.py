@@ -7,8 +7,8 @@ The JSON schema of a tool's parameters comes from the callable's signature:
 * ``Annotated[str, "what it is"]`` (or ``Annotated[str, Field(description=...)]``) describes a
   parameter; so does an ``Args:`` section (or ``:param name:`` lines) in the docstring;
 * the docstring's first paragraph describes the tool;
-* a variadic ``*items: Item`` becomes one array parameter ``items`` (the seed's
-  ``PlaceOrder(params KeyValuePair<string,int>[])``), and the call passes it back spread out.
+* a variadic ``*items: Item`` becomes one array parameter ``items`` (e.g. the order lines of
+  ``place_order(*items: OrderItem)``), and the call passes it back spread out.
 
 Arguments from the model are validated with pydantic before the call; an invalid call, an
 unknown tool or a tool that raises becomes an error result the model sees, never a crash.
@@ -29,7 +29,8 @@ from pydantic_core import to_jsonable_python
 
 from pgmemory.errors import InvalidInputError, ToolArgumentsError
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: The names the chat-completions API accepts, for a tool and for a message's author alike.
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -49,7 +50,7 @@ class Tool:
     run_sync_in_thread: bool = field(repr=False, default=True)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not NAME_RE.match(self.name):
             raise InvalidInputError(
                 f"tool name {self.name!r} is invalid: use 1-64 letters, digits, '_' or '-' "
                 "(pass name=... to tool())"

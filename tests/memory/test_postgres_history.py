@@ -14,7 +14,7 @@ from pgmemory.runtime.agent import Agent
 from pgmemory.runtime.history import InMemoryHistoryProvider
 from pgmemory.runtime.messages import Message
 from pgmemory.runtime.openai_client import OpenAIChatClient
-from pgmemory.runtime.postgres_history import PostgresHistoryProvider
+from pgmemory.memory.postgres_history import PostgresHistoryProvider
 from pgmemory.runtime.providers import ContextProvider
 from pgmemory.runtime.reducers import MessageCountingReducer
 from pgmemory.settings import Settings

@@ -16,6 +16,7 @@ from pgmemory.errors import InvalidInputError
 from pgmemory.runtime.history import HistoryProvider
 from pgmemory.runtime.messages import Message
 from pgmemory.runtime.reducers import ChatReducer, ReducerTrigger
+from pgmemory.runtime.session import ProviderSessionState
 
 if TYPE_CHECKING:
     from pgmemory.runtime.session import AgentSession
@@ -25,10 +26,22 @@ if TYPE_CHECKING:
 class PostgresHistoryProvider(HistoryProvider):
     """A history provider on :class:`pgmemory.store.store.MemoryStore`.
 
-    ``user_id_key`` names the entry of ``session.state`` holding the caller's user id
-    (default ``"user_id"``; rows are then kept per user, which deletion and distribution by
-    user rely on). ``page_size`` is how many rows each read fetches. Reducers may only run
-    ``before_messages_retrieved``: the stored history is an audit record and is never rewritten.
+    The history's keys (session id, user id) are recorded in the session's state on first
+    use, through a :class:`~pgmemory.runtime.session.ProviderSessionState`.
+
+    Args:
+        store: the store holding the history.
+        user_id_key: the entry of ``session.state`` holding the caller's user id (default
+            ``"user_id"``; rows are then kept per user, which deletion and distribution by
+            user rely on); ``None`` keeps rows without a user.
+        page_size: how many rows each read fetches.
+        **others: as for :class:`~pgmemory.runtime.history.HistoryProvider`; ``source_id``
+            defaults to ``"postgres_history"``.
+
+    Raises:
+        InvalidInputError: the store lacks the history methods, ``page_size`` is below 1, or
+            a reducer would run ``after_messages_added`` (the stored history is an audit
+            record and is never rewritten).
     """
 
     def __init__(
@@ -68,6 +81,9 @@ class PostgresHistoryProvider(HistoryProvider):
         self.store = store
         self.user_id_key = user_id_key
         self.page_size = page_size
+        self._keys: ProviderSessionState[dict[str, str]] = ProviderSessionState(
+            self._initial_keys, state_key=self.state_key, state_type=dict[str, str]
+        )
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -85,29 +101,33 @@ class PostgresHistoryProvider(HistoryProvider):
             state["session_id"] = session_id
         return str(state["session_id"]), str(state.get("user_id", ""))
 
-    def _record_user(self, session: AgentSession, state: dict[str, Any]) -> None:
-        if "user_id" in state or self.user_id_key is None:
-            return
-        user_id = session.state.get(self.user_id_key, "")
-        if user_id is None:
-            user_id = ""
-        if not isinstance(user_id, str):
-            raise InvalidInputError(
-                f"session.state[{self.user_id_key!r}] is {user_id!r}; a user id must be a string"
-            )
-        state["user_id"] = user_id
+    def _initial_keys(self, session: AgentSession) -> dict[str, str]:
+        """The keys recorded on first use: the caller's user id (if kept), the session id."""
+        keys: dict[str, str] = {}
+        if self.user_id_key is not None:
+            user_id = session.state.get(self.user_id_key, "")
+            if user_id is None:
+                user_id = ""
+            if not isinstance(user_id, str):
+                raise InvalidInputError(
+                    f"session.state[{self.user_id_key!r}] is {user_id!r}; a user id must be a string"
+                )
+            keys["user_id"] = user_id
+        keys["session_id"] = session.session_id
+        return keys
 
     async def before_run(
         self, *, agent: Any, session: AgentSession, context: Any, state: dict[str, Any]
     ) -> None:
-        self._record_user(session, state)
-        self._key(session.session_id, state)
+        """Record the history's keys on first use, then load the history (see the base class)."""
+        self._keys.get_or_initialize(session)
         await super().before_run(agent=agent, session=session, context=context, state=state)
 
     async def after_run(
         self, *, agent: Any, session: AgentSession, context: Any, state: dict[str, Any]
     ) -> None:
-        self._record_user(session, state)
+        """Record the history's keys if not yet done, then save the run (see the base class)."""
+        self._keys.get_or_initialize(session)
         await super().after_run(agent=agent, session=session, context=context, state=state)
 
     # -- storage -----------------------------------------------------------------------------
@@ -148,17 +168,14 @@ class PostgresHistoryProvider(HistoryProvider):
 
     async def messages(self, session: AgentSession) -> list[Message]:
         """The stored history of ``session``."""
-        return await self.get_messages(session.session_id, state=self._state(session))
+        keys = self._keys.get_or_initialize(session)
+        return await self.get_messages(session.session_id, state=keys)
 
     async def clear(self, session: AgentSession) -> int:
         """Erase the stored history of ``session``; returns how many messages were deleted."""
-        history_id, user_id = self._key(session.session_id, self._state(session))
+        keys = self._keys.get_or_initialize(session)
+        history_id, user_id = self._key(session.session_id, keys)
         return int(await self.store.delete_history(history_id, user_id=user_id))
-
-    def _state(self, session: AgentSession) -> dict[str, Any]:
-        state = session.state.setdefault(self.state_key, {})
-        self._record_user(session, state)
-        return state
 
 
 __all__ = ["PostgresHistoryProvider"]

@@ -1,0 +1,99 @@
+"""The options of the chat-history memory provider, with their defaults and checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pgmemory.errors import InvalidInputError
+from pgmemory.memory.rendering import DEFAULT_CONTEXT_PROMPT
+from pgmemory.runtime.messages import all_messages, external_only
+from pgmemory.runtime.providers import MessageFilter
+from pgmemory.store.records import SearchWeights
+
+#: When the provider recalls: before every model call, or when the model calls its tool.
+SearchTime = Literal["before_ai_invoke", "on_demand_function_calling"]
+#: Default description of the on-demand search tool.
+DEFAULT_TOOL_DESCRIPTION = (
+    "Allows searching for related previous chat history to help answer the user question."
+)
+
+
+def redact_all(_value: str) -> str:
+    """The default log redactor: hides the value entirely."""
+    return "<redacted>"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatHistoryMemoryProviderOptions:
+    """Every option of :class:`~pgmemory.memory.chat_history.ChatHistoryMemoryProvider`, with
+    its default.
+
+    The first group decides when recall happens, what is searched with and what is stored;
+    the second shapes recall beyond similarity alone, which cannot find "the last order" from
+    "order me a meal".
+    """
+
+    #: When to recall: inject before every model call, or expose a search tool to the model.
+    search_time: SearchTime = "before_ai_invoke"
+    #: Name and description of the on-demand tool (one required string parameter userQuestion).
+    function_tool_name: str = "Search"
+    function_tool_description: str = DEFAULT_TOOL_DESCRIPTION
+    #: Heading of the injected memories message.
+    context_prompt: str = DEFAULT_CONTEXT_PROMPT
+    #: Most memories recalled by similarity (and keywords) per search.
+    max_results: int = 3
+    #: Which current messages make the search query (default: the caller's own).
+    search_input_message_filter: MessageFilter = external_only
+    #: Which request messages are stored (default: the caller's own, never recalled memories).
+    storage_input_message_filter: MessageFilter = external_only
+    #: Which response messages are stored (default: all).
+    storage_output_message_filter: MessageFilter = all_messages
+    #: Key of this provider's state in session.state (default: the provider's source_id,
+    #: which defaults to the class name).
+    state_key: str | None = None
+    #: Hides sensitive values (user ids, texts, queries) in logs unless sensitive data is allowed.
+    redactor: Callable[[str], str] = redact_all
+    #: Let user ids, message text and queries appear in logs (and query text in the audit).
+    enable_sensitive_telemetry_data: bool = False
+    #: Allow a search scope with no dimension set (it would search everybody's memories).
+    allow_unscoped_search: bool = False
+
+    #: Always show the most recent turns of the search scope (a turn: a user message and
+    #: everything stored after it), with their time; 0 turns it off. Two turns show "the last
+    #: order" even when a short exchange ("thanks!") followed it.
+    recent_turns: int = 2
+    #: How memories are ranked: "hybrid" fuses similarity, keywords and recency; "vector" is
+    #: similarity alone; "text" is keywords alone.
+    recall_mode: Literal["vector", "text", "hybrid"] = "hybrid"
+    #: Weights of the hybrid ranking (recency gently favours newer memories by default).
+    weights: SearchWeights = field(default_factory=lambda: SearchWeights(recency=0.5))
+    #: Drop recalled memories whose keyword terms overlap an already kept one this much (0–1).
+    near_duplicate_threshold: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.search_time not in ("before_ai_invoke", "on_demand_function_calling"):
+            raise InvalidInputError(
+                f"search_time is {self.search_time!r}; expected 'before_ai_invoke' or "
+                "'on_demand_function_calling'"
+            )
+        if not isinstance(self.max_results, int) or not 1 <= self.max_results <= 100:
+            raise InvalidInputError(f"max_results is {self.max_results!r}; expected 1 to 100")
+        if not isinstance(self.recent_turns, int) or not 0 <= self.recent_turns <= 20:
+            raise InvalidInputError(f"recent_turns is {self.recent_turns!r}; expected 0 to 20")
+        threshold = self.near_duplicate_threshold
+        if not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
+            raise InvalidInputError(
+                f"near_duplicate_threshold is {self.near_duplicate_threshold!r}; expected (0, 1]"
+            )
+        if not callable(self.redactor):
+            raise InvalidInputError(f"redactor is {self.redactor!r}; pass a callable(str) -> str")
+
+
+__all__ = [
+    "DEFAULT_TOOL_DESCRIPTION",
+    "ChatHistoryMemoryProviderOptions",
+    "SearchTime",
+    "redact_all",
+]

@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pgmemory.runtime import Agent, OpenAIChatClient, PostgresHistoryProvider
+from pgmemory.memory import PostgresHistoryProvider
+from pgmemory.runtime import Agent, OpenAIChatClient
 from pgmemory.store.store import MemoryStore
 
 INSTRUCTIONS = "You are a friendly assistant. Answer in one or two sentences."

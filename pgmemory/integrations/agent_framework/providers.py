@@ -30,7 +30,7 @@ from pgmemory.integrations.agent_framework.messages import (
     to_framework_tool,
     to_pgmemory,
 )
-from pgmemory.runtime.postgres_history import PostgresHistoryProvider as _PostgresHistory  # moves to memory
+from pgmemory.memory.postgres_history import PostgresHistoryProvider as _PostgresHistory
 
 
 class FrameworkSession(AgentSession):

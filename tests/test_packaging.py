@@ -1,4 +1,4 @@
-"""pyproject.toml matches the tree: every package folder is listed, every imported distribution declared."""
+"""pyproject.toml matches the tree: each package folder listed, each imported distribution declared."""
 
 from __future__ import annotations
 

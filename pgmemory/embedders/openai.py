@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import openai
@@ -75,7 +76,7 @@ class OpenAIEmbedder:
         out: list[list[float]] = []
         for start in range(0, len(batch), self.batch_size):
             part = batch[start : start + self.batch_size]
-            kwargs = {"dimensions": self.dimensions} if self.send_dimensions else {}
+            kwargs: dict[str, Any] = {"dimensions": self.dimensions} if self.send_dimensions else {}
             try:
                 response = await self._client.embeddings.create(
                     model=self.model, input=part, encoding_format="float", **kwargs

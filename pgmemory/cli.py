@@ -4,26 +4,38 @@ Built on the same API the library exposes. With no ``PGMEMORY_DATABASE_URL`` it 
 embedded server under ``PGMEMORY_DATA_DIR``.
 """
 
+# Only the standard library is imported at module level, so `pgmemory --help` and argument
+# errors answer at once; settings, SQLAlchemy, alembic and the store load inside the commands.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from pgmemory.settings import Settings
-from pgmemory.store import migrate
-from pgmemory.store.embedded import EmbeddedServer
+if TYPE_CHECKING:
+    from pgmemory.settings import Settings
 
 
 @contextlib.contextmanager
 def _database_url(settings: Settings, url: str | None) -> Iterator[str]:
+    """The database to work on, starting the embedded server for the block if needed.
+
+    Args:
+        settings: where ``PGMEMORY_DATABASE_URL`` and ``PGMEMORY_DATA_DIR`` come from.
+        url: the ``--url`` option, which wins over the settings.
+
+    Yields:
+        A SQLAlchemy URL.
+    """
     if url:
         yield url
     elif settings.database_url is not None:
         yield settings.database_url.get_secret_value()
     else:
+        from pgmemory.store.embedded import EmbeddedServer
+
         server = EmbeddedServer(settings.data_dir)
         try:
             yield server.start()
@@ -32,7 +44,15 @@ def _database_url(settings: Settings, url: str | None) -> Iterator[str]:
 
 
 def _with_store(url: str, settings: Settings, args: argparse.Namespace) -> None:
-    """Run one store command (collections, recall, forget) through the public API."""
+    """Run one store command (collections, recall, forget) through the public API.
+
+    Args:
+        url: the database.
+        settings: the store's settings.
+        args: the parsed command line.
+    """
+    import asyncio
+
     from pgmemory.store.records import MemoryScope, RecallTrace
     from pgmemory.store.store import MemoryStore
 
@@ -63,10 +83,16 @@ def _with_store(url: str, settings: Settings, args: argparse.Namespace) -> None:
     asyncio.run(run())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pgmemory`` console script."""
-    parser = argparse.ArgumentParser(prog="pgmemory", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    """The command line's grammar (standard library only, so ``--help`` is instant)."""
+    description = (__doc__ or "pgmemory command line").splitlines()[0].replace("``", "")
+    parser = argparse.ArgumentParser(prog="pgmemory", description=description)
     parser.add_argument("--url", help="database URL (default: PGMEMORY_DATABASE_URL, else embedded)")
+    parser.add_argument(
+        "--env-file",
+        help="read PGMEMORY_* settings from this file too (default: the file PGMEMORY_ENV_FILE "
+        "names, else none)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     db = commands.add_parser("db", help="schema management (alembic, version table pgmemory_alembic_version)")
     db_commands = db.add_subparsers(dest="db_command", required=True)
@@ -91,12 +117,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     forget.add_argument("user_id")
     forget.add_argument("--actor", default="cli", help="who asked, recorded in the audit")
-    args = parser.parse_args(argv)
+    return parser
 
-    settings = Settings()
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pgmemory`` console script.
+
+    Args:
+        argv: the arguments, without the program name; ``None`` reads ``sys.argv``.
+
+    Returns:
+        The exit status (0). ``--help`` and usage errors exit through ``SystemExit``.
+
+    Raises:
+        PgMemoryError: a command failed for a reason pgmemory can name (see :func:`run`).
+    """
+    args = _parser().parse_args(argv)
+
+    from pgmemory.settings import Settings
+    from pgmemory.store import migrate
+
     if args.command == "db" and args.db_command == "heads":
         print(migrate.head_revision())
         return 0
+    settings = Settings.from_env_file(args.env_file) if args.env_file else Settings()
     with _database_url(settings, args.url) as url:
         if args.command == "db":
             if args.db_command == "upgrade":
@@ -113,7 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Like :func:`main`, but pgmemory's own errors print one line instead of a traceback."""
+    """Like :func:`main`, but pgmemory's own errors print one line instead of a traceback.
+
+    Args:
+        argv: the arguments, without the program name; ``None`` reads ``sys.argv``.
+
+    Returns:
+        The exit status: 0, or 2 after a pgmemory error.
+    """
     from pgmemory.errors import PgMemoryError
 
     try:

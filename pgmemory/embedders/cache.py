@@ -14,8 +14,12 @@ from pgmemory.embedders.base import Embedder
 class CachedEmbedder:
     """Wraps an embedder so that a text already embedded is not embedded again.
 
-    Least-recently-used entries beyond ``max_entries`` are dropped. Duplicates inside one batch
-    are embedded once too. ``hits`` and ``misses`` count texts, for tests and tuning.
+    Duplicates inside one batch are embedded once too. ``hits`` and ``misses`` count texts,
+    for tests and tuning.
+
+    Args:
+        inner: the embedder that does the work.
+        max_entries: vectors kept; least-recently-used entries beyond it are dropped.
     """
 
     def __init__(self, inner: Embedder, *, max_entries: int = 50_000) -> None:
@@ -27,14 +31,23 @@ class CachedEmbedder:
 
     @property
     def model_id(self) -> str:
+        """The inner embedder's model id."""
         return self.inner.model_id
 
     @property
     def dimensions(self) -> int:
+        """The inner embedder's vector length."""
         return self.inner.dimensions
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed a batch, asking the inner embedder only for texts not seen before."""
+        """Embed a batch, asking the inner embedder only for texts not seen before.
+
+        Args:
+            texts: the texts to embed.
+
+        Returns:
+            A ``(len(texts), dimensions)`` float32 array, in the order of ``texts``.
+        """
         keys = [(self.model_id, hashlib.sha256(t.encode("utf-8")).digest()) for t in texts]
         missing: dict[tuple[str, bytes], str] = {}
         for key, text in zip(keys, texts, strict=True):

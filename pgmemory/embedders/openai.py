@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import openai
 
 from pgmemory.embedders.base import as_matrix
-from pgmemory.errors import EmbeddingError
+from pgmemory.errors import EmbeddingError, InvalidInputError
 
 
 class OpenAIEmbedder:
     """Batches texts to ``embeddings.create``; the client retries transient errors with backoff.
 
-    ``dimensions`` is the vector size the collection will hold: for models that can shorten
-    their output (text-embedding-3-*) it is also sent as the request's ``dimensions``; for
-    others pass the model's native size and ``send_dimensions=False``.
+    Args:
+        model: the embeddings model, e.g. ``"text-embedding-3-small"``.
+        dimensions: the vector size the collection will hold. For models that can shorten
+            their output (text-embedding-3-*) it is also sent as the request's ``dimensions``;
+            for others pass the model's native size and ``send_dimensions=False``.
+        base_url: an OpenAI-compatible endpoint; ``None`` is api.openai.com.
+        api_key: the endpoint's key (``"unused"`` is sent when ``None``).
+        batch_size: most texts per request.
+        max_retries: retries of transient errors (with exponential backoff).
+        timeout_s: per-request timeout in seconds.
+        send_dimensions: send ``dimensions`` with each request.
+        client: a ready ``openai.AsyncOpenAI`` to use instead of building one.
+
+    Raises:
+        InvalidInputError: ``batch_size`` is below 1.
     """
 
     def __init__(
@@ -33,7 +46,7 @@ class OpenAIEmbedder:
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size is {batch_size}; expected at least 1")
+            raise InvalidInputError(f"batch_size is {batch_size}; expected at least 1")
         self.model = model
         self.dimensions = dimensions
         self.batch_size = batch_size
@@ -48,12 +61,22 @@ class OpenAIEmbedder:
         )
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed a batch; returns ``(len(texts), dimensions)`` float32."""
+        """Embed a batch, ``batch_size`` texts per request.
+
+        Args:
+            texts: the texts to embed.
+
+        Returns:
+            A ``(len(texts), dimensions)`` float32 array, in the order of ``texts``.
+
+        Raises:
+            EmbeddingError: a request failed (after retries) or returned unusable vectors.
+        """
         batch = list(texts)
         out: list[list[float]] = []
         for start in range(0, len(batch), self.batch_size):
             part = batch[start : start + self.batch_size]
-            kwargs = {"dimensions": self.dimensions} if self.send_dimensions else {}
+            kwargs: dict[str, Any] = {"dimensions": self.dimensions} if self.send_dimensions else {}
             try:
                 response = await self._client.embeddings.create(
                     model=self.model, input=part, encoding_format="float", **kwargs

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         ChatHistoryMemoryProvider,
         ChatHistoryMemoryProviderOptions,
         FactMemoryProvider,
+        PostgresHistoryProvider,
     )
     from pgmemory.runtime import (
         Agent,
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
         MessageCountingReducer,
         MessageFilter,
         OpenAIChatClient,
-        PostgresHistoryProvider,
         ProviderSessionState,
         SessionContext,
         SummarizingReducer,
@@ -79,6 +79,7 @@ if TYPE_CHECKING:
         SearchWeights,
     )
     from pgmemory.store.store import MemoryStore
+    from pgmemory.sync import SyncMemoryStore
 
 #: Module -> the public names imported from it. The imports above, this table and ``__all__``
 #: must name the same things; tests/test_startup.py checks that they do.
@@ -107,6 +108,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "ChatHistoryMemoryProvider",
         "ChatHistoryMemoryProviderOptions",
         "FactMemoryProvider",
+        "PostgresHistoryProvider",
     ),
     "pgmemory.runtime": (
         "Agent",
@@ -125,7 +127,6 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "MessageCountingReducer",
         "MessageFilter",
         "OpenAIChatClient",
-        "PostgresHistoryProvider",
         "ProviderSessionState",
         "SessionContext",
         "SummarizingReducer",
@@ -137,6 +138,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "tool",
     ),
     "pgmemory.settings": ("Settings",),
+    "pgmemory.sync": ("SyncMemoryStore",),
     "pgmemory.store.records": (
         "AnnStatus",
         "CollectionInfo",
@@ -204,6 +206,7 @@ __all__ = [
     "Settings",
     "StructuredOutputError",
     "SummarizingReducer",
+    "SyncMemoryStore",
     "TextContent",
     "Tool",
     "ToolArgumentsError",

@@ -5,7 +5,6 @@ Each concept has its own module; everything public is re-exported here. The runt
 nothing of the database: providers backed by the store live in :mod:`pgmemory.memory`.
 """
 
-from typing import Any
 
 from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate
 from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate
@@ -59,15 +58,3 @@ __all__ = [
     "filter_by_source",
     "tool",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # Transitional bridge, to be deleted: PostgresHistoryProvider moved to pgmemory.memory
-    # (it needs the store, which the runtime must not import). pgmemory/__init__.py and
-    # examples/two_turn_chat.py still import it from here; once they import it from
-    # pgmemory.memory, delete this function and the `typing` import above.
-    if name == "PostgresHistoryProvider":
-        from pgmemory.memory.postgres_history import PostgresHistoryProvider
-
-        return PostgresHistoryProvider
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -162,6 +162,17 @@ class Settings(BaseSettings):
     openai_embedding_dimensions: int | None = Field(
         default=None, ge=1, description="Requested embedding size (models that support it)."
     )
+    openai_embedding_base_url: str | None = Field(
+        default=None,
+        description="Base URL for embeddings when it differs from the chat one (unset = the chat one).",
+    )
+    openai_embedding_api_key: SecretStr | None = Field(
+        default=None, description="API key for the embeddings endpoint (unset = the chat one)."
+    )
+    openai_embedding_model_id: str | None = Field(
+        default=None,
+        description="Id recorded with every vector (unset = 'openai:<model>@<dimensions>').",
+    )
     openai_timeout_s: float = Field(default=60.0, gt=0, description="Per-request timeout.")
     openai_max_retries: int = Field(
         default=4, ge=0, description="Retries with exponential backoff on transient API errors."

@@ -55,12 +55,13 @@ def make_embedder(settings: Settings | None = None, *, cache: bool = True) -> Em
             )
         from pgmemory.embedders.openai import OpenAIEmbedder
 
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        secret = settings.openai_embedding_api_key or settings.openai_api_key
         embedder = OpenAIEmbedder(
             model=settings.openai_embedding_model,
             dimensions=settings.openai_embedding_dimensions,
-            base_url=settings.openai_base_url,
-            api_key=key,
+            base_url=settings.openai_embedding_base_url or settings.openai_base_url,
+            api_key=secret.get_secret_value() if secret else None,
+            model_id=settings.openai_embedding_model_id,
             max_retries=settings.openai_max_retries,
             timeout_s=settings.openai_timeout_s,
         )

@@ -27,6 +27,10 @@ class OpenAIEmbedder:
         timeout_s: per-request timeout in seconds.
         send_dimensions: send ``dimensions`` with each request.
         client: a ready ``openai.AsyncOpenAI`` to use instead of building one.
+        model_id: the id recorded with every vector (default ``openai:<model>@<dimensions>``).
+            It names the model and its size, never the endpoint, so the same model served
+            from another URL keeps its collections; give your own id to tell apart two
+            different models served under one name.
 
     Raises:
         InvalidInputError: ``batch_size`` is below 1.
@@ -44,6 +48,7 @@ class OpenAIEmbedder:
         timeout_s: float = 60.0,
         send_dimensions: bool = True,
         client: openai.AsyncOpenAI | None = None,
+        model_id: str | None = None,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError(f"batch_size is {batch_size}; expected at least 1")
@@ -51,8 +56,7 @@ class OpenAIEmbedder:
         self.dimensions = dimensions
         self.batch_size = batch_size
         self.send_dimensions = send_dimensions
-        host = base_url or "api.openai.com"
-        self.model_id = f"openai:{model}@{dimensions}" if base_url is None else f"{host}:{model}@{dimensions}"
+        self.model_id = model_id or f"openai:{model}@{dimensions}"
         self._client = client or openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key or "unused",

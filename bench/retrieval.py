@@ -94,6 +94,10 @@ class Config:
     embedder: str | None  # use | minilm | None
     tuned: bool = False  # weights from TUNED (else the library's defaults)
     note: str = ""
+    # mode "candidate": the store's statement with the fusion and/or distance replaced (SQL)
+    fusion: str = "rrf"  # rrf | normalised
+    chunks: bool = False  # multi-vector memories (LME sessions: chunks after the first)
+    weights: tuple[tuple[str, float], ...] = ()  # SearchWeights fields passed explicitly
 
 
 CONFIGS: dict[str, Config] = {
@@ -109,6 +113,17 @@ CONFIGS: dict[str, Config] = {
         Config("hybrid-use+recency", "hybrid", "use", tuned=True, note="tuned, with recency"),
         Config("hybrid-minilm+recency", "hybrid", "minilm", tuned=True, note="tuned, with recency"),
         Config("rrf3", "rrf3", None, note="client RRF of text, vector-use, vector-minilm (k=60)"),
+        # candidates for a new default, ranked in SQL (candidate_statement); the proposed default
+        # is the one whose name starts with "default"
+        Config("hybrid-use-rrf-sql", "candidate", "use", note="today's statement and SearchWeights(), timed like the candidates"),
+        Config("default-use", "candidate", "use", fusion="normalised", weights=(("text", 1.0),),
+               note="PROPOSED DEFAULT: score fusion, similarity min-max + BM25/max, text 1.0"),
+        Config("hybrid-use-norm-t0.5", "candidate", "use", fusion="normalised", weights=(("text", 0.5),),
+               note="score fusion, text 0.5"),
+        Config("hybrid-use-norm-t1-chunks", "candidate", "use", fusion="normalised", chunks=True,
+               weights=(("text", 1.0),), note="score fusion, text 1.0, multi-vector (200-word chunks)"),
+        Config("default-minilm", "candidate", "minilm", fusion="normalised", weights=(("text", 1.0),),
+               note="the proposed default's fusion with MiniLM"),
     )
 }
 
@@ -938,8 +953,34 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, dict[str, float]] = {}
         rankings: dict[str, list[list[str]]] = {}
         t = time.perf_counter()
+        latency: dict[str, dict[str, float]] = {}
+        chunked: set[str] = set()
         for cfg in configs:
             if cfg.mode == "rrf3":
+                continue
+            if cfg.mode == "candidate":
+                index = indexes[cfg.embedder or "use"]
+                if cfg.chunks and args.dataset == "lme" and cfg.embedder not in chunked:
+                    from recall_lab import chunk_words, lme_parts
+
+                    parts = lme_parts(data_dir / f"lme_s_{args.slice}.json.gz")
+                    keys = {d.key for docs in data.scopes.values() for d in docs}
+                    n = await add_chunks(index, {k: chunk_words(parts[k], 200)[1:] for k in keys})
+                    chunked.add(cfg.embedder or "use")
+                    print(f"{n} chunk vectors added", file=sys.stderr)
+                statement = candidate_statement(
+                    fusion=cfg.fusion, chunks=cfg.chunks and args.dataset == "lme", dimensions=index.embedder.dimensions
+                )
+                ranked, times = await candidate_rankings(
+                    index, data.questions, statement=statement, weights=SearchWeights(**dict(cfg.weights)),
+                    limit=limit, desc=cfg.name,
+                )
+                rankings[cfg.name] = ranked
+                latency[cfg.name] = {"sql_p50_ms": float(np.percentile(times, 50)),
+                                     "sql_p95_ms": float(np.percentile(times, 95))}
+                results[cfg.name] = mean_scores(
+                    [score(args.dataset, r, q) for r, q in zip(ranked, data.questions, strict=True)], names
+                )
                 continue
             index = indexes[cfg.embedder] if cfg.embedder else indexes[sorted(indexes)[0]]
             weights = weights_for(args.dataset, cfg) if cfg.mode == "hybrid" else None
@@ -961,6 +1002,8 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             )
         timings["search_s"] = round(time.perf_counter() - t, 1)
         notes = {c.name: c.note for c in configs}
+        for name, lat in latency.items():
+            notes[name] += f" [sql p50 {lat['sql_p50_ms']:.1f} ms, p95 {lat['sql_p95_ms']:.1f} ms]"
         for c in configs:
             if c.tuned:
                 w = TUNED[args.dataset][c.name]
@@ -999,7 +1042,10 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             "questions": n_q,
             "memories": n_docs,
             "configs": results,
-            "weights": {c.name: TUNED[args.dataset][c.name] for c in configs if c.tuned},
+            "weights": {c.name: TUNED[args.dataset][c.name] for c in configs if c.tuned}
+            | {c.name: {"fusion": c.fusion, "chunks": c.chunks, **dict(c.weights)} for c in configs if c.mode == "candidate"},
+            "latency": latency,
+            "stemming": pgterms.STEMMING,
             "tuning": tuning,
             "timings": timings,
             "embedded_this_run": embedded,
@@ -1034,7 +1080,10 @@ def main() -> None:
                         help="embedder of the provider path (default: the library's default, USE)")
     parser.add_argument("--locomo-doc", choices=("speaker", "plain"), default="speaker",
                         help="LoCoMo memory text: '<speaker>: <text>' (default) or the text alone")
+    parser.add_argument("--no-stemming", action="store_true", help="keyword terms without stemming (as before)")
     args = parser.parse_args()
+    if args.no_stemming:
+        pgterms.STEMMING = False
     global LOCOMO_DOC
     LOCOMO_DOC = args.locomo_doc
     if args.tune and args.dataset == "lme" and args.slice == "test":

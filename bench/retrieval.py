@@ -59,7 +59,10 @@ from pgmemory.store.records import SearchWeights
 from _scratch import Server  # noqa: E402 (bench/_scratch.py)
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_DATA_DIR = HERE.parent.parent / "shared" / "bench-data"
+DEFAULT_DATA_DIR = next(
+    (p / "shared" / "bench-data" for p in HERE.parents if (p / "shared" / "bench-data").is_dir()),
+    HERE.parent.parent / "shared" / "bench-data",
+)
 CACHE_DIR = HERE / ".cache"
 
 LME_METRICS = ("recall_all@5", "recall_all@10", "ndcg_any@5", "ndcg_any@10", "hit@1", "hit@5", "mrr")
@@ -91,6 +94,10 @@ class Config:
     embedder: str | None  # use | minilm | None
     tuned: bool = False  # weights from TUNED (else the library's defaults)
     note: str = ""
+    # mode "candidate": the store's statement with the fusion and/or distance replaced (SQL)
+    fusion: str = "rrf"  # rrf | normalised
+    chunks: bool = False  # multi-vector memories (LME sessions: chunks after the first)
+    weights: tuple[tuple[str, float], ...] = ()  # SearchWeights fields passed explicitly
 
 
 CONFIGS: dict[str, Config] = {
@@ -106,6 +113,17 @@ CONFIGS: dict[str, Config] = {
         Config("hybrid-use+recency", "hybrid", "use", tuned=True, note="tuned, with recency"),
         Config("hybrid-minilm+recency", "hybrid", "minilm", tuned=True, note="tuned, with recency"),
         Config("rrf3", "rrf3", None, note="client RRF of text, vector-use, vector-minilm (k=60)"),
+        # candidates for a new default, ranked in SQL (candidate_statement); the proposed default
+        # is the one whose name starts with "default"
+        Config("hybrid-use-rrf-sql", "candidate", "use", note="today's statement and SearchWeights(), timed like the candidates"),
+        Config("default-use", "candidate", "use", fusion="normalised", weights=(("text", 1.0),),
+               note="PROPOSED DEFAULT: score fusion, similarity min-max + BM25/max, text 1.0"),
+        Config("hybrid-use-norm-t0.5", "candidate", "use", fusion="normalised", weights=(("text", 0.5),),
+               note="score fusion, text 0.5"),
+        Config("hybrid-use-norm-t1-chunks", "candidate", "use", fusion="normalised", chunks=True,
+               weights=(("text", 1.0),), note="score fusion, text 1.0, multi-vector (200-word chunks)"),
+        Config("default-minilm", "candidate", "minilm", fusion="normalised", weights=(("text", 1.0),),
+               note="the proposed default's fusion with MiniLM"),
     )
 }
 
@@ -462,6 +480,236 @@ def weights_for(dataset: str, cfg: Config) -> SearchWeights:
     return SearchWeights(**TUNED[dataset][cfg.name])  # type: ignore[arg-type]
 
 
+#: Provider-path variants besides the provider's own default options (weights passed explicitly).
+PROVIDER_CANDIDATES: dict[str, SearchWeights] = {}
+
+
+# --- candidates for a new default, run in SQL: the store's own statement, one part changed -----
+
+#: The fusion block of the store's hybrid statement (pgmemory.store.queries.search_memories).
+_RRF_TOP = re.compile(r"top AS \(\n    SELECT id, user_id, CAST\(sum\(weight / \(:rrf_k \+ rank\)\).*?\n\)(?=,\nhits AS|\nSELECT|,\naudit)", re.S)
+
+#: Score fusion: each signal min-max normalised over the scope (similarity; recency by
+#: created_at) or divided by its best value (BM25, 0 where no term matches), then weighted and
+#: summed. Unlike ranks, this keeps how far ahead the best match is.
+NORMALISED_TOP = """top AS (
+    SELECT c.id, c.user_id,
+           CAST(CAST(:vector_weight AS float8)
+                    * COALESCE((st.dmax - c.distance) / NULLIF(st.dmax - st.dmin, 0), 1)
+                + CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(st.rmax, 0), 0)
+                + CAST(:recency_weight AS float8)
+                    * COALESCE(EXTRACT(EPOCH FROM c.created_at - st.tmin)
+                               / NULLIF(EXTRACT(EPOCH FROM st.tmax - st.tmin), 0), 1)
+                AS real) AS score
+    FROM candidates AS c
+    LEFT JOIN bm25 AS b ON b.id = c.id AND b.user_id = c.user_id
+    CROSS JOIN (
+        SELECT min(distance) AS dmin, max(distance) AS dmax, min(created_at) AS tmin,
+               max(created_at) AS tmax, (SELECT max(relevance) FROM bm25) AS rmax
+        FROM candidates
+    ) AS st
+    ORDER BY score DESC, c.id
+    LIMIT :limit
+)"""
+
+#: Multi-vector memories: a memory's distance is its best of its own vector and its chunks'.
+CHUNK_DISTANCE = (
+    "LEAST(m.embedding <=> :query, (SELECT min(x.embedding <=> :query) FROM bench_chunks AS x"
+    " WHERE x.memory_id = m.id)) AS distance"
+)
+
+
+def candidate_statement(*, fusion: str, chunks: bool, dimensions: int) -> str:
+    """The store's hybrid statement for a scope of one user_id, with the fusion block replaced
+    (fusion="normalised") and/or the distance taken over chunks (chunks=True)."""
+    from pgmemory.store import queries as q
+    from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+
+    sql = q.search_memories(("user_id",), covering=dimensions <= COVERING_MAX_DIMENSIONS, audit=False, mode="hybrid")
+    if fusion == "normalised":
+        sql, n = _RRF_TOP.subn(NORMALISED_TOP, sql)
+        assert n == 1, "the store's fusion block changed: update _RRF_TOP"
+    if chunks:
+        assert sql.count("m.embedding <=> :query AS distance") == 1
+        sql = sql.replace("m.embedding <=> :query AS distance", CHUNK_DISTANCE)
+    return sql
+
+
+async def add_chunks(index: Index, chunk_texts: dict[str, list[str]]) -> int:
+    """Scratch table bench_chunks: the extra vectors of each memory (by message_id)."""
+    texts = sorted({t for ts in chunk_texts.values() for t in ts})
+    await index.embedder.warm(texts, desc="embed chunks")
+    vecs = dict(zip(texts, await index.embedder.embed(texts), strict=True)) if texts else {}
+    async with index.store.engine.begin() as conn:
+        await conn.execute(sa.text(
+            "CREATE TABLE IF NOT EXISTS bench_chunks (memory_id uuid, user_id text, embedding vector)"))
+        rows = (await conn.execute(sa.text(
+            "SELECT id, user_id, message_id FROM pgmemory_memories WHERE collection = :c"), {"c": index.collection})).all()
+        ids, users, embs = [], [], []
+        for mid, uid, msg in rows:
+            for t in chunk_texts.get(msg, []):
+                ids.append(str(mid))
+                users.append(uid)
+                embs.append("[" + ",".join(f"{x:.7g}" for x in vecs[t]) + "]")
+        await conn.execute(sa.text(
+            "INSERT INTO bench_chunks SELECT * FROM unnest(CAST(:i AS uuid[]), CAST(:u AS text[]), CAST(:e AS vector[]))"),
+            {"i": ids, "u": users, "e": embs})
+        await conn.execute(sa.text("CREATE INDEX IF NOT EXISTS bench_chunks_memory ON bench_chunks (memory_id)"))
+        await conn.execute(sa.text("ANALYZE bench_chunks"))
+    return len(ids)
+
+
+async def candidate_rankings(
+    index: Index, questions: list[Question], *, statement: str, weights: SearchWeights, limit: int, desc: str
+) -> tuple[list[list[str]], list[float]]:
+    """Rankings from a candidate statement, with the parameters the store passes, and the wall
+    time of each recall (ms: the query's embedding, cached here, excluded; the SQL round trip
+    and mapping included)."""
+    out: list[list[str]] = []
+    times: list[float] = []
+    vectors = await index.embedder.embed([q.text for q in questions])
+    stmt = sa.text(statement)
+    async with index.store.engine.connect() as conn:
+        for q, vec in tqdm(list(zip(questions, vectors, strict=True)), desc=desc, leave=False):
+            params = {
+                "user_id": q.scope, "collection": index.collection,
+                "query": "[" + ",".join(f"{x:.7g}" for x in vec) + "]",
+                "terms": pgterms.query(q.text), "term_list": list(dict.fromkeys(pgterms.terms(q.text))),
+                "pool": max(weights.pool, limit), "rrf_k": weights.rrf_k, "vector_weight": weights.vector,
+                "text_weight": weights.text, "recency_weight": weights.recency, "limit": limit,
+                "ann_candidates": max(4 * limit, 40), "min_score": -2.0,
+                "since": datetime(1, 1, 2, tzinfo=UTC), "until": datetime(9999, 12, 30, tzinfo=UTC),
+            }
+            t = time.perf_counter()
+            rows = (await conn.execute(stmt, params)).mappings().all()
+            times.append((time.perf_counter() - t) * 1000)
+            out.append([r["message_id"] or "" for r in rows])
+        await conn.rollback()
+    return out, times
+
+
+# --- the product's own path: one row per message, recalled by ChatHistoryMemoryProvider -------
+
+
+@dataclass
+class ProviderMessage:
+    key: str  # what a recalled row counts as: its session id (LME) or its dia_id (LoCoMo)
+    message_id: str
+    session_id: str
+    role: str  # "user" or "assistant"
+    text: str
+    created_at: datetime
+
+
+def lme_provider_messages(path: Path, data: Dataset) -> dict[str, list[ProviderMessage]]:
+    """Every turn (user and assistant) of each haystack session, as the provider stores it."""
+    sessions = json.loads(gzip.decompress(path.read_bytes()))["sessions"]
+    out: dict[str, list[ProviderMessage]] = {}
+    for scope, docs in data.scopes.items():
+        rows = out.setdefault(scope, [])
+        for d in docs:
+            for i, turn in enumerate(sessions[d.key]):
+                if turn["content"].strip():
+                    rows.append(ProviderMessage(d.key, f"{d.key}:{i}", d.key, turn["role"], turn["content"],
+                                                d.created_at + timedelta(seconds=i)))
+    return out
+
+
+def locomo_provider_messages(path: Path) -> dict[str, list[ProviderMessage]]:
+    """Every LoCoMo turn as one message: the first speaker is the user, the second the assistant;
+    the text is the turn's text (no speaker prefix: the provider stores what was said), plus the
+    shared photo's caption as retrieval.py's session path has it."""
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    out: dict[str, list[ProviderMessage]] = {}
+    for conv in raw:
+        c = conv["conversation"]
+        rows = out.setdefault(conv["sample_id"], [])
+        n = 1
+        while f"session_{n}_date_time" in c:
+            start = _locomo_date(c[f"session_{n}_date_time"])
+            for i, turn in enumerate(c.get(f"session_{n}") or []):
+                text = turn["text"]
+                if turn.get("blip_caption"):
+                    text += f" [shares a photo: {turn['blip_caption']}]"
+                role = "user" if turn["speaker"] == c["speaker_a"] else "assistant"
+                rows.append(ProviderMessage(turn["dia_id"], turn["dia_id"], f"session_{n}", role, text,
+                                            start + timedelta(seconds=i)))
+            n += 1
+    return out
+
+
+async def build_provider_index(
+    url: str, name: str, messages: dict[str, list[ProviderMessage]], emb_name: str, threads: int, cache_dir: Path
+) -> Index:
+    """One row per message, written as ChatHistoryMemoryProvider.after_run writes it (render())."""
+    from pgmemory.memory.chat_history import render
+    from pgmemory.runtime.messages import Message
+
+    embedder = make_embedder(emb_name, threads, cache_dir)
+    rendered = {
+        (scope, m.message_id): render(Message(m.role, m.text)) for scope, rows in messages.items() for m in rows
+    }
+    await embedder.warm(list(rendered.values()), desc=f"embed {name} messages ({emb_name})")
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    store = await MemoryStore(url, settings=settings, embedder=embedder, migrate=True).open()
+    collection = f"{name.replace('-', '_')}_msg_{emb_name}"
+    await store.create_collection(collection)
+    limit = settings.max_text_chars
+    records = (
+        MemoryRecord(
+            content=(c if len(c := rendered[(scope, m.message_id)]) <= limit else c[: limit - 1] + "…"),
+            scope=MemoryScope(user_id=scope, session_id=m.session_id),
+            role=m.role,
+            message_id=m.message_id,
+            created_at=m.created_at,
+        )
+        for scope, rows in messages.items()
+        for m in rows
+    )
+    n = await store.import_records(collection, records, progress=True)
+    async with store.engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        await raw.driver_connection.set_autocommit(True)
+        await raw.driver_connection.execute("VACUUM (ANALYZE) pgmemory_memories")
+        await raw.driver_connection.set_autocommit(False)
+    print(f"imported {n} messages into {collection}", file=sys.stderr)
+    index = Index(store, collection, embedder)
+    index.key_of = {}  # filled per hit from message_id
+    return index
+
+
+async def provider_rankings(
+    index: Index, questions: list[Question], key_of_message: dict[str, str], *, max_results: int,
+    weights: SearchWeights | None, desc: str,
+) -> tuple[list[list[str]], list[float]]:
+    """Each question recalled by the provider's own _recall (its default options, except
+    max_results raised to cover the metrics' depth and recent_turns 0, so the ranked list is its
+    similar-memory ranking alone); recalled messages mapped to their keys, first occurrence kept.
+    Returns the rankings and the wall time of each recall (ms)."""
+    import dataclasses
+
+    from pgmemory.memory.chat_history import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
+    from pgmemory.runtime.session import AgentSession
+
+    options = dataclasses.replace(ChatHistoryMemoryProviderOptions(), max_results=max_results, recent_turns=0)
+    if weights is not None:
+        options = dataclasses.replace(options, weights=weights)
+    provider = ChatHistoryMemoryProvider(
+        index.store, index.collection, state_initializer=lambda s: None, options=options  # type: ignore[arg-type,return-value]
+    )
+    out: list[list[str]] = []
+    times: list[float] = []
+    session = AgentSession("bench")
+    for q in tqdm(questions, desc=desc, leave=False):
+        state = ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=q.scope))
+        t = time.perf_counter()
+        memories, _ = await provider._recall(state, session, q.text)
+        times.append((time.perf_counter() - t) * 1000)
+        ranked = list(dict.fromkeys(key_of_message[m.message_id or ""] for m, _ in memories))
+        out.append(ranked)
+    return out, times
+
+
 # --- tuning: the library's fusion replayed client-side on its own rankings ---------------------
 
 async def tune(dataset: str, data: Dataset, indexes: dict[str, Index], pool: int = 50) -> dict[str, Any]:
@@ -622,6 +870,50 @@ def print_table(title: str, results: dict[str, dict[str, float]], names: Sequenc
         print(f"{name:<{width}}" + "".join(f"{metrics[m]:>14.4f}" for m in names) + f"  {notes.get(name, '')}")
 
 
+async def provider_main(args: argparse.Namespace, data: Dataset, names: Sequence[str]) -> dict[str, Any]:
+    """--path provider: one row per message through the provider's storage and recall."""
+    t0 = time.perf_counter()
+    data_dir = Path(args.data_dir)
+    if args.dataset == "lme":
+        messages = lme_provider_messages(data_dir / f"lme_s_{args.slice}.json.gz", data)
+        max_results = 100  # messages; mapped to sessions, enough for @10 in almost every question
+    else:
+        messages = locomo_provider_messages(data_dir / "locomo10.json.gz")
+        max_results = 10
+    messages = {s: m for s, m in messages.items() if s in data.scopes}
+    key_of_message = {m.message_id: m.key for rows in messages.values() for m in rows}
+    n_rows = sum(map(len, messages.values()))
+    print(f"provider path: {n_rows} messages in {len(messages)} scopes", file=sys.stderr)
+    db = ScratchDatabase()
+    results: dict[str, dict[str, float]] = {}
+    latency: dict[str, dict[str, float]] = {}
+    try:
+        index = await build_provider_index(db.url, data.name, messages, args.provider_embedder, args.threads,
+                                           Path(args.cache_dir))
+        variants: dict[str, SearchWeights | None] = {
+            f"provider-{args.provider_embedder}-today-default (SearchWeights(recency=0.5))": None,
+        }
+        for name, w in PROVIDER_CANDIDATES.items():
+            variants[f"provider-{args.provider_embedder}-{name}"] = w
+        for label, weights in variants.items():
+            ranked, times = await provider_rankings(index, data.questions, key_of_message,
+                                                    max_results=max_results, weights=weights, desc=label)
+            results[label] = mean_scores([score(args.dataset, r, q) for r, q in zip(ranked, data.questions, strict=True)], names)
+            latency[label] = {"p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95))}
+        await index.store.close()
+        print_table(f"{data.name}: provider path ({n_rows} messages, one row each; {len(data.questions)} questions)",
+                    results, names, {k: f"recall p50 {v['p50_ms']:.1f} ms, p95 {v['p95_ms']:.1f} ms" for k, v in latency.items()})
+        return {
+            "dataset": args.dataset, "slice": data.name, "path": "provider", "questions": len(data.questions),
+            "messages": n_rows, "embedder": args.provider_embedder, "configs": results, "latency": latency,
+            "timings": {"total_s": round(time.perf_counter() - t0, 1)},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                        "postgresql": db.server_version, "pgvector": db.pgvector},
+        }
+    finally:
+        db.drop()
+
+
 async def amain(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     data_dir = Path(args.data_dir)
@@ -636,6 +928,8 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
     if args.questions:
         data.questions = data.questions[: args.questions]
         data.scopes = {s: d for s, d in data.scopes.items() if any(q.scope == s for q in data.questions)}
+    if args.path == "provider":
+        return await provider_main(args, data, names)
     n_docs = sum(map(len, data.scopes.values()))
     print(
         f"{data.name}: {len(data.questions)} questions, {len(data.scopes)} scopes, {n_docs} memories"
@@ -659,8 +953,34 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, dict[str, float]] = {}
         rankings: dict[str, list[list[str]]] = {}
         t = time.perf_counter()
+        latency: dict[str, dict[str, float]] = {}
+        chunked: set[str] = set()
         for cfg in configs:
             if cfg.mode == "rrf3":
+                continue
+            if cfg.mode == "candidate":
+                index = indexes[cfg.embedder or "use"]
+                if cfg.chunks and args.dataset == "lme" and cfg.embedder not in chunked:
+                    from recall_lab import chunk_words, lme_parts
+
+                    parts = lme_parts(data_dir / f"lme_s_{args.slice}.json.gz")
+                    keys = {d.key for docs in data.scopes.values() for d in docs}
+                    n = await add_chunks(index, {k: chunk_words(parts[k], 200)[1:] for k in keys})
+                    chunked.add(cfg.embedder or "use")
+                    print(f"{n} chunk vectors added", file=sys.stderr)
+                statement = candidate_statement(
+                    fusion=cfg.fusion, chunks=cfg.chunks and args.dataset == "lme", dimensions=index.embedder.dimensions
+                )
+                ranked, times = await candidate_rankings(
+                    index, data.questions, statement=statement, weights=SearchWeights(**dict(cfg.weights)),
+                    limit=limit, desc=cfg.name,
+                )
+                rankings[cfg.name] = ranked
+                latency[cfg.name] = {"sql_p50_ms": float(np.percentile(times, 50)),
+                                     "sql_p95_ms": float(np.percentile(times, 95))}
+                results[cfg.name] = mean_scores(
+                    [score(args.dataset, r, q) for r, q in zip(ranked, data.questions, strict=True)], names
+                )
                 continue
             index = indexes[cfg.embedder] if cfg.embedder else indexes[sorted(indexes)[0]]
             weights = weights_for(args.dataset, cfg) if cfg.mode == "hybrid" else None
@@ -682,6 +1002,8 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             )
         timings["search_s"] = round(time.perf_counter() - t, 1)
         notes = {c.name: c.note for c in configs}
+        for name, lat in latency.items():
+            notes[name] += f" [sql p50 {lat['sql_p50_ms']:.1f} ms, p95 {lat['sql_p95_ms']:.1f} ms]"
         for c in configs:
             if c.tuned:
                 w = TUNED[args.dataset][c.name]
@@ -720,7 +1042,10 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             "questions": n_q,
             "memories": n_docs,
             "configs": results,
-            "weights": {c.name: TUNED[args.dataset][c.name] for c in configs if c.tuned},
+            "weights": {c.name: TUNED[args.dataset][c.name] for c in configs if c.tuned}
+            | {c.name: {"fusion": c.fusion, "chunks": c.chunks, **dict(c.weights)} for c in configs if c.mode == "candidate"},
+            "latency": latency,
+            "stemming": pgterms.STEMMING,
             "tuning": tuning,
             "timings": timings,
             "embedded_this_run": embedded,
@@ -748,9 +1073,17 @@ def main() -> None:
     parser.add_argument("--tune", action="store_true", help="grid-search the hybrid weights (dev/LoCoMo only)")
     parser.add_argument("--diagnose", action="store_true", help="add keyword-ranking diagnostic rows")
     parser.add_argument("--questions", type=int, default=0, help="only the first N questions (smoke test)")
+    parser.add_argument("--path", choices=("session", "provider"), default="session",
+                        help="session: the benchmarks' own protocol (one memory per LME session / LoCoMo "
+                             "turn); provider: one row per message through ChatHistoryMemoryProvider")
+    parser.add_argument("--provider-embedder", choices=("use", "minilm"), default="use",
+                        help="embedder of the provider path (default: the library's default, USE)")
     parser.add_argument("--locomo-doc", choices=("speaker", "plain"), default="speaker",
                         help="LoCoMo memory text: '<speaker>: <text>' (default) or the text alone")
+    parser.add_argument("--no-stemming", action="store_true", help="keyword terms without stemming (as before)")
     args = parser.parse_args()
+    if args.no_stemming:
+        pgterms.STEMMING = False
     global LOCOMO_DOC
     LOCOMO_DOC = args.locomo_doc
     if args.tune and args.dataset == "lme" and args.slice == "test":

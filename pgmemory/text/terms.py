@@ -2,15 +2,23 @@
 
 PostgreSQL's ``simple`` configuration splits on spaces and punctuation, so a run of Chinese
 characters would be one unsearchable "word". pgmemory therefore computes the terms itself:
-lower-cased words for alphabetic scripts (minus a few English stop words), and for Han, kana
-and Hangul runs every pair of neighbouring characters (bigrams; a lone character stands for
-itself), the usual way to index text without spaces. Terms contain
-only letters and digits, so they are safe to hand to ``websearch_to_tsquery``.
+lower-cased words for alphabetic scripts (minus a few English stop words), English words
+reduced to their Porter2 stem (pgmemory.text.stem: "ordered" and "orders" both give "order",
+"peanuts" gives "peanut"), and for Han, kana and Hangul runs every pair of neighbouring
+characters (bigrams; a lone character stands for itself), the usual way to index text without
+spaces. Terms contain only letters and digits, so they are safe to hand to
+``websearch_to_tsquery``.
+
+Stored rows keep the terms computed when they were written: rows written before stemming
+(or with ``STEMMING`` off) match a stemmed query only where word and stem coincide, until
+their terms are recomputed.
 """
 
 from __future__ import annotations
 
 import re
+
+from pgmemory.text.stem import stem
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
@@ -22,6 +30,8 @@ STOP_WORDS = frozenset(
 )
 #: Most terms taken from one text; a memory is capped at the store's text limit anyway.
 MAX_TERMS = 4096
+#: Reduce English words to their stem (documents and queries alike). A switch for measuring.
+STEMMING = True
 
 
 def terms(text: str) -> list[str]:
@@ -34,7 +44,7 @@ def terms(text: str) -> list[str]:
                 out.append(token)
             out.extend(token[i : i + 2] for i in range(len(token) - 1))
         elif token not in STOP_WORDS:
-            out.append(token)
+            out.append(stem(token) if STEMMING else token)
         if len(out) >= MAX_TERMS:
             break
     return out[:MAX_TERMS]

@@ -26,7 +26,9 @@ class Server:
         else:
             self.embedded = EmbeddedServer(settings.data_dir)
             self.base = self.embedded.start()
-        self.admin = sa.create_engine(migrate.normalise_url(self.base), isolation_level="AUTOCOMMIT")
+        self.admin = sa.create_engine(
+            migrate.normalise_url(self.base), isolation_level="AUTOCOMMIT"
+        )
 
     def info(self) -> str:
         """One line naming the server, its pgvector and its shared buffers."""
@@ -45,7 +47,11 @@ class Server:
         name = f"pgmemory_bench_{label}_{uuid.uuid4().hex[:8]}".replace("-", "_")
         with self.admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        url = make_url(migrate.normalise_url(self.base)).set(database=name).render_as_string(hide_password=False)
+        url = (
+            make_url(migrate.normalise_url(self.base))
+            .set(database=name)
+            .render_as_string(hide_password=False)
+        )
         try:
             if pgmemory_schema:
                 migrate.upgrade(url)

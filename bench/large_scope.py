@@ -17,8 +17,9 @@ import asyncio
 import time
 
 import numpy as np
-from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 from _scratch import Server
+
+from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 
 
 def clustered(rng: np.random.Generator, n: int, dims: int, centres: np.ndarray) -> np.ndarray:
@@ -26,7 +27,9 @@ def clustered(rng: np.random.Generator, n: int, dims: int, centres: np.ndarray) 
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
-async def measure(store: MemoryStore, user: str, truth_vectors: np.ndarray, queries: np.ndarray) -> tuple[float, float, float]:
+async def measure(
+    store: MemoryStore, user: str, truth_vectors: np.ndarray, queries: np.ndarray
+) -> tuple[float, float, float]:
     """p50 ms, p95 ms, recall@3 of top-3 searches in the user's scope."""
     lat, found = [], 0
     for q in queries:
@@ -39,11 +42,18 @@ async def measure(store: MemoryStore, user: str, truth_vectors: np.ndarray, quer
     return float(np.percentile(lat, 50)), float(np.percentile(lat, 95)), found / (3 * len(queries))
 
 
-async def add_cost(store: MemoryStore, dims: int, rng: np.random.Generator, n: int = 50) -> tuple[float, float]:
+async def add_cost(
+    store: MemoryStore, dims: int, rng: np.random.Generator, n: int = 50
+) -> tuple[float, float]:
     lat = []
     for i in range(n):
         v = rng.standard_normal((2, dims)).astype(np.float32)
-        recs = [MemoryRecord(content=f"turn {i} {j}", scope=MemoryScope(user_id="writer"), embedding=v[j]) for j in range(2)]
+        recs = [
+            MemoryRecord(
+                content=f"turn {i} {j}", scope=MemoryScope(user_id="writer"), embedding=v[j]
+            )
+            for j in range(2)
+        ]
         t = time.perf_counter()
         await store.add("big", recs)
         lat.append((time.perf_counter() - t) * 1000)
@@ -58,13 +68,23 @@ async def run(url: str, rows: int, dims: int, n_queries: int) -> None:
     queries = clustered(rng, n_queries, dims, centres)
     async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
         await store.create_collection("big", dimensions=dims, embedding_model="random")
-        records = [MemoryRecord(content=f"huge {i}", scope=MemoryScope(user_id="huge"), embedding=v) for i, v in enumerate(huge)]
-        records += [MemoryRecord(content=f"small {i}", scope=MemoryScope(user_id="small"), embedding=v) for i, v in enumerate(small)]
-        records += [MemoryRecord(content=f"fill {i}", scope=MemoryScope(user_id=f"f{i % 200}"), embedding=v)
-                    for i, v in enumerate(clustered(rng, rows // 2, dims, centres))]
+        records = [
+            MemoryRecord(content=f"huge {i}", scope=MemoryScope(user_id="huge"), embedding=v)
+            for i, v in enumerate(huge)
+        ]
+        records += [
+            MemoryRecord(content=f"small {i}", scope=MemoryScope(user_id="small"), embedding=v)
+            for i, v in enumerate(small)
+        ]
+        records += [
+            MemoryRecord(content=f"fill {i}", scope=MemoryScope(user_id=f"f{i % 200}"), embedding=v)
+            for i, v in enumerate(clustered(rng, rows // 2, dims, centres))
+        ]
         t = time.perf_counter()
         await store.import_records("big", records, progress=True)
-        print(f"imported {len(records):,} rows ({rows:,} in the huge scope, {dims} d) in {time.perf_counter() - t:.1f} s")
+        print(
+            f"imported {len(records):,} rows ({rows:,} in the huge scope, {dims} d) in {time.perf_counter() - t:.1f} s"
+        )
         async with store.engine.connect() as conn:
             raw = (await conn.get_raw_connection()).driver_connection
             await raw.set_autocommit(True)
@@ -83,12 +103,18 @@ async def run(url: str, rows: int, dims: int, n_queries: int) -> None:
         for user, vecs in (("huge", huge), ("small", small)):
             p50, p95, rec = await measure(store, user, vecs, queries)
             took_ann = user == "huge" and status.enabled
-            path = f"HNSW path (ef_search {status.ef_search})" if took_ann else "exact (below threshold)"
+            path = (
+                f"HNSW path (ef_search {status.ef_search})"
+                if took_ann
+                else "exact (below threshold)"
+            )
             ratio = f"   ({before[user][0] / p50:.1f}x faster at p50)" if took_ann else ""
             print(f"{path:<34}{user:>8}{p50:>9.2f}{p95:>9.2f}{rec:>10.3f}{ratio}")
         add_after = await add_cost(store, dims, rng)
-        print(f"store.add of 2 records: p50 {add_before[0]:.2f} -> {add_after[0]:.2f} ms, "
-              f"p95 {add_before[1]:.2f} -> {add_after[1]:.2f} ms (without -> with the HNSW index)")
+        print(
+            f"store.add of 2 records: p50 {add_before[0]:.2f} -> {add_after[0]:.2f} ms, "
+            f"p95 {add_before[1]:.2f} -> {add_after[1]:.2f} ms (without -> with the HNSW index)"
+        )
 
 
 def main() -> None:

@@ -55,7 +55,6 @@ import subprocess
 import sys
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -218,7 +217,6 @@ def make_data(args: argparse.Namespace, rows: int) -> Path:
 # bench/_scratch.py's, shared by every benchmark.
 from _scratch import Server  # noqa: E402
 
-
 # --- pgmemory adapter --------------------------------------------------------------------------
 
 
@@ -309,9 +307,12 @@ def ensure_peer_env(name: str) -> Path:
 
 
 def run_peer(name: str, server: Server, data_path: Path, args: argparse.Namespace) -> dict:
-    module, _, label = PEERS[name]
+    module, _, _label = PEERS[name]
     if not (BENCH / "peers" / module).exists():
-        return {"status": "not run", "error": NOT_RUN.get(name, f"bench/peers/{module} not written")}
+        return {
+            "status": "not run",
+            "error": NOT_RUN.get(name, f"bench/peers/{module} not written"),
+        }
     try:
         python = ensure_peer_env(name)
     except subprocess.CalledProcessError as exc:
@@ -377,8 +378,10 @@ def print_ann(r: dict) -> None:
     ann = r["ann"]
     print(f"\nlarge scopes: store.enable_ann() built and probed the HNSW index in "
           f"{ann['build_and_probe_s']:.1f} s -> {ann['status']}")  # fmt: skip
-    print("(both passes audit off, on the same rows: the turns added some after the truth was drawn, "
-          "so recall@3 is below 1 for both)")
+    print(
+        "(both passes audit off, on the same rows: the turns added some after the truth was drawn, "
+        "so recall@3 is below 1 for both)"
+    )
     print(f"{'bucket':<7} {'exact p50':>10} {'p95':>8} {'recall@3':>8} | {'after p50':>10} {'p95':>8} "
           f"{'recall@3':>8}")  # fmt: skip
     for b in h.BUCKETS:
@@ -447,8 +450,16 @@ def measure_pgmemory(server: Server, data_path: Path, args: argparse.Namespace, 
                 status = await a.store.enable_ann(a.collection, maintenance_work_mem="1GB")
                 more["ann"] = {
                     "build_and_probe_s": time.perf_counter() - t,
-                    "status": {k: getattr(status, k) for k in ("enabled", "recall", "probed_scopes",
-                                                               "min_scope_rows", "ef_search")},
+                    "status": {
+                        k: getattr(status, k)
+                        for k in (
+                            "enabled",
+                            "recall",
+                            "probed_scopes",
+                            "min_scope_rows",
+                            "ef_search",
+                        )
+                    },
                     "recall": await h.recall_pass(a, data, args.progress),
                 }
             a.audit = True
@@ -469,11 +480,15 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=200, help="sequential memory turns")
     p.add_argument("--session-turns", type=int, default=50, help="turns per concurrent session")
     p.add_argument("--peers", default="", help=f"comma-separated: {','.join(PEERS)}, or all")
-    p.add_argument("--peer-rows", type=int, default=None,
-                   help="rows of the peers' data set (default --rows)")
+    p.add_argument(
+        "--peer-rows", type=int, default=None, help="rows of the peers' data set (default --rows)"
+    )
     p.add_argument("--peer-timeout", type=int, default=1800, help="seconds per peer")
-    p.add_argument("--hnsw", action="store_true",
-                   help="then store.enable_ann() (HNSW path for large scopes) and measure again")
+    p.add_argument(
+        "--hnsw",
+        action="store_true",
+        help="then store.enable_ann() (HNSW path for large scopes) and measure again",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 
 import numpy as np
-from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings, USEEmbedder
 from _scratch import Server
+
+from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings, USEEmbedder
 
 
 def unit(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:
@@ -36,14 +36,18 @@ async def run(url: str, dims: int, queries: int) -> None:
         # 1. add 1,000 records in one transaction (precomputed vectors)
         vecs = unit(rng, 1000, dims)
         records = [
-            MemoryRecord(content=f"memory number {i}", scope=MemoryScope(user_id="adder"), embedding=v)
+            MemoryRecord(
+                content=f"memory number {i}", scope=MemoryScope(user_id="adder"), embedding=v
+            )
             for i, v in enumerate(vecs)
         ]
         t = time.perf_counter()
         await store.add("bench", records)
         add_s = time.perf_counter() - t
-        print(f"add 1,000 records ({dims}-d vectors given), one transaction: {add_s * 1000:.0f} ms "
-              f"({1000 / add_s:,.0f} rows/s)")
+        print(
+            f"add 1,000 records ({dims}-d vectors given), one transaction: {add_s * 1000:.0f} ms "
+            f"({1000 / add_s:,.0f} rows/s)"
+        )
 
         # 2. 10,000 rows: one user with 10,000 rows, and 20 users with 500 rows each
         for user, n in [("big", 10_000)] + [(f"u{i:02d}", 500) for i in range(20)]:
@@ -51,8 +55,12 @@ async def run(url: str, dims: int, queries: int) -> None:
             t = time.perf_counter()
             await store.import_records(
                 "bench",
-                (MemoryRecord(content=f"{user} {i}", scope=MemoryScope(user_id=user), embedding=x)
-                 for i, x in enumerate(v)),
+                (
+                    MemoryRecord(
+                        content=f"{user} {i}", scope=MemoryScope(user_id=user), embedding=x
+                    )
+                    for i, x in enumerate(v)
+                ),
             )
             if user == "big":
                 el = time.perf_counter() - t
@@ -66,33 +74,51 @@ async def run(url: str, dims: int, queries: int) -> None:
 
         # 3. scoped exact top-3
         qs = unit(rng, queries, dims)
-        for label, user, rows in [("scope of 10,000 rows", "big", 10_000), ("scope of 500 rows (of 20,000)", "u07", 500)]:
+        for label, user, rows in [
+            ("scope of 10,000 rows", "big", 10_000),
+            ("scope of 500 rows (of 20,000)", "u07", 500),
+        ]:
             for audit in (False, True):
                 lat = []
                 for q in qs:
                     t = time.perf_counter()
-                    hits = await store.search("bench", MemoryScope(user_id=user), vector=q, limit=3, audit=audit)
+                    hits = await store.search(
+                        "bench", MemoryScope(user_id=user), vector=q, limit=3, audit=audit
+                    )
                     lat.append((time.perf_counter() - t) * 1000)
                     assert len(hits) == 3
                 lat = lat[5:]  # warm-up
-                print(f"search top-3, {label}, audit={'on ' if audit else 'off'}: p50 {pct(lat, 50):.2f} ms, "
-                      f"p95 {pct(lat, 95):.2f} ms  ({pct(lat, 50) * 1000 / rows:.2f} µs/row at p50)")
+                print(
+                    f"search top-3, {label}, audit={'on ' if audit else 'off'}: p50 {pct(lat, 50):.2f} ms, "
+                    f"p95 {pct(lat, 95):.2f} ms  ({pct(lat, 50) * 1000 / rows:.2f} µs/row at p50)"
+                )
 
     # 4. with the default embedder: add 1,000 short texts (embedding included)
     embedder = USEEmbedder()
     await embedder.embed(["warm up"])
     async with MemoryStore(url, settings=Settings(_env_file=None), embedder=embedder) as store:  # type: ignore[call-arg]
         await store.create_collection("bench_text")
-        texts = [MemoryRecord(content=f"User note {i}: prefers dish {i % 7} with {i % 3} portions",
-                              scope=MemoryScope(user_id="texter")) for i in range(1000)]
+        texts = [
+            MemoryRecord(
+                content=f"User note {i}: prefers dish {i % 7} with {i % 3} portions",
+                scope=MemoryScope(user_id="texter"),
+            )
+            for i in range(1000)
+        ]
         t = time.perf_counter()
         await store.add("bench_text", texts)
         el = time.perf_counter() - t
-        print(f"add 1,000 texts embedded by multilingual USE (1 thread): {el:.2f} s ({1000 / el:,.0f} rows/s)")
+        print(
+            f"add 1,000 texts embedded by multilingual USE (1 thread): {el:.2f} s ({1000 / el:,.0f} rows/s)"
+        )
         t = time.perf_counter()
         for i in range(50):
-            await store.search("bench_text", MemoryScope(user_id="texter"), query=f"what does the user prefer {i}")
-        print(f"search by text (embed + exact top-3 over 1,000 rows): {(time.perf_counter() - t) / 50 * 1000:.1f} ms mean")
+            await store.search(
+                "bench_text", MemoryScope(user_id="texter"), query=f"what does the user prefer {i}"
+            )
+        print(
+            f"search by text (embed + exact top-3 over 1,000 rows): {(time.perf_counter() - t) / 50 * 1000:.1f} ms mean"
+        )
 
 
 def main() -> None:

@@ -35,7 +35,9 @@ from pgmemory.integrations.agent_framework import (
 
 def per_user(session: af.AgentSession) -> ChatHistoryMemoryProvider.State:
     """Store and recall per user; the application put the user id in the session's state."""
-    return ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=session.state["user_id"]))
+    return ChatHistoryMemoryProvider.State(
+        storage_scope=MemoryScope(user_id=session.state["user_id"])
+    )
 
 
 class ShowInjected(af.ContextProvider):
@@ -75,20 +77,33 @@ class StandIn(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         messages = body["messages"]
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-        called = [c["function"]["name"] for m in messages[last_user:] for c in m.get("tool_calls") or []]
+        called = [
+            c["function"]["name"] for m in messages[last_user:] for c in m.get("tool_calls") or []
+        ]
         step = decide([(m["role"], str(m.get("content") or "")) for m in messages], called)
         if "call" in step:
             arguments = json.dumps(step["arguments"], ensure_ascii=False)
-            call = {"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
-                    "function": {"name": step["call"], "arguments": arguments}}
-            message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+            call = {
+                "id": f"call_{uuid.uuid4().hex[:8]}",
+                "type": "function",
+                "function": {"name": step["call"], "arguments": arguments},
+            }
+            message, finish = (
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                "tool_calls",
+            )
         else:
             message, finish = {"role": "assistant", "content": step["text"]}, "stop"
-        reply = json.dumps({
-            "id": "chatcmpl-demo", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        }).encode()
+        reply = json.dumps(
+            {
+                "id": "chatcmpl-demo",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
@@ -104,7 +119,9 @@ async def main() -> None:
         client = OpenAIChatCompletionClient(
             model=settings.openai_chat_model, base_url=settings.openai_base_url, api_key=key
         )
-        print(f"model: {settings.openai_chat_model} at {settings.openai_base_url or 'api.openai.com'}")
+        print(
+            f"model: {settings.openai_chat_model} at {settings.openai_base_url or 'api.openai.com'}"
+        )
     else:
         server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -113,10 +130,7 @@ async def main() -> None:
         print(f"model: offline stand-in at {url} (set PGMEMORY_OPENAI_* for a real model)")
     try:
         async with MemoryStore(migrate=True, settings=settings) as store:
-            try:
-                await store.create_collection(COLLECTION)
-            except Exception:  # created by an earlier run (or by examples/food_delivery.py)
-                pass
+            await store.create_collection(COLLECTION)  # no-op when it exists with this model
             agent = build_agent(client, store)
             run = uuid.uuid4().hex[:6]  # fresh users each run, so the demo starts from no memories
             for turn, (user, text) in enumerate(SCRIPT, 1):

@@ -23,26 +23,25 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from typing_extensions import TypedDict
 
 from pgmemory import (
     Agent,
-    ChatHistoryMemoryProvider,
     AgentSession,
+    ChatHistoryMemoryProvider,
     ChatResponse,
     ContextProvider,
     FunctionCallContent,
-    Message,
     MemoryScope,
     MemoryStore,
+    Message,
     OpenAIChatClient,
-    Settings,
     SessionContext,
+    Settings,
 )
-
 
 COLLECTION = "food_delivery"
 #: (dish, kind, spicy)
@@ -99,7 +98,9 @@ class ShowInjected(ContextProvider):
         super().__init__("show_injected")
         self.memory = memory
 
-    async def before_run(self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict) -> None:
+    async def before_run(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict
+    ) -> None:
         injected = context.get_messages(sources=[self.memory.source_id])
         print("  memory injected:" if injected else "  memory injected: (nothing)")
         for message in injected:
@@ -160,14 +161,20 @@ def decide(transcript: Sequence[tuple[str, str]], tools_called: Sequence[str]) -
 class ReplayModel:
     """A ChatClient that follows :func:`decide` instead of calling a model."""
 
-    async def get_response(self, messages: Sequence[Message], *, tools: Sequence[Any] = (), **_: Any) -> ChatResponse:
+    async def get_response(
+        self, messages: Sequence[Message], *, tools: Sequence[Any] = (), **_: Any
+    ) -> ChatResponse:
         transcript = [(m.role, m.text) for m in messages]
-        last_user = max(i for i, m in enumerate(messages) if m.role == "user" and m.source_type == "external")
+        last_user = max(
+            i for i, m in enumerate(messages) if m.role == "user" and m.source_type == "external"
+        )
         called = [c.name for m in messages[last_user:] for c in m.function_calls]
         step = decide(transcript, called)
         if "call" in step:
             call = FunctionCallContent(
-                call_id=f"call_{uuid.uuid4().hex[:8]}", name=step["call"], arguments=json.dumps(step["arguments"], ensure_ascii=False)
+                call_id=f"call_{uuid.uuid4().hex[:8]}",
+                name=step["call"],
+                arguments=json.dumps(step["arguments"], ensure_ascii=False),
             )
             return ChatResponse(messages=[Message("assistant", contents=[call])])
         return ChatResponse(messages=[Message("assistant", step["text"])])
@@ -185,10 +192,16 @@ SCRIPT = [
 
 async def main() -> None:
     settings = Settings()
-    real = bool(settings.openai_base_url or settings.openai_api_key or os.environ.get("OPENAI_API_KEY"))
+    real = bool(
+        settings.openai_base_url or settings.openai_api_key or os.environ.get("OPENAI_API_KEY")
+    )
     client: Any = OpenAIChatClient.from_settings(settings) if real else ReplayModel()
-    print("model:", f"{settings.openai_chat_model} at {settings.openai_base_url or 'api.openai.com'}" if real
-          else "offline replay (set PGMEMORY_OPENAI_BASE_URL/API_KEY/CHAT_MODEL for a real model)")
+    print(
+        "model:",
+        f"{settings.openai_chat_model} at {settings.openai_base_url or 'api.openai.com'}"
+        if real
+        else "offline replay (set PGMEMORY_OPENAI_BASE_URL/API_KEY/CHAT_MODEL for a real model)",
+    )
     async with MemoryStore(migrate=True, settings=settings) as store:
         await store.create_collection(COLLECTION)
         run = uuid.uuid4().hex[:6]  # fresh users each run, so the demo starts from no memories
@@ -198,7 +211,9 @@ async def main() -> None:
             session.state["user_id"] = f"{user}-{run}"
             print(f"\n#{turn} {user} (new session {session.session_id[:8]}): {text}")
             response = await agent.run(text, session=session)
-            orders = [c for m in response.messages for c in m.function_calls if c.name == "PlaceOrder"]
+            orders = [
+                c for m in response.messages for c in m.function_calls if c.name == "PlaceOrder"
+            ]
             for call in orders:
                 print(f"  PlaceOrder {call.arguments}")
             print(f"  reply: {response.text}")

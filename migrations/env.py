@@ -53,7 +53,7 @@ def run_migrations_online() -> None:
         engine.dispose()
 
 
-def _run(connection) -> None:  # noqa: ANN001
+def _run(connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -26,7 +26,9 @@ def embeddings_server() -> Iterator[_EmbeddingsServer]:
 async def test_same_model_from_another_url_keeps_its_collection(
     embeddings_server: _EmbeddingsServer, database_url: str
 ) -> None:
-    loopback = OpenAIEmbedder(model="emb-small", dimensions=6, base_url=embeddings_server.url, api_key="k")
+    loopback = OpenAIEmbedder(
+        model="emb-small", dimensions=6, base_url=embeddings_server.url, api_key="k"
+    )
     renamed = embeddings_server.url.replace("127.0.0.1", "localhost")
     moved = OpenAIEmbedder(model="emb-small", dimensions=6, base_url=renamed, api_key="k")
     assert loopback.model_id == moved.model_id == "openai:emb-small@6"
@@ -92,7 +94,9 @@ def test_migration_drops_the_host_from_old_ids(fresh_database: str) -> None:
             )
     migrate.upgrade(fresh_database)
     with engine.connect() as conn:
-        rows = dict(conn.execute(sa.text("SELECT name, embedding_model FROM pgmemory_collections")).all())
+        rows = dict(
+            conn.execute(sa.text("SELECT name, embedding_model FROM pgmemory_collections")).all()
+        )
     engine.dispose()
     assert rows == {
         "old_url": "openai:text-embedding-3-small@256",

@@ -57,7 +57,11 @@ def test_sixteen_threads_share_one_store(database_url: str, embedder: CachedEmbe
                     if kind == 0:
                         store.add(
                             collection,
-                            [MemoryRecord(content=f"note {i}", scope=scope, embedding=_vector(rng))],
+                            [
+                                MemoryRecord(
+                                    content=f"note {i}", scope=scope, embedding=_vector(rng)
+                                )
+                            ],
                         )
                         added += 1
                     elif kind == 1:
@@ -65,7 +69,7 @@ def test_sixteen_threads_share_one_store(database_url: str, embedder: CachedEmbe
                         assert all(h.memory.scope.user_id == scope.user_id for h in hits)
                     else:
                         assert store.count(collection, scope) >= added
-                except BaseException as exc:  # noqa: BLE001 - every failure is counted
+                except BaseException as exc:
                     failures.append(exc)
             written[n] = added
 

@@ -16,13 +16,12 @@ Row indices come back by parsing the content (``"row <i>: ..."``), which every p
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import asyncio
 import json
 import re
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -153,8 +152,11 @@ async def measure(
     extra: Any = None,
 ) -> dict[str, Any]:
     """Run the whole protocol against one adapter; returns the figures (ms, rows/s, turns/s)."""
-    out: dict[str, Any] = {"rows": data.rows, "dims": data.dims,
-                           "import_how": getattr(adapter, "import_how", "?")}
+    out: dict[str, Any] = {
+        "rows": data.rows,
+        "dims": data.dims,
+        "import_how": getattr(adapter, "import_how", "?"),
+    }
     await adapter.setup()
     if not skip_import:
         t = time.perf_counter()

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
+import _harness as h
 import numpy as np
 from agent_framework import Filter, VectorStoreField, vectorstoremodel
 from agent_framework_postgres import PostgresStore
-
-import _harness as h
 
 BATCH = 1_000
 warnings.filterwarnings("ignore", message=".*experimental.*")  # vector stores are experimental
@@ -68,7 +67,9 @@ class Adapter:
                 generate_vectors=False,
             )  # fmt: skip
 
-        await h.import_batches(data, BATCH, "import PostgresCollection (upsert 1,000 a call)", progress, put)
+        await h.import_batches(
+            data, BATCH, "import PostgresCollection (upsert 1,000 a call)", progress, put
+        )
 
     async def after_import(self) -> None:
         await h.vacuum_analyze(self.url)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import _harness as h
 import numpy as np
 from langchain_core.embeddings import Embeddings
 from langchain_postgres import PGVector
-
-import _harness as h
 
 BATCH = 1_000
 
@@ -53,7 +52,9 @@ class Adapter:
                             "created_at": data.created_at(i).isoformat()} for i in rows],
             )  # fmt: skip
 
-        await h.import_batches(data, BATCH, "import PGVector (aadd_embeddings, 1,000 a call)", progress, put)
+        await h.import_batches(
+            data, BATCH, "import PGVector (aadd_embeddings, 1,000 a call)", progress, put
+        )
 
     async def after_import(self) -> None:
         await h.vacuum_analyze(self.url)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import _harness as h
 import numpy as np
 import sqlalchemy as sa
 from langchain_core.embeddings import Embeddings
 from langchain_postgres import Column, PGEngine, PGVectorStore
-
-import _harness as h
 
 BATCH = 1_000
 TABLE = "scale_memories"

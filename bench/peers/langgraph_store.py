@@ -14,11 +14,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import _harness as h
 import numpy as np
 from langgraph.store.base import PutOp
 from langgraph.store.postgres.aio import AsyncPostgresStore
-
-import _harness as h
 
 BATCH = 1_000
 
@@ -58,7 +57,9 @@ class Adapter:
                 for i in rows
             ])  # fmt: skip
 
-        await h.import_batches(data, BATCH, "import LangGraph store (abatch of 1,000 PutOps)", progress, put)
+        await h.import_batches(
+            data, BATCH, "import LangGraph store (abatch of 1,000 PutOps)", progress, put
+        )
 
     async def after_import(self) -> None:
         await h.vacuum_analyze(self.url)

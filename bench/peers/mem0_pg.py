@@ -70,13 +70,12 @@ def _guard_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
 socket.socket.connect = _guard_connect  # type: ignore[method-assign]
 socket.getaddrinfo = _guard_getaddrinfo  # type: ignore[assignment]
 
+import _harness as h  # noqa: E402
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402
 from mem0 import AsyncMemory  # noqa: E402
 from mem0.configs.base import MemoryConfig  # noqa: E402
-
-import _harness as h  # noqa: E402
 
 COLLECTION = "scale_memories"
 IMPORT_TASKS = 8
@@ -131,7 +130,9 @@ class Adapter:
             await conn.execute(f"CREATE INDEX ON {COLLECTION} ((payload->>'user_id'))")
 
     async def import_rows(self, data: h.Data, progress: bool) -> None:
-        bar = h._bar(data.rows, f"import mem0 (add infer=False, {IMPORT_TASKS} in flight)", progress)
+        bar = h._bar(
+            data.rows, f"import mem0 (add infer=False, {IMPORT_TASKS} in flight)", progress
+        )
         rows = iter(range(data.rows))
 
         async def worker() -> None:

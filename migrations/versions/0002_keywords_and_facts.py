@@ -51,10 +51,17 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column(
-            "updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
         ),
         sa.PrimaryKeyConstraint(
-            "user_id", "application_id", "agent_id", "session_id", "namespace",
+            "user_id",
+            "application_id",
+            "agent_id",
+            "session_id",
+            "namespace",
             name=op.f("pk_pgmemory_facts"),
         ),
     )
@@ -62,7 +69,9 @@ def upgrade() -> None:
         "pgmemory_fact_audit",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=True), nullable=False),
         sa.Column("user_id", sa.Text(), nullable=False),
-        sa.Column("at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.Column(
+            "at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
+        ),
         sa.Column("application_id", sa.Text(), nullable=False),
         sa.Column("agent_id", sa.Text(), nullable=False),
         sa.Column("session_id", sa.Text(), nullable=False),
@@ -74,7 +83,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", "user_id", name=op.f("pk_pgmemory_fact_audit")),
     )
     op.create_index(
-        "ix_pgmemory_fact_audit_scope", "pgmemory_fact_audit", ["user_id", "namespace", "at"], unique=False
+        "ix_pgmemory_fact_audit_scope",
+        "pgmemory_fact_audit",
+        ["user_id", "namespace", "at"],
+        unique=False,
     )
 
 

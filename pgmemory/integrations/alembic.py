@@ -19,7 +19,7 @@ from pgmemory.store.migrate import is_pgmemory_table
 
 
 def include_object(
-    object: object,  # noqa: A002 - alembic passes it by this name
+    object: object,
     name: str | None,
     type_: str,
     reflected: bool,

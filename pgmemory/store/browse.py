@@ -174,7 +174,8 @@ async def _rows(
     """Run one read-only statement in autocommit and return its rows as mappings."""
     async with _engine(source).connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        return list((await conn.execute(text(statement), dict(params))).mappings().all())
+        result = await conn.execute(text(statement), dict(params))
+        return [dict(row) for row in result.mappings().all()]
 
 
 def _user(user_id: str) -> str:
@@ -225,7 +226,9 @@ async def list_users(
         The page, each user with memory counts per collection, recall count and last activity.
     """
     limit = clamp_limit(limit)
-    ids = [r["user_id"] for r in await _rows(source, q.USER_PAGE, {"after": after, "limit": limit + 1})]
+    ids = [
+        r["user_id"] for r in await _rows(source, q.USER_PAGE, {"after": after, "limit": limit + 1})
+    ]
     more = len(ids) > limit
     ids = ids[:limit]
     if not ids:
@@ -243,13 +246,13 @@ async def list_users(
         times = last[user_id] + [
             act.get(k) for k in ("last_recall_at", "last_message_at", "last_fact_at")
         ]
-        times = [t for t in times if t is not None]
+        present: list[datetime] = [t for t in times if t is not None]
         users.append(
             UserSummary(
                 user_id=user_id,
                 memories=memories[user_id],
                 recalls=int(act.get("recalls") or 0),
-                last_activity=max(times) if times else None,
+                last_activity=max(present) if present else None,
             )
         )
     return UserPage(users, ids[-1] if more else None)
@@ -920,7 +923,9 @@ async def prune_audit(
     async with _engine(source).begin() as conn:
         await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
         for name, wanted, statement in plan:
-            counts[name] = int((await conn.execute(text(statement), params)).scalar_one()) if wanted else 0
+            counts[name] = (
+                int((await conn.execute(text(statement), params)).scalar_one()) if wanted else 0
+            )
         summary = {"cutoff": cutoff.isoformat(), "deleted": counts}
         await conn.execute(
             text(q.RECORD_PRUNE), {**params, "summary": Jsonb(summary), "actor": actor or ""}
@@ -948,7 +953,11 @@ async def list_prunes(
     )
     out = []
     for row in rows:
-        summary = row["summary"] if isinstance(row["summary"], dict) else json.loads(row["summary"] or "{}")
+        summary = (
+            row["summary"]
+            if isinstance(row["summary"], dict)
+            else json.loads(row["summary"] or "{}")
+        )
         cutoff = summary.get("cutoff")
         out.append(
             PruneRecord(
@@ -988,8 +997,8 @@ __all__ = [
     "prune_audit",
     "recalls_of_memory",
     "session_history",
-    "user_facts",
     "user_fact_history",
+    "user_facts",
     "user_memories",
     "user_memory_audit",
     "user_recalls",

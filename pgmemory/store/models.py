@@ -29,7 +29,6 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    String,
     Text,
     func,
     text,
@@ -85,9 +84,7 @@ class MemoryRow(Base):
     __tablename__ = "pgmemory_memories"
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
-    user_id: Mapped[str] = mapped_column(
-        Text, primary_key=True, server_default=text("''")
-    )
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True, server_default=text("''"))
     collection: Mapped[str] = mapped_column(
         Text, ForeignKey("pgmemory_collections.name", ondelete="RESTRICT"), nullable=False
     )
@@ -97,7 +94,9 @@ class MemoryRow(Base):
     role: Mapped[str] = mapped_column(Text, nullable=False)
     author_name: Mapped[str | None] = mapped_column(Text)
     message_id: Mapped[str | None] = mapped_column(Text)
-    source_type: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("'external'"))
+    source_type: Mapped[str] = mapped_column(
+        Text, nullable=False, server_default=text("'external'")
+    )
     source_id: Mapped[str | None] = mapped_column(Text)
     content: Mapped[str] = mapped_column(Text, nullable=False)
     #: Hex sha256 of ``content``: joins memories to their audit rows without the text.
@@ -288,20 +287,18 @@ class FactAuditRow(Base):
     new_value: Mapped[Any] = mapped_column(JSONB, nullable=True)
     actor: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
 
-    __table_args__ = (
-        Index("ix_pgmemory_fact_audit_scope", "user_id", "namespace", "at"),
-    )
+    __table_args__ = (Index("ix_pgmemory_fact_audit_scope", "user_id", "namespace", "at"),)
 
 
 __all__ = [
-    "FactAuditRow",
-    "FactsRow",
+    "COVERING_MAX_DIMENSIONS",
+    "MAX_DIMENSIONS",
     "Base",
     "ChatMessageRow",
     "CollectionRow",
-    "MemoryRow",
+    "FactAuditRow",
+    "FactsRow",
     "MemoryAuditRow",
+    "MemoryRow",
     "RecallAuditRow",
-    "COVERING_MAX_DIMENSIONS",
-    "MAX_DIMENSIONS",
 ]

@@ -16,10 +16,10 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import parse_qsl, quote, urlencode
 
 from pgmemory.errors import PgMemoryError
@@ -63,7 +63,11 @@ _SEARCH_MODES = {
     "vector": "cosine similarity",
     "text": "BM25",
 }
-_MODE_OPTIONS = {"hybrid": "hybrid · fused rank", "vector": "vector · cosine", "text": "text · BM25"}
+_MODE_OPTIONS = {
+    "hybrid": "hybrid · fused rank",
+    "vector": "vector · cosine",
+    "text": "text · BM25",
+}
 #: No script may run, no resource may load from elsewhere, no framing, no form to elsewhere.
 _CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -76,6 +80,13 @@ _SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
+
+
+class _Cursors(TypedDict):
+    """The page cursors of a request (``?before=`` / ``?after=``)."""
+
+    before: browse.Cursor | None
+    after: browse.Cursor | None
 
 
 class _HTTPError(Exception):
@@ -189,7 +200,7 @@ class _Guard:
             await self.app(scope, receive, send)
             return
 
-        async def send_with_headers(message: Mapping[str, Any]) -> None:
+        async def send_with_headers(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 present = {k.lower() for k, _ in headers}
@@ -235,7 +246,10 @@ def _render(request: Request, template: str, status: int = 200, **context: Any) 
 
 async def _form(request: Request) -> dict[str, str]:
     """An url-encoded form body (the only kind these pages send), at most MAX_FORM_BYTES."""
-    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+    if (
+        request.headers.get("content-type", "").split(";")[0].strip()
+        != "application/x-www-form-urlencoded"
+    ):
         raise _HTTPError(415, "Expected an HTML form (application/x-www-form-urlencoded).")
     body = b""
     async for chunk in request.stream():
@@ -265,10 +279,16 @@ class _UI:
 
     # --- plumbing ----------------------------------------------------------------------------
 
-    def render(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
+    def render(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> Response:
         return _render(
-            request, template, status,
-            allow_writes=self.allow_writes, signed_in=self.auth is not None, **context,
+            request,
+            template,
+            status,
+            allow_writes=self.allow_writes,
+            signed_in=self.auth is not None,
+            **context,
         )
 
     def page(
@@ -283,7 +303,9 @@ class _UI:
                 )
             except PgMemoryError as exc:
                 logger.info("ui: %s refused a request: %s", handler.__name__, type(exc).__name__)
-                return self.render(request, "error.html", status=400, title="Error", message=str(exc))
+                return self.render(
+                    request, "error.html", status=400, title="Error", message=str(exc)
+                )
 
         endpoint.__name__ = handler.__name__
         return endpoint
@@ -304,12 +326,12 @@ class _UI:
             return browse.DEFAULT_PAGE
 
     @staticmethod
-    def cursors(request: Request, *, id_type: type = int) -> dict[str, browse.Cursor | None]:
-        out: dict[str, browse.Cursor | None] = {}
-        for key in ("before", "after"):
+    def cursors(request: Request, *, id_type: type = int) -> _Cursors:
+        def decode(key: str) -> browse.Cursor | None:
             raw = request.query_params.get(key)
-            out[key] = browse.Cursor.decode(raw, id_type=id_type) if raw else None
-        return out
+            return browse.Cursor.decode(raw, id_type=id_type) if raw else None
+
+        return {"before": decode("before"), "after": decode("after")}
 
     def csrf(self, action: str, fields: Mapping[str, str]) -> str:
         payload = json.dumps([action, sorted(fields.items())], ensure_ascii=False)
@@ -323,8 +345,14 @@ class _UI:
         collections = await self.store.list_collections()
         prunes = await browse.list_prunes(self.store, limit=5)
         return self.render(
-            request, "index.html", title="Users", page=page, after=after,
-            limit=self.limit_of(request), collections=collections, prunes=prunes,
+            request,
+            "index.html",
+            title="Users",
+            page=page,
+            after=after,
+            limit=self.limit_of(request),
+            collections=collections,
+            prunes=prunes,
         )
 
     async def login(self, request: Request) -> Response:
@@ -348,8 +376,15 @@ class _UI:
         for scope in scopes:
             collections[scope.collection] = collections.get(scope.collection, 0) + scope.memories
         return self.render(
-            request, "user.html", title=user, user=user, scopes=scopes, sessions=sessions,
-            facts=facts, collections=collections, crumbs=[("user", user)],
+            request,
+            "user.html",
+            title=user,
+            user=user,
+            scopes=scopes,
+            sessions=sessions,
+            facts=facts,
+            collections=collections,
+            crumbs=[("user", user)],
         )
 
     async def memories(self, request: Request) -> Response:
@@ -361,27 +396,44 @@ class _UI:
         collection = params.get("collection") or (mine[0] if mine else None)
         session = params.get("session") or None
         query = (params.get("q") or "").strip()
-        mode = params.get("mode") if params.get("mode") in _SEARCH_MODES else "hybrid"
+        asked = params.get("mode") or "hybrid"
+        mode = asked if asked in _SEARCH_MODES else "hybrid"
         page = hits = None
         if collection is not None and collection not in known:
             raise _HTTPError(404, "There is no such collection.")
         if collection is not None and query:
             scope = MemoryScope(user_id=user, session_id=session)
             hits = await self.store.search(
-                collection, scope, query=query, mode=mode,
+                collection,
+                scope,
+                query=query,
+                mode=mode,
                 limit=min(self.limit_of(request), SEARCH_MAX),
                 trace=RecallTrace(provider=PROVIDER, mode=mode),
             )
             logger.info("ui: searched a user's memories (%s, %d hits)", mode, len(hits))
         elif collection is not None:
             page = await browse.user_memories(
-                self.store, user, collection, session_id=session,
-                limit=self.limit_of(request), **self.cursors(request, id_type=uuid.UUID),
+                self.store,
+                user,
+                collection,
+                session_id=session,
+                limit=self.limit_of(request),
+                **self.cursors(request, id_type=uuid.UUID),
             )
         return self.render(
-            request, "memories.html", title=f"Memories of {user}", user=user,
-            collection=collection, collections=mine, session=session, query=query, mode=mode,
-            page=page, hits=hits, limit=self.limit_of(request),
+            request,
+            "memories.html",
+            title=f"Memories of {user}",
+            user=user,
+            collection=collection,
+            collections=mine,
+            session=session,
+            query=query,
+            mode=mode,
+            page=page,
+            hits=hits,
+            limit=self.limit_of(request),
             crumbs=[("user", user), ("memories", None)],
         )
 
@@ -397,8 +449,14 @@ class _UI:
         if memory is None and not trail and not recalls:
             raise _HTTPError(404, "This user has no such memory, and the audit knows none.")
         return self.render(
-            request, "memory.html", title="Memory", user=user, memory=memory,
-            memory_id=memory_id, trail=trail, recalls=recalls,
+            request,
+            "memory.html",
+            title="Memory",
+            user=user,
+            memory=memory,
+            memory_id=memory_id,
+            trail=trail,
+            recalls=recalls,
             crumbs=[("user", user), ("memories", None), ("memory", None)],
         )
 
@@ -408,8 +466,13 @@ class _UI:
             self.store, user, limit=self.limit_of(request), **self.cursors(request)
         )
         return self.render(
-            request, "recalls.html", title=f"Recalls of {user}", user=user, page=page,
-            limit=self.limit_of(request), crumbs=[("user", user), ("recalls", None)],
+            request,
+            "recalls.html",
+            title=f"Recalls of {user}",
+            user=user,
+            page=page,
+            limit=self.limit_of(request),
+            crumbs=[("user", user), ("recalls", None)],
         )
 
     async def recall(self, request: Request) -> Response:
@@ -422,7 +485,11 @@ class _UI:
         if recall is None:
             raise _HTTPError(404, "This user has no such recall (pruned, or never made).")
         return self.render(
-            request, "recall.html", title="Recall", user=user, recall=recall,
+            request,
+            "recall.html",
+            title="Recall",
+            user=user,
+            recall=recall,
             crumbs=[("user", user), ("recalls", None), ("recall", None)],
         )
 
@@ -432,8 +499,13 @@ class _UI:
             self.store, user, limit=self.limit_of(request), **self.cursors(request)
         )
         return self.render(
-            request, "audit.html", title=f"Audit of {user}", user=user, page=page,
-            limit=self.limit_of(request), crumbs=[("user", user), ("write/delete audit", None)],
+            request,
+            "audit.html",
+            title=f"Audit of {user}",
+            user=user,
+            page=page,
+            limit=self.limit_of(request),
+            crumbs=[("user", user), ("write/delete audit", None)],
         )
 
     async def facts(self, request: Request) -> Response:
@@ -443,8 +515,14 @@ class _UI:
             self.store, user, limit=self.limit_of(request), **self.cursors(request)
         )
         return self.render(
-            request, "facts.html", title=f"Facts of {user}", user=user, facts=facts, page=page,
-            limit=self.limit_of(request), crumbs=[("user", user), ("facts", None)],
+            request,
+            "facts.html",
+            title=f"Facts of {user}",
+            user=user,
+            facts=facts,
+            page=page,
+            limit=self.limit_of(request),
+            crumbs=[("user", user), ("facts", None)],
         )
 
     async def session(self, request: Request) -> Response:
@@ -463,8 +541,13 @@ class _UI:
             self.store, user, session, limit=self.limit_of(request), **seqs
         )
         return self.render(
-            request, "session.html", title=f"Session {session}", user=user, session=session,
-            page=page, limit=self.limit_of(request),
+            request,
+            "session.html",
+            title=f"Session {session}",
+            user=user,
+            session=session,
+            page=page,
+            limit=self.limit_of(request),
             crumbs=[("user", user), ("session", None)],
         )
 
@@ -506,8 +589,13 @@ class _UI:
         else:
             live = sum(s.memories for s in await browse.user_scopes(self.store, target["user"]))
         return self.render(
-            request, "erase.html", title="Erase?", target=target, user=target["user"],
-            live=live, csrf=self.csrf("erase", target),
+            request,
+            "erase.html",
+            title="Erase?",
+            target=target,
+            user=target["user"],
+            live=live,
+            csrf=self.csrf("erase", target),
             crumbs=[("user", target["user"]), ("erase", None)],
         )
 
@@ -517,7 +605,9 @@ class _UI:
             raise _HTTPError(403, "This form was sent from another site.")
         target = self.erase_target(form)
         if not _same(str(form.get("csrf") or ""), self.csrf("erase", target)):
-            raise _HTTPError(403, "This form has expired or was not made by this page: start again.")
+            raise _HTTPError(
+                403, "This form has expired or was not made by this page: start again."
+            )
         if form.get("confirm") != "yes":
             raise _HTTPError(400, "Tick the confirmation box to erase.")
         if "collection" in target:
@@ -529,8 +619,13 @@ class _UI:
             counts = await self.store.erase_user(target["user"], actor=ACTOR)
         logger.info("ui: erased %s: %s", "a scope" if "collection" in target else "a user", counts)
         return self.render(
-            request, "erased.html", title="Erased", target=target, user=target["user"],
-            counts=counts, crumbs=[("user", target["user"]), ("erased", None)],
+            request,
+            "erased.html",
+            title="Erased",
+            target=target,
+            user=target["user"],
+            counts=counts,
+            crumbs=[("user", target["user"]), ("erased", None)],
         )
 
 

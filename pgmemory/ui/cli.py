@@ -34,10 +34,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             f"with --allow-writes, it needs a token in {TOKEN_ENV}."
         ),
     )
-    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
     parser.add_argument(
-        "--allow-writes", action="store_true", help="offer erasure of a user or scope (needs the token)"
+        "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="offer erasure of a user or scope (needs the token)",
     )
     return parser
 

@@ -94,7 +94,9 @@ async def serve_store(
         app, host=host, port=port, access_log=False, lifespan="off", log_level="info"
     )
     logger.info(
-        "audit page on http://%s:%d/ (%s, %s)", host, port,
+        "audit page on http://%s:%d/ (%s, %s)",
+        host,
+        port,
         "writes allowed" if allow_writes else "read-only",
         "token required" if token else "no token",
     )

@@ -19,7 +19,7 @@ from alembic.config import Config
 
 from pgmemory.store import migrate
 
-HOST_MODELS = '''
+HOST_MODELS = """
 import sqlalchemy as sa
 
 metadata = sa.MetaData()
@@ -30,9 +30,9 @@ orders = sa.Table(
     sa.Column("dish", sa.Text, nullable=False),
     sa.Index("ix_host_orders_dish", "dish"),
 )
-'''
+"""
 
-HOST_ENV = '''
+HOST_ENV = """
 from alembic import context
 from sqlalchemy import create_engine, pool
 
@@ -45,7 +45,7 @@ with engine.connect() as connection:
     with context.begin_transaction():
         context.run_migrations()
 engine.dispose()
-'''
+"""
 
 SCRIPT_MAKO = '''"""${message}"""
 from alembic import op
@@ -72,7 +72,9 @@ def _host_project(root: Path, url: str, *, with_hook: bool) -> Config:
     (root / "script.py.mako").write_text(SCRIPT_MAKO)
     (root / "env.py").write_text(
         HOST_ENV.format(
-            import_hook="from pgmemory.integrations.alembic import include_object" if with_hook else "",
+            import_hook="from pgmemory.integrations.alembic import include_object"
+            if with_hook
+            else "",
             hook_arg=", include_object=include_object" if with_hook else "",
         )
     )
@@ -115,7 +117,12 @@ def test_autogenerate_proposes_nothing_about_pgmemory(
     with engine.connect() as conn:
         tables = set(sa.inspect(conn).get_table_names())
     engine.dispose()
-    assert {"host_orders", "alembic_version", "pgmemory_memories", "pgmemory_alembic_version"} <= tables
+    assert {
+        "host_orders",
+        "alembic_version",
+        "pgmemory_memories",
+        "pgmemory_alembic_version",
+    } <= tables
     second = _autogenerate(config, "nothing")
     assert "op." not in second.split("def upgrade")[1].split("def downgrade")[0]
     assert migrate.current(shared_database) == migrate.head_revision()

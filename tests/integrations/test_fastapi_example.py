@@ -13,7 +13,7 @@ import pytest
 from tests.openai_server import OpenAIServer
 
 pytest.importorskip("fastapi", reason="the FastAPI example needs the 'test' extra (fastapi)")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "fastapi_app.py"
 
@@ -38,7 +38,9 @@ def _memory_text(body: dict) -> str:
     return "\n".join(str(m.get("content")) for m in body["messages"] if m["role"] == "user")
 
 
-def test_each_user_remembered_and_isolated(example: ModuleType, openai_server: OpenAIServer) -> None:
+def test_each_user_remembered_and_isolated(
+    example: ModuleType, openai_server: OpenAIServer
+) -> None:
     openai_server.queue("Noted: no spicy food.", "Here is a mild dish.", "Here is a dish.")
     with TestClient(example.app) as client:
         first = client.post(
@@ -54,7 +56,9 @@ def test_each_user_remembered_and_isolated(example: ModuleType, openai_server: O
         assert later.json()["session_id"] != first.json()["session_id"]
         assert "spicy" in _memory_text(openai_server.requests[1])
 
-        bob = client.post("/chat", json={"message": "Order me a meal"}, headers={"X-User-Id": "bob"})
+        bob = client.post(
+            "/chat", json={"message": "Order me a meal"}, headers={"X-User-Id": "bob"}
+        )
         assert bob.status_code == 200, bob.text
         assert "spicy" not in _memory_text(openai_server.requests[2])
 

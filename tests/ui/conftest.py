@@ -44,29 +44,53 @@ async def seed_user(store: MemoryStore, collection: str, user: str | None = None
     ]
     ids = await store.add(
         collection,
-        [MemoryRecord(content=t, scope=scope, role="user", message_id=f"m{i}") for i, t in enumerate(texts)],
+        [
+            MemoryRecord(content=t, scope=scope, role="user", message_id=f"m{i}")
+            for i, t in enumerate(texts)
+        ],
         actor="seed",
     )
     query = "what food can I order for dinner?"
     hits = await store.search(
-        collection, MemoryScope(user_id=user), query=query, limit=3, mode="hybrid",
-        trace=RecallTrace(provider="agent", mode="hybrid", session_id=session, include_query_text=True),
+        collection,
+        MemoryScope(user_id=user),
+        query=query,
+        limit=3,
+        mode="hybrid",
+        trace=RecallTrace(
+            provider="agent", mode="hybrid", session_id=session, include_query_text=True
+        ),
     )
     assert len(hits) == 3
     await store.search(
-        collection, MemoryScope(user_id=user), query="where do I live", limit=2,
+        collection,
+        MemoryScope(user_id=user),
+        query="where do I live",
+        limit=2,
         trace=RecallTrace(provider="agent", mode="vector", session_id=session),
     )
     # Delete one memory the first recall returned, so its page shows it as gone.
     deleted = hits[-1].memory.id
     await store.delete(collection, ids=[deleted], actor="seed")
-    await store.merge_facts("profile", MemoryScope(user_id=user), {"name": "Ana", "age": 31}, actor="seed")
+    await store.merge_facts(
+        "profile", MemoryScope(user_id=user), {"name": "Ana", "age": 31}, actor="seed"
+    )
     await store.merge_facts("profile", MemoryScope(user_id=user), {"age": 32}, actor="seed")
     await store.append_history(
         session,
         [
-            {"message_id": "h1", "role": "user", "text": "Can you order dinner?", "contents": [{"type": "text", "text": "Can you order dinner?"}]},
-            {"message_id": "h2", "role": "assistant", "text": "Sure, nothing with peanuts.", "contents": [{"type": "text", "text": "Sure, nothing with peanuts."}]},
+            {
+                "message_id": "h1",
+                "role": "user",
+                "text": "Can you order dinner?",
+                "contents": [{"type": "text", "text": "Can you order dinner?"}],
+            },
+            {
+                "message_id": "h2",
+                "role": "assistant",
+                "text": "Sure, nothing with peanuts.",
+                "contents": [{"type": "text", "text": "Sure, nothing with peanuts."}],
+            },
         ],
         user_id=user,
     )

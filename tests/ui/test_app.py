@@ -26,7 +26,9 @@ TOKEN = "test-token-9f2c41e7"
 
 
 def client_for(app: Starlette, **kwargs: object) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ui.test", **kwargs)
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ui.test", **kwargs
+    )
 
 
 @pytest.fixture
@@ -38,7 +40,11 @@ async def reader(store: MemoryStore) -> AsyncIterator[httpx.AsyncClient]:
 
 def links(body: str, pattern: str) -> list[str]:
     """The hrefs in a page matching a regex, HTML-unescaped (as a browser would follow them)."""
-    return [html.unescape(h) for h in re.findall(r'href="([^"]*)"', body) if re.search(pattern, html.unescape(h))]
+    return [
+        html.unescape(h)
+        for h in re.findall(r'href="([^"]*)"', body)
+        if re.search(pattern, html.unescape(h))
+    ]
 
 
 async def test_token_is_required_when_set(store: MemoryStore) -> None:
@@ -47,14 +53,20 @@ async def test_token_is_required_when_set(store: MemoryStore) -> None:
         assert denied.status_code == 401 and "Sign in" in denied.text
         assert (await client.get("/user", params={"user": "x"})).status_code == 401
         assert (await client.get("/", headers={"Authorization": "Bearer nope"})).status_code == 401
-        assert (await client.get("/", headers={"Authorization": f"Bearer {TOKEN}"})).status_code == 200
+        assert (
+            await client.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
+        ).status_code == 200
         assert (await client.get("/", params={"token": "nope"})).status_code == 401
         # ?token= signs in: a cookie (HttpOnly, SameSite=Strict), and the token leaves the URL.
         login = await client.get("/user", params={"user": "a/b", "token": TOKEN})
         assert login.status_code == 303
         assert login.headers["location"] == "/user?user=a%2Fb"
         cookie = login.headers["set-cookie"]
-        assert cookie.startswith(f"{COOKIE_NAME}=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
+        assert (
+            cookie.startswith(f"{COOKIE_NAME}=")
+            and "HttpOnly" in cookie
+            and "SameSite=strict" in cookie
+        )
         assert TOKEN not in cookie
         assert (await client.get("/")).status_code == 200  # the client kept the cookie
     async with client_for(create_app(store, token=TOKEN)) as client:
@@ -63,7 +75,9 @@ async def test_token_is_required_when_set(store: MemoryStore) -> None:
         assert (await client.get("/")).status_code == 200
 
 
-async def test_writes_and_open_binds_need_a_token(store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_writes_and_open_binds_need_a_token(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     with pytest.raises(ValueError, match="token"):
         create_app(store, allow_writes=True)
@@ -77,15 +91,21 @@ async def test_writes_and_open_binds_need_a_token(store: MemoryStore, monkeypatc
     assert resolve_token("0.0.0.0", allow_writes=True) == "from-env"
 
 
-async def test_read_only_refuses_erasure(reader: httpx.AsyncClient, store: MemoryStore, seeded: Seeded) -> None:
-    refused = await reader.post("/user/erase", data={"user": seeded.user, "confirm": "yes", "csrf": "x"})
+async def test_read_only_refuses_erasure(
+    reader: httpx.AsyncClient, store: MemoryStore, seeded: Seeded
+) -> None:
+    refused = await reader.post(
+        "/user/erase", data={"user": seeded.user, "confirm": "yes", "csrf": "x"}
+    )
     assert refused.status_code == 403 and "read-only" in refused.text
     assert (await reader.get("/user/erase", params={"user": seeded.user})).status_code == 403
     assert "Erase" not in (await reader.get("/user", params={"user": seeded.user})).text
     assert len((await browse.user_memories(store, seeded.user, seeded.collection)).items) == 3
 
 
-async def test_markup_in_a_memory_renders_as_text(reader: httpx.AsyncClient, seeded: Seeded) -> None:
+async def test_markup_in_a_memory_renders_as_text(
+    reader: httpx.AsyncClient, seeded: Seeded
+) -> None:
     for path, params in [
         ("/user/memories", {"user": seeded.user, "collection": seeded.collection}),
         ("/user/memory", {"user": seeded.user, "id": str(seeded.memory_ids[2])}),
@@ -98,12 +118,16 @@ async def test_markup_in_a_memory_renders_as_text(reader: httpx.AsyncClient, see
         assert "script-src" not in page.headers["content-security-policy"]
 
 
-async def test_pages_are_bounded_and_linked(reader: httpx.AsyncClient, store: MemoryStore, collection: str) -> None:
+async def test_pages_are_bounded_and_linked(
+    reader: httpx.AsyncClient, store: MemoryStore, collection: str
+) -> None:
     user = unique("bulk")
     await store.add(
         collection,
-        [MemoryRecord(content=f"bulk note {i}", scope=MemoryScope(user_id=user), embedding=v)
-         for i, v in enumerate(random_vectors(250, seed=7))],
+        [
+            MemoryRecord(content=f"bulk note {i}", scope=MemoryScope(user_id=user), embedding=v)
+            for i, v in enumerate(random_vectors(250, seed=7))
+        ],
     )
     params = {"user": user, "collection": collection}
     first = await reader.get("/user/memories", params={**params, "limit": "1000000"})
@@ -120,12 +144,19 @@ async def test_pages_are_bounded_and_linked(reader: httpx.AsyncClient, store: Me
     assert junk.status_code == 400
 
 
-async def test_awkward_user_ids_round_trip_through_links(reader: httpx.AsyncClient, store: MemoryStore, collection: str) -> None:
+async def test_awkward_user_ids_round_trip_through_links(
+    reader: httpx.AsyncClient, store: MemoryStore, collection: str
+) -> None:
     tag = unique("awk")
     for user in AWKWARD_USER_IDS:
-        await store.add(collection, [MemoryRecord(content=f"{tag} memory of {user}", scope=MemoryScope(user_id=user))])
+        await store.add(
+            collection,
+            [MemoryRecord(content=f"{tag} memory of {user}", scope=MemoryScope(user_id=user))],
+        )
     for user in AWKWARD_USER_IDS:
-        index = await reader.get("/", params={"after": user[:-1] + chr(ord(user[-1]) - 1), "limit": 5})
+        index = await reader.get(
+            "/", params={"after": user[:-1] + chr(ord(user[-1]) - 1), "limit": 5}
+        )
         user_links = links(index.text, r"^/user\?user=")
         wanted = [h for h in user_links if httpx.URL(h).params.get("user") == user]
         assert wanted, (user, user_links)
@@ -138,7 +169,9 @@ async def test_awkward_user_ids_round_trip_through_links(reader: httpx.AsyncClie
         assert str(markupsafe.escape(f"{tag} memory of {user}")) in memories.text
 
 
-async def test_recall_pages_show_what_went_into_the_answer(reader: httpx.AsyncClient, seeded: Seeded) -> None:
+async def test_recall_pages_show_what_went_into_the_answer(
+    reader: httpx.AsyncClient, seeded: Seeded
+) -> None:
     listing = await reader.get("/user/recalls", params={"user": seeded.user})
     assert str(markupsafe.escape(seeded.recall_query)) in listing.text
     assert "text not kept" in listing.text
@@ -151,14 +184,23 @@ async def test_recall_pages_show_what_went_into_the_answer(reader: httpx.AsyncCl
     assert len(memory_links) == 3
     gone = await reader.get(next(h for h in memory_links if str(seeded.deleted_id) in h))
     assert "no longer stored" in gone.text and "insert" in gone.text
-    other = await reader.get("/user/recall", params={"user": unique("nobody"), "id": recall_links[-1].split("id=")[-1]})
+    other = await reader.get(
+        "/user/recall", params={"user": unique("nobody"), "id": recall_links[-1].split("id=")[-1]}
+    )
     assert other.status_code == 404
 
 
-async def test_search_shows_scores_and_the_mode(reader: httpx.AsyncClient, store: MemoryStore, seeded: Seeded) -> None:
+async def test_search_shows_scores_and_the_mode(
+    reader: httpx.AsyncClient, store: MemoryStore, seeded: Seeded
+) -> None:
     page = await reader.get(
         "/user/memories",
-        params={"user": seeded.user, "collection": seeded.collection, "q": "peanuts", "mode": "text"},
+        params={
+            "user": seeded.user,
+            "collection": seeded.collection,
+            "q": "peanuts",
+            "mode": "text",
+        },
     )
     assert page.status_code == 200 and "BM25" in page.text
     assert re.search(r'class="num score"[^>]*>\d+\.\d{4}<', page.text)
@@ -167,7 +209,9 @@ async def test_search_shows_scores_and_the_mode(reader: httpx.AsyncClient, store
     assert recalls.items[0].provider == "pgmemory-ui" and recalls.items[0].mode == "text"
 
 
-async def test_overview_facts_audit_and_session_pages(reader: httpx.AsyncClient, seeded: Seeded) -> None:
+async def test_overview_facts_audit_and_session_pages(
+    reader: httpx.AsyncClient, seeded: Seeded
+) -> None:
     for path, params, expected in [
         ("/user", {"user": seeded.user}, seeded.session),
         ("/user/facts", {"user": seeded.user}, "Ana"),
@@ -179,10 +223,14 @@ async def test_overview_facts_audit_and_session_pages(reader: httpx.AsyncClient,
         assert page.status_code == 200, path
         assert expected in page.text, path
     assert (await reader.get("/user")).status_code == 400
-    assert (await reader.get("/user/memory", params={"user": seeded.user, "id": "zzz"})).status_code == 400
+    assert (
+        await reader.get("/user/memory", params={"user": seeded.user, "id": "zzz"})
+    ).status_code == 400
 
 
-async def test_erasure_needs_confirmation_and_csrf_and_is_audited(store: MemoryStore, seeded: Seeded) -> None:
+async def test_erasure_needs_confirmation_and_csrf_and_is_audited(
+    store: MemoryStore, seeded: Seeded
+) -> None:
     app = create_app(store, allow_writes=True, token=TOKEN)
     async with client_for(app, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
         confirm = await client.get("/user/erase", params={"user": seeded.user})
@@ -190,11 +238,15 @@ async def test_erasure_needs_confirmation_and_csrf_and_is_audited(store: MemoryS
         csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', confirm.text).group(1)
         base = {"user": seeded.user, "csrf": csrf}
         assert (await client.post("/user/erase", data=base)).status_code == 400  # not confirmed
-        assert (await client.post("/user/erase", data={**base, "csrf": "0" * 64, "confirm": "yes"})).status_code == 403
+        assert (
+            await client.post("/user/erase", data={**base, "csrf": "0" * 64, "confirm": "yes"})
+        ).status_code == 403
         # A token for the whole user does not erase another target.
         other = {**base, "user": seeded.user + "x", "confirm": "yes"}
         assert (await client.post("/user/erase", data=other)).status_code == 403
-        cross = await client.post("/user/erase", data={**base, "confirm": "yes"}, headers={"Origin": "http://evil.test"})
+        cross = await client.post(
+            "/user/erase", data={**base, "confirm": "yes"}, headers={"Origin": "http://evil.test"}
+        )
         assert cross.status_code == 403
         done = await client.post("/user/erase", data={**base, "confirm": "yes"})
         assert done.status_code == 200 and "Erased" in done.text
@@ -203,7 +255,9 @@ async def test_erasure_needs_confirmation_and_csrf_and_is_audited(store: MemoryS
     assert [(e.operation, e.actor) for e in audit.items[:3]] == [("delete", ACTOR)] * 3
     async with store.engine.connect() as conn:
         texts = await conn.execute(
-            text("SELECT count(*) FROM pgmemory_recall_audit WHERE user_id = :u AND query_text IS NOT NULL"),
+            text(
+                "SELECT count(*) FROM pgmemory_recall_audit WHERE user_id = :u AND query_text IS NOT NULL"
+            ),
             {"u": seeded.user},
         )
         assert texts.scalar_one() == 0
@@ -211,8 +265,18 @@ async def test_erasure_needs_confirmation_and_csrf_and_is_audited(store: MemoryS
 
 async def test_erasing_one_scope_leaves_the_rest(store: MemoryStore, seeded: Seeded) -> None:
     keep = unique("keep")
-    await store.add(seeded.collection, [MemoryRecord(content="other session", scope=MemoryScope(user_id=seeded.user, session_id=keep))])
-    async with client_for(create_app(store, allow_writes=True, token=TOKEN), headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+    await store.add(
+        seeded.collection,
+        [
+            MemoryRecord(
+                content="other session", scope=MemoryScope(user_id=seeded.user, session_id=keep)
+            )
+        ],
+    )
+    async with client_for(
+        create_app(store, allow_writes=True, token=TOKEN),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    ) as client:
         target = {"user": seeded.user, "collection": seeded.collection, "session": seeded.session}
         confirm = await client.get("/user/erase", params=target)
         assert "3 live memories" in confirm.text
@@ -243,8 +307,16 @@ def test_cli_parser_hooks_into_a_host_parser_and_refuses_open_binds_without_toke
     parser = argparse.ArgumentParser(prog="pgmemory")
     parser.add_argument("--url")
     cli.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["--url", "postgresql://x/y", "ui", "--host", "0.0.0.0", "--port", "9", "--allow-writes"])
-    assert (args.command, args.host, args.port, args.allow_writes, args.url) == ("ui", "0.0.0.0", 9, True, "postgresql://x/y")
+    args = parser.parse_args(
+        ["--url", "postgresql://x/y", "ui", "--host", "0.0.0.0", "--port", "9", "--allow-writes"]
+    )
+    assert (args.command, args.host, args.port, args.allow_writes, args.url) == (
+        "ui",
+        "0.0.0.0",
+        9,
+        True,
+        "postgresql://x/y",
+    )
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     # Refused before any server or database is touched.
     assert cli.main(["--host", "0.0.0.0", "--url", "postgresql://nowhere.invalid/db"]) == 2

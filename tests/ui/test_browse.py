@@ -25,7 +25,9 @@ async def test_users_index_counts_and_walks_in_pages(store: MemoryStore, seeded:
     # Pages of one follow each other in id order, without repeats; a user known only from
     # the audit (all memories deleted) is listed too.
     other = seeded.user + "~later"
-    [gone] = await store.add(seeded.collection, [MemoryRecord(content="x", scope=MemoryScope(user_id=other))])
+    [gone] = await store.add(
+        seeded.collection, [MemoryRecord(content="x", scope=MemoryScope(user_id=other))]
+    )
     await store.delete(seeded.collection, ids=[gone])
     first = await browse.list_users(store, after=seeded.user[:-1], limit=1)
     second = await browse.list_users(store, after=first.next_after or "", limit=1)
@@ -33,15 +35,21 @@ async def test_users_index_counts_and_walks_in_pages(store: MemoryStore, seeded:
     assert [(u.user_id, u.total_memories) for u in second.users] == [(other, 0)]
 
 
-async def test_memories_page_newest_first_with_keyset_cursors(store: MemoryStore, collection: str) -> None:
+async def test_memories_page_newest_first_with_keyset_cursors(
+    store: MemoryStore, collection: str
+) -> None:
     user = unique("many")
     base = datetime(2024, 1, 1, tzinfo=UTC)
     vectors = random_vectors(120, seed=3)
     await store.add(
         collection,
         [
-            MemoryRecord(content=f"note {i}", scope=MemoryScope(user_id=user), embedding=v,
-                         created_at=base + timedelta(minutes=i))
+            MemoryRecord(
+                content=f"note {i}",
+                scope=MemoryScope(user_id=user),
+                embedding=v,
+                created_at=base + timedelta(minutes=i),
+            )
             for i, v in enumerate(vectors)
         ],
     )
@@ -64,7 +72,9 @@ async def test_memories_page_newest_first_with_keyset_cursors(store: MemoryStore
     assert browse.clamp_limit(10**9) == browse.MAX_PAGE
 
 
-async def test_recall_joins_memories_and_marks_deleted_ones(store: MemoryStore, seeded: Seeded) -> None:
+async def test_recall_joins_memories_and_marks_deleted_ones(
+    store: MemoryStore, seeded: Seeded
+) -> None:
     page = await browse.user_recalls(store, seeded.user)
     assert [r.mode for r in page.items] == ["vector", "hybrid"]
     first = page.items[1]
@@ -92,16 +102,22 @@ async def test_audit_facts_scopes_and_history(store: MemoryStore, seeded: Seeded
     facts = await browse.user_facts(store, seeded.user)
     assert facts[0].facts == {"name": "Ana", "age": 32}
     history = await browse.user_fact_history(store, seeded.user)
-    assert [(c.key, c.old_value, c.new_value) for c in history.items][0] == ("age", 31, 32)
+    assert next((c.key, c.old_value, c.new_value) for c in history.items) == ("age", 31, 32)
     scopes = await browse.user_scopes(store, seeded.user)
-    assert [(s.collection, s.session_id, s.memories) for s in scopes] == [(seeded.collection, seeded.session, 3)]
+    assert [(s.collection, s.session_id, s.memories) for s in scopes] == [
+        (seeded.collection, seeded.session, 3)
+    ]
     sessions = await browse.user_sessions(store, seeded.user)
     assert [(s.session_id, s.messages) for s in sessions] == [(seeded.session, 2)]
     chat = await browse.session_history(store, seeded.user, seeded.session, limit=1)
     assert chat.total == 2 and chat.rows[0].message["text"] == "Can you order dinner?"
-    later = await browse.session_history(store, seeded.user, seeded.session, after_seq=chat.next_after_seq, limit=1)
+    later = await browse.session_history(
+        store, seeded.user, seeded.session, after_seq=chat.next_after_seq, limit=1
+    )
     assert later.next_after_seq is None and later.prev_before_seq is not None
-    earlier = await browse.session_history(store, seeded.user, seeded.session, before_seq=later.prev_before_seq, limit=1)
+    earlier = await browse.session_history(
+        store, seeded.user, seeded.session, before_seq=later.prev_before_seq, limit=1
+    )
     assert [r.seq for r in earlier.rows] == [r.seq for r in chat.rows]
     memories = await browse.user_memories(store, seeded.user, seeded.collection)
     assert SCRIPT_MEMORY in [m.content for m in memories.items]
@@ -116,14 +132,18 @@ async def test_cursor_round_trip_and_garbage() -> None:
         browse.Cursor.decode("2024-05-01T12:00:00~1")  # no time zone
 
 
-async def test_prune_audit_deletes_only_old_rows_and_records_itself(store: MemoryStore, seeded: Seeded) -> None:
+async def test_prune_audit_deletes_only_old_rows_and_records_itself(
+    store: MemoryStore, seeded: Seeded
+) -> None:
     old = datetime.now(UTC) - timedelta(days=4000)
     async with store.engine.begin() as conn:
         # Age half of this user's audit rows past the cutoff; everyone else's rows are recent.
         for table in ("pgmemory_recall_audit", "pgmemory_memory_audit", "pgmemory_fact_audit"):
             await conn.execute(
-                text(f"UPDATE {table} SET at = :old WHERE user_id = :u AND id IN "
-                     f"(SELECT id FROM {table} WHERE user_id = :u ORDER BY id LIMIT 1)"),
+                text(
+                    f"UPDATE {table} SET at = :old WHERE user_id = :u AND id IN "
+                    f"(SELECT id FROM {table} WHERE user_id = :u ORDER BY id LIMIT 1)"
+                ),
                 {"old": old, "u": seeded.user},
             )
     counts = await browse.prune_audit(store, timedelta(days=3650), actor="retention-job")
@@ -133,7 +153,9 @@ async def test_prune_audit_deletes_only_old_rows_and_records_itself(store: Memor
     assert len((await browse.user_fact_history(store, seeded.user)).items) == 2  # 3 changes before
     prunes = await browse.list_prunes(store)
     assert prunes[0].actor == "retention-job" and prunes[0].deleted == counts
-    assert prunes[0].cutoff is not None and prunes[0].cutoff < datetime.now(UTC) - timedelta(days=3649)
+    assert prunes[0].cutoff is not None and prunes[0].cutoff < datetime.now(UTC) - timedelta(
+        days=3649
+    )
     # A later prune never deletes the record of an earlier one; memories are untouched.
     again = await browse.prune_audit(store, datetime.now(UTC) - timedelta(days=3650))
     assert again == {"recall_audit": 0, "memory_audit": 0, "fact_audit": 0}

@@ -70,7 +70,9 @@ class _Server(threading.Thread):
 
     async def _serve(self) -> None:
         settings = Settings(_env_file=None)  # type: ignore[call-arg]
-        async with MemoryStore(self.database_url, settings=settings, embedder=self.embedder) as store:
+        async with MemoryStore(
+            self.database_url, settings=settings, embedder=self.embedder
+        ) as store:
             app = create_app(store, allow_writes=True, token=TOKEN)
             config = uvicorn.Config(app, access_log=False, lifespan="off", log_level="warning")
             self.server = uvicorn.Server(config)
@@ -196,7 +198,9 @@ async def test_erase_a_user_with_confirmation(
     await expect(tab.get_by_text("memories: 3")).to_be_visible()
 
     await tab.get_by_role("link", name="Memories", exact=True).click()
-    await expect(tab.get_by_text("No memories here.").or_(tab.get_by_text("There is no collection yet."))).to_be_visible()
+    await expect(
+        tab.get_by_text("No memories here.").or_(tab.get_by_text("There is no collection yet."))
+    ).to_be_visible()
     await tab.get_by_role("link", name="Write/delete audit").click()
     erased_rows = tab.locator("tr", has_text="pgmemory-ui").filter(has_text="delete")
     await expect(erased_rows).to_have_count(3)

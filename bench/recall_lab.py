@@ -18,7 +18,6 @@ import asyncio
 import gzip
 import json
 import math
-import re
 import sys
 import time
 from collections import Counter
@@ -28,9 +27,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import retrieval as R  # noqa: E402
+import retrieval as R
 
-from pgmemory.text import terms as pgterms  # noqa: E402
+from pgmemory.text import terms as pgterms
 
 # --- BM25 exactly as the store's SQL computes it ---------------------------------------------
 
@@ -93,7 +92,10 @@ def chunk_words(parts: list[str], max_words: int) -> list[str]:
 
 def lme_parts(path: Path) -> dict[str, list[str]]:
     raw = json.loads(gzip.decompress(path.read_bytes()))
-    return {sid: [t["content"] for t in turns if t["role"] == "user"] for sid, turns in raw["sessions"].items()}
+    return {
+        sid: [t["content"] for t in turns if t["role"] == "user"]
+        for sid, turns in raw["sessions"].items()
+    }
 
 
 # --- fusion -----------------------------------------------------------------------------------
@@ -147,13 +149,24 @@ def main() -> None:
     ap.add_argument("--data-dir", default=str(R.DEFAULT_DATA_DIR))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--embedders", nargs="+", default=["use", "minilm"])
-    ap.add_argument("--chunk-words", type=int, default=0, help="multi-vector memories of N-word chunks (LME)")
+    ap.add_argument(
+        "--chunk-words", type=int, default=0, help="multi-vector memories of N-word chunks (LME)"
+    )
     ap.add_argument("--locomo-doc", choices=("speaker", "plain"), default="speaker")
-    ap.add_argument("--grid", action="store_true", help="print the fusion grid, not just the named rows")
+    ap.add_argument(
+        "--grid", action="store_true", help="print the fusion grid, not just the named rows"
+    )
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--norm-weights", type=float, nargs="*", default=[],
-                    help="only score fusion (BM25 / its max) at these text weights, with and without chunks")
-    ap.add_argument("--warm-only", action="store_true", help="only fill the embedding cache (any slice)")
+    ap.add_argument(
+        "--norm-weights",
+        type=float,
+        nargs="*",
+        default=[],
+        help="only score fusion (BM25 / its max) at these text weights, with and without chunks",
+    )
+    ap.add_argument(
+        "--warm-only", action="store_true", help="only fill the embedding cache (any slice)"
+    )
     args = ap.parse_args()
     if args.dataset == "lme" and args.slice == "test" and not args.warm_only:
         ap.error("the lab explores on lme_s_dev and LoCoMo only")
@@ -181,7 +194,9 @@ def main() -> None:
     chunk_texts = sorted({c for cs in chunks.values() for c in cs})
     vec: dict[str, dict[str, np.ndarray]] = {}
     for e in args.embedders:
-        vec[e] = asyncio.run(embed_all(e, all_texts + q_texts + chunk_texts, args.threads, f"embed ({e})"))
+        vec[e] = asyncio.run(
+            embed_all(e, all_texts + q_texts + chunk_texts, args.threads, f"embed ({e})")
+        )
     print(f"embedded in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if args.warm_only:
         return
@@ -190,7 +205,10 @@ def main() -> None:
     per_scope: dict[str, dict[str, Any]] = {}
     for scope, docs in docs_by_scope.items():
         texts = [d.text for d in docs]
-        s: dict[str, Any] = {"keys": [d.key for d in docs], "created": np.array([d.created_at.timestamp() for d in docs])}
+        s: dict[str, Any] = {
+            "keys": [d.key for d in docs],
+            "created": np.array([d.created_at.timestamp() for d in docs]),
+        }
         pgterms.STEMMING = False
         s["bm25_plain"] = BM25(texts)
         pgterms.STEMMING = True
@@ -272,7 +290,7 @@ def main() -> None:
         return f
 
     def single(name: str):
-        return lambda q: keys_for(q, signals[q.qid][name] + (0 if not name.startswith("bm25") else 0))
+        return lambda q: keys_for(q, signals[q.qid][name])
 
     def text_only(name: str):
         def f(q: R.Question) -> list[str]:
@@ -296,7 +314,9 @@ def main() -> None:
             )
         for bm in ("bm25_plain", "bm25_stem"):
             tag = "stem" if bm == "bm25_stem" else "plain"
-            rankers[f"rrf {e}+{tag} w1 k60 (today's default)"] = rrf_fn({f"cos_{e}": 1.0, bm: 1.0}, 60)
+            rankers[f"rrf {e}+{tag} w1 k60 (today's default)"] = rrf_fn(
+                {f"cos_{e}": 1.0, bm: 1.0}, 60
+            )
         v = f"chunkmax_{e}" if chunks else f"cos_{e}"
         vt = "chunkmax" if chunks else "cos"
         if args.grid:
@@ -306,7 +326,9 @@ def main() -> None:
             for how in ("minmax", "max", "z"):
                 grid = (0.1, 0.2, 0.3, 0.5, 1.0) if how != "z" else (0.5, 1.0, 2.0)
                 for wt in grid:
-                    rankers[f"norm-{how} {e}:{vt}+stem w{wt}"] = norm_fn({v: 1.0, "bm25_stem": wt}, how)
+                    rankers[f"norm-{how} {e}:{vt}+stem w{wt}"] = norm_fn(
+                        {v: 1.0, "bm25_stem": wt}, how
+                    )
         else:
             for wt in (0.2, 0.3, 0.5):
                 rankers[f"norm-minmax {e}:{vt}+stem w{wt}"] = norm_fn({v: 1.0, "bm25_stem": wt})
@@ -315,21 +337,43 @@ def main() -> None:
         va = f"chunkmax_{a}" if chunks else f"cos_{a}"
         vb = f"chunkmax_{b}" if chunks else f"cos_{b}"
         for wt in (0.2, 0.3, 0.5):
-            rankers[f"norm-minmax {a}+{b}+stem w{wt}"] = norm_fn({va: 0.5, vb: 0.5, "bm25_stem": wt})
+            rankers[f"norm-minmax {a}+{b}+stem w{wt}"] = norm_fn(
+                {va: 0.5, vb: 0.5, "bm25_stem": wt}
+            )
         rankers["rrf use+minilm+stem k60"] = rrf_fn({va: 1.0, vb: 1.0, "bm25_stem": 1.0}, 60)
 
     if args.norm_weights:
-        rankers = {k: v for k, v in rankers.items() if k.startswith(("text", "vector")) or "today" in k}
+        rankers = {
+            k: v for k, v in rankers.items() if k.startswith(("text", "vector")) or "today" in k
+        }
         for e in args.embedders:
             for v in [f"cos_{e}"] + ([f"chunkmax_{e}"] if chunks else []):
                 for wt in args.norm_weights:
-                    rankers[f"norm-max {e}:{v.split('_')[0]}+stem w{wt}"] = norm_fn({v: 1.0, "bm25_stem": wt}, "max")
+                    rankers[f"norm-max {e}:{v.split('_')[0]}+stem w{wt}"] = norm_fn(
+                        {v: 1.0, "bm25_stem": wt}, "max"
+                    )
     results = evaluate(args.dataset, data, rankers)
     names = R.LME_METRICS if args.dataset == "lme" else R.LOCOMO_METRICS
-    R.print_table(f"lab: {data.name} ({len(data.questions)} q), chunk_words={args.chunk_words}, locomo_doc={args.locomo_doc}", results, names, {})
+    R.print_table(
+        f"lab: {data.name} ({len(data.questions)} q), chunk_words={args.chunk_words}, locomo_doc={args.locomo_doc}",
+        results,
+        names,
+        {},
+    )
     if args.json:
-        args.json.write_text(json.dumps({"dataset": args.dataset, "slice": data.name, "chunk_words": args.chunk_words,
-                                         "locomo_doc": args.locomo_doc, "configs": results}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "dataset": args.dataset,
+                    "slice": data.name,
+                    "chunk_words": args.chunk_words,
+                    "locomo_doc": args.locomo_doc,
+                    "configs": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

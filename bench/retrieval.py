@@ -50,13 +50,12 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
+from _scratch import Server
 from tqdm.auto import tqdm
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-from pgmemory.text import terms as pgterms
 from pgmemory.store.records import SearchWeights
-
-from _scratch import Server  # noqa: E402 (bench/_scratch.py)
+from pgmemory.text import terms as pgterms
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA_DIR = next(
@@ -65,7 +64,15 @@ DEFAULT_DATA_DIR = next(
 )
 CACHE_DIR = HERE / ".cache"
 
-LME_METRICS = ("recall_all@5", "recall_all@10", "ndcg_any@5", "ndcg_any@10", "hit@1", "hit@5", "mrr")
+LME_METRICS = (
+    "recall_all@5",
+    "recall_all@10",
+    "ndcg_any@5",
+    "ndcg_any@10",
+    "hit@1",
+    "hit@5",
+    "mrr",
+)
 LOCOMO_METRICS = ("recall@5", "recall@10")
 
 #: Hybrid weights chosen by ``--tune`` (vector weight fixed at 1: only ratios matter).
@@ -115,15 +122,45 @@ CONFIGS: dict[str, Config] = {
         Config("rrf3", "rrf3", None, note="client RRF of text, vector-use, vector-minilm (k=60)"),
         # candidates for a new default, ranked in SQL (candidate_statement); the proposed default
         # is the one whose name starts with "default"
-        Config("hybrid-use-rrf-sql", "candidate", "use", note="today's statement and SearchWeights(), timed like the candidates"),
-        Config("default-use", "candidate", "use", fusion="normalised", weights=(("text", 1.0),),
-               note="PROPOSED DEFAULT: score fusion, similarity min-max + BM25/max, text 1.0"),
-        Config("hybrid-use-norm-t0.5", "candidate", "use", fusion="normalised", weights=(("text", 0.5),),
-               note="score fusion, text 0.5"),
-        Config("hybrid-use-norm-t1-chunks", "candidate", "use", fusion="normalised", chunks=True,
-               weights=(("text", 1.0),), note="score fusion, text 1.0, multi-vector (200-word chunks)"),
-        Config("default-minilm", "candidate", "minilm", fusion="normalised", weights=(("text", 1.0),),
-               note="the proposed default's fusion with MiniLM"),
+        Config(
+            "hybrid-use-rrf-sql",
+            "candidate",
+            "use",
+            note="today's statement and SearchWeights(), timed like the candidates",
+        ),
+        Config(
+            "default-use",
+            "candidate",
+            "use",
+            fusion="normalised",
+            weights=(("text", 1.0),),
+            note="PROPOSED DEFAULT: score fusion, similarity min-max + BM25/max, text 1.0",
+        ),
+        Config(
+            "hybrid-use-norm-t0.5",
+            "candidate",
+            "use",
+            fusion="normalised",
+            weights=(("text", 0.5),),
+            note="score fusion, text 0.5",
+        ),
+        Config(
+            "hybrid-use-norm-t1-chunks",
+            "candidate",
+            "use",
+            fusion="normalised",
+            chunks=True,
+            weights=(("text", 1.0),),
+            note="score fusion, text 1.0, multi-vector (200-word chunks)",
+        ),
+        Config(
+            "default-minilm",
+            "candidate",
+            "minilm",
+            fusion="normalised",
+            weights=(("text", 1.0),),
+            note="the proposed default's fusion with MiniLM",
+        ),
     )
 }
 
@@ -156,7 +193,9 @@ class Dataset:
 
 
 def _lme_date(text: str) -> datetime:
-    return datetime.strptime(re.sub(r"\s*\(\w+\)\s*", " ", text), "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
+    return datetime.strptime(re.sub(r"\s*\(\w+\)\s*", " ", text), "%Y/%m/%d %H:%M").replace(
+        tzinfo=UTC
+    )
 
 
 def load_lme(path: Path) -> Dataset:
@@ -229,11 +268,15 @@ def load_locomo(path: Path) -> Dataset:
             start = _locomo_date(c[f"session_{n}_date_time"])
             for i, turn in enumerate(turns):
                 # turns of a session share its date; seconds keep them in order for recency
-                docs.append(Doc(turn["dia_id"], locomo_turn_text(turn), start + timedelta(seconds=i)))
+                docs.append(
+                    Doc(turn["dia_id"], locomo_turn_text(turn), start + timedelta(seconds=i))
+                )
             n += 1
         data.scopes[cid] = docs
         for i, qa in enumerate(conv["qa"]):
-            evidence = [e for item in qa.get("evidence", []) for e in re.split(r"[;\s]+", item) if e]
+            evidence = [
+                e for item in qa.get("evidence", []) for e in re.split(r"[;\s]+", item) if e
+            ]
             data.questions.append(
                 Question(f"{cid}#{i}", cid, str(qa["question"]), evidence, str(qa["category"]))
             )
@@ -300,7 +343,9 @@ class DiskCachedEmbedder:
         )
         self._mem: dict[bytes, np.ndarray] = {
             sha: np.frombuffer(vec, dtype=np.float32)
-            for sha, vec in self._db.execute("SELECT sha, vec FROM emb WHERE model = ?", (self.model_id,))
+            for sha, vec in self._db.execute(
+                "SELECT sha, vec FROM emb WHERE model = ?", (self.model_id,)
+            )
         }
         self.embedded = 0  # texts actually run through the model in this process
 
@@ -347,7 +392,11 @@ class DiskCachedEmbedder:
         if missing:
             vectors = await self.inner.embed(list(missing.values()))
             self._store(list(missing), vectors)
-        return np.stack([self._mem[k] for k in keys]) if keys else np.zeros((0, self.dimensions), np.float32)
+        return (
+            np.stack([self._mem[k] for k in keys])
+            if keys
+            else np.zeros((0, self.dimensions), np.float32)
+        )
 
 
 def make_embedder(name: str, threads: int, cache_dir: Path) -> DiskCachedEmbedder:
@@ -398,10 +447,17 @@ class Index:
     key_of: dict[uuid.UUID, str] = field(default_factory=dict)  # memory id -> doc key
 
 
-async def build_index(url: str, data: Dataset, emb_name: str, threads: int, cache_dir: Path) -> Index:
+async def build_index(
+    url: str, data: Dataset, emb_name: str, threads: int, cache_dir: Path
+) -> Index:
     embedder = make_embedder(emb_name, threads, cache_dir)
     texts = [d.text for docs in data.scopes.values() for d in docs]
-    await embedder.warm(texts, desc=f"embed {data.name} sessions ({emb_name})" if data.name.startswith("lme") else f"embed {data.name} turns ({emb_name})")
+    await embedder.warm(
+        texts,
+        desc=f"embed {data.name} sessions ({emb_name})"
+        if data.name.startswith("lme")
+        else f"embed {data.name} turns ({emb_name})",
+    )
     await embedder.warm([q.text for q in data.questions], desc=f"embed questions ({emb_name})")
     settings = Settings(max_text_chars=1_000_000, _env_file=None)  # type: ignore[call-arg]
     # migrate=True: brings the scratch database to the head of the pgmemory in use
@@ -428,7 +484,10 @@ async def build_index(url: str, data: Dataset, emb_name: str, threads: int, cach
         await raw.driver_connection.set_autocommit(True)
         await raw.driver_connection.execute("VACUUM (ANALYZE) pgmemory_memories")
         await raw.driver_connection.set_autocommit(False)
-    print(f"imported {n} memories into {collection} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    print(
+        f"imported {n} memories into {collection} in {time.perf_counter() - t:.1f} s",
+        file=sys.stderr,
+    )
     return Index(store, collection, embedder)
 
 
@@ -448,7 +507,13 @@ async def ranked_keys(
 
 
 async def run_all(
-    index: Index, questions: list[Question], *, mode: str, limit: int, weights: SearchWeights | None, desc: str
+    index: Index,
+    questions: list[Question],
+    *,
+    mode: str,
+    limit: int,
+    weights: SearchWeights | None,
+    desc: str,
 ) -> list[list[tuple[str, uuid.UUID, datetime]]]:
     sem = asyncio.Semaphore(4)
     bar = tqdm(total=len(questions), desc=desc, leave=False)
@@ -464,7 +529,9 @@ async def run_all(
     return list(results)
 
 
-def rrf(rankings: Sequence[Sequence[str]], weights: Sequence[float], k: int, pool: int) -> list[str]:
+def rrf(
+    rankings: Sequence[Sequence[str]], weights: Sequence[float], k: int, pool: int
+) -> list[str]:
     scores: dict[str, float] = {}
     for ranking, w in zip(rankings, weights, strict=True):
         if w == 0:
@@ -487,7 +554,10 @@ PROVIDER_CANDIDATES: dict[str, SearchWeights] = {}
 # --- candidates for a new default, run in SQL: the store's own statement, one part changed -----
 
 #: The fusion block of the store's hybrid statement (pgmemory.store.queries.search_memories).
-_RRF_TOP = re.compile(r"top AS \(\n    SELECT id, user_id, CAST\(sum\(weight / \(:rrf_k \+ rank\)\).*?\n\)(?=,\nhits AS|\nSELECT|,\naudit)", re.S)
+_RRF_TOP = re.compile(
+    r"top AS \(\n    SELECT id, user_id, CAST\(sum\(weight / \(:rrf_k \+ rank\)\).*?\n\)(?=,\nhits AS|\nSELECT|,\naudit)",
+    re.S,
+)
 
 #: Score fusion: each signal min-max normalised over the scope (similarity; recency by
 #: created_at) or divided by its best value (BM25, 0 where no term matches), then weighted and
@@ -525,7 +595,9 @@ def candidate_statement(*, fusion: str, chunks: bool, dimensions: int) -> str:
     from pgmemory.store import queries as q
     from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 
-    sql = q.search_memories(("user_id",), covering=dimensions <= COVERING_MAX_DIMENSIONS, audit=False, mode="hybrid")
+    sql = q.search_memories(
+        ("user_id",), covering=dimensions <= COVERING_MAX_DIMENSIONS, audit=False, mode="hybrid"
+    )
     if fusion == "normalised":
         sql, n = _RRF_TOP.subn(NORMALISED_TOP, sql)
         assert n == 1, "the store's fusion block changed: update _RRF_TOP"
@@ -541,26 +613,46 @@ async def add_chunks(index: Index, chunk_texts: dict[str, list[str]]) -> int:
     await index.embedder.warm(texts, desc="embed chunks")
     vecs = dict(zip(texts, await index.embedder.embed(texts), strict=True)) if texts else {}
     async with index.store.engine.begin() as conn:
-        await conn.execute(sa.text(
-            "CREATE TABLE IF NOT EXISTS bench_chunks (memory_id uuid, user_id text, embedding vector)"))
-        rows = (await conn.execute(sa.text(
-            "SELECT id, user_id, message_id FROM pgmemory_memories WHERE collection = :c"), {"c": index.collection})).all()
+        await conn.execute(
+            sa.text(
+                "CREATE TABLE IF NOT EXISTS bench_chunks (memory_id uuid, user_id text, embedding vector)"
+            )
+        )
+        rows = (
+            await conn.execute(
+                sa.text(
+                    "SELECT id, user_id, message_id FROM pgmemory_memories WHERE collection = :c"
+                ),
+                {"c": index.collection},
+            )
+        ).all()
         ids, users, embs = [], [], []
         for mid, uid, msg in rows:
             for t in chunk_texts.get(msg, []):
                 ids.append(str(mid))
                 users.append(uid)
                 embs.append("[" + ",".join(f"{x:.7g}" for x in vecs[t]) + "]")
-        await conn.execute(sa.text(
-            "INSERT INTO bench_chunks SELECT * FROM unnest(CAST(:i AS uuid[]), CAST(:u AS text[]), CAST(:e AS vector[]))"),
-            {"i": ids, "u": users, "e": embs})
-        await conn.execute(sa.text("CREATE INDEX IF NOT EXISTS bench_chunks_memory ON bench_chunks (memory_id)"))
+        await conn.execute(
+            sa.text(
+                "INSERT INTO bench_chunks SELECT * FROM unnest(CAST(:i AS uuid[]), CAST(:u AS text[]), CAST(:e AS vector[]))"
+            ),
+            {"i": ids, "u": users, "e": embs},
+        )
+        await conn.execute(
+            sa.text("CREATE INDEX IF NOT EXISTS bench_chunks_memory ON bench_chunks (memory_id)")
+        )
         await conn.execute(sa.text("ANALYZE bench_chunks"))
     return len(ids)
 
 
 async def candidate_rankings(
-    index: Index, questions: list[Question], *, statement: str, weights: SearchWeights, limit: int, desc: str
+    index: Index,
+    questions: list[Question],
+    *,
+    statement: str,
+    weights: SearchWeights,
+    limit: int,
+    desc: str,
 ) -> tuple[list[list[str]], list[float]]:
     """Rankings from a candidate statement, with the parameters the store passes, and the wall
     time of each recall (ms: the query's embedding, cached here, excluded; the SQL round trip
@@ -572,13 +664,21 @@ async def candidate_rankings(
     async with index.store.engine.connect() as conn:
         for q, vec in tqdm(list(zip(questions, vectors, strict=True)), desc=desc, leave=False):
             params = {
-                "user_id": q.scope, "collection": index.collection,
+                "user_id": q.scope,
+                "collection": index.collection,
                 "query": "[" + ",".join(f"{x:.7g}" for x in vec) + "]",
-                "terms": pgterms.query(q.text), "term_list": list(dict.fromkeys(pgterms.terms(q.text))),
-                "pool": max(weights.pool, limit), "rrf_k": weights.rrf_k, "vector_weight": weights.vector,
-                "text_weight": weights.text, "recency_weight": weights.recency, "limit": limit,
-                "ann_candidates": max(4 * limit, 40), "min_score": -2.0,
-                "since": datetime(1, 1, 2, tzinfo=UTC), "until": datetime(9999, 12, 30, tzinfo=UTC),
+                "terms": pgterms.query(q.text),
+                "term_list": list(dict.fromkeys(pgterms.terms(q.text))),
+                "pool": max(weights.pool, limit),
+                "rrf_k": weights.rrf_k,
+                "vector_weight": weights.vector,
+                "text_weight": weights.text,
+                "recency_weight": weights.recency,
+                "limit": limit,
+                "ann_candidates": max(4 * limit, 40),
+                "min_score": -2.0,
+                "since": datetime(1, 1, 2, tzinfo=UTC),
+                "until": datetime(9999, 12, 30, tzinfo=UTC),
             }
             t = time.perf_counter()
             rows = (await conn.execute(stmt, params)).mappings().all()
@@ -610,8 +710,16 @@ def lme_provider_messages(path: Path, data: Dataset) -> dict[str, list[ProviderM
         for d in docs:
             for i, turn in enumerate(sessions[d.key]):
                 if turn["content"].strip():
-                    rows.append(ProviderMessage(d.key, f"{d.key}:{i}", d.key, turn["role"], turn["content"],
-                                                d.created_at + timedelta(seconds=i)))
+                    rows.append(
+                        ProviderMessage(
+                            d.key,
+                            f"{d.key}:{i}",
+                            d.key,
+                            turn["role"],
+                            turn["content"],
+                            d.created_at + timedelta(seconds=i),
+                        )
+                    )
     return out
 
 
@@ -632,14 +740,27 @@ def locomo_provider_messages(path: Path) -> dict[str, list[ProviderMessage]]:
                 if turn.get("blip_caption"):
                     text += f" [shares a photo: {turn['blip_caption']}]"
                 role = "user" if turn["speaker"] == c["speaker_a"] else "assistant"
-                rows.append(ProviderMessage(turn["dia_id"], turn["dia_id"], f"session_{n}", role, text,
-                                            start + timedelta(seconds=i)))
+                rows.append(
+                    ProviderMessage(
+                        turn["dia_id"],
+                        turn["dia_id"],
+                        f"session_{n}",
+                        role,
+                        text,
+                        start + timedelta(seconds=i),
+                    )
+                )
             n += 1
     return out
 
 
 async def build_provider_index(
-    url: str, name: str, messages: dict[str, list[ProviderMessage]], emb_name: str, threads: int, cache_dir: Path
+    url: str,
+    name: str,
+    messages: dict[str, list[ProviderMessage]],
+    emb_name: str,
+    threads: int,
+    cache_dir: Path,
 ) -> Index:
     """One row per message, written as ChatHistoryMemoryProvider.after_run writes it (render())."""
     from pgmemory.memory.chat_history import render
@@ -647,7 +768,9 @@ async def build_provider_index(
 
     embedder = make_embedder(emb_name, threads, cache_dir)
     rendered = {
-        (scope, m.message_id): render(Message(m.role, m.text)) for scope, rows in messages.items() for m in rows
+        (scope, m.message_id): render(Message(m.role, m.text))
+        for scope, rows in messages.items()
+        for m in rows
     }
     await embedder.warm(list(rendered.values()), desc=f"embed {name} messages ({emb_name})")
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
@@ -657,7 +780,9 @@ async def build_provider_index(
     limit = settings.max_text_chars
     records = (
         MemoryRecord(
-            content=(c if len(c := rendered[(scope, m.message_id)]) <= limit else c[: limit - 1] + "…"),
+            content=(
+                c if len(c := rendered[(scope, m.message_id)]) <= limit else c[: limit - 1] + "…"
+            ),
             scope=MemoryScope(user_id=scope, session_id=m.session_id),
             role=m.role,
             message_id=m.message_id,
@@ -679,8 +804,13 @@ async def build_provider_index(
 
 
 async def provider_rankings(
-    index: Index, questions: list[Question], key_of_message: dict[str, str], *, max_results: int,
-    weights: SearchWeights | None, desc: str,
+    index: Index,
+    questions: list[Question],
+    key_of_message: dict[str, str],
+    *,
+    max_results: int,
+    weights: SearchWeights | None,
+    desc: str,
 ) -> tuple[list[list[str]], list[float]]:
     """Each question recalled by the provider's own _recall (its default options, except
     max_results raised to cover the metrics' depth and recent_turns 0, so the ranked list is its
@@ -688,14 +818,22 @@ async def provider_rankings(
     Returns the rankings and the wall time of each recall (ms)."""
     import dataclasses
 
-    from pgmemory.memory.chat_history import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
+    from pgmemory.memory.chat_history import (
+        ChatHistoryMemoryProvider,
+        ChatHistoryMemoryProviderOptions,
+    )
     from pgmemory.runtime.session import AgentSession
 
-    options = dataclasses.replace(ChatHistoryMemoryProviderOptions(), max_results=max_results, recent_turns=0)
+    options = dataclasses.replace(
+        ChatHistoryMemoryProviderOptions(), max_results=max_results, recent_turns=0
+    )
     if weights is not None:
         options = dataclasses.replace(options, weights=weights)
     provider = ChatHistoryMemoryProvider(
-        index.store, index.collection, state_initializer=lambda s: None, options=options  # type: ignore[arg-type,return-value]
+        index.store,
+        index.collection,
+        state_initializer=lambda s: None,
+        options=options,  # type: ignore[arg-type,return-value]
     )
     out: list[list[str]] = []
     times: list[float] = []
@@ -712,7 +850,10 @@ async def provider_rankings(
 
 # --- tuning: the library's fusion replayed client-side on its own rankings ---------------------
 
-async def tune(dataset: str, data: Dataset, indexes: dict[str, Index], pool: int = 50) -> dict[str, Any]:
+
+async def tune(
+    dataset: str, data: Dataset, indexes: dict[str, Index], pool: int = 50
+) -> dict[str, Any]:
     """Grid-search text weight, recency weight and rrf_k (vector weight 1, pool 50)."""
     objective = ("recall_all@5", "ndcg_any@10") if dataset == "lme" else ("recall@5", "recall@10")
     names = LME_METRICS if dataset == "lme" else LOCOMO_METRICS
@@ -722,12 +863,18 @@ async def tune(dataset: str, data: Dataset, indexes: dict[str, Index], pool: int
     out: dict[str, Any] = {}
     for emb, index in indexes.items():
         # memory ids differ between collections: take every ranking from this one
-        txt_all = await run_all(index, data.questions, mode="text", limit=pool, weights=None, desc="tune: text")
-        vec_all = await run_all(index, data.questions, mode="vector", limit=pool, weights=None, desc=f"tune: {emb}")
+        txt_all = await run_all(
+            index, data.questions, mode="text", limit=pool, weights=None, desc="tune: text"
+        )
+        vec_all = await run_all(
+            index, data.questions, mode="vector", limit=pool, weights=None, desc=f"tune: {emb}"
+        )
         # newest first, ties by id descending, as the SQL does (over the same scope rows)
         recent_all = []
         for q in data.questions:
-            rows = await index.store.list(index.collection, MemoryScope(user_id=q.scope), limit=pool)
+            rows = await index.store.list(
+                index.collection, MemoryScope(user_id=q.scope), limit=pool
+            )
             recent_all.append([(m.message_id or "", m.id, m.created_at) for m in rows])
         combos = [(wt, wr) for wt in grid_text for wr in grid_rec]
         wmat = np.array([[1.0, wt, wr] for wt, wr in combos]).T  # 3 x C
@@ -759,14 +906,22 @@ async def tune(dataset: str, data: Dataset, indexes: dict[str, Index], pool: int
                 cands = [r for r in cands if r[0]["recency"] > 0.0]
             w, m = max(cands, key=lambda r: tuple(r[1][o] for o in objective))
             best[label] = {"weights": w, "metrics": m}
-        default = next(m for w, m in results if w == {"vector": 1.0, "text": 1.0, "recency": 0.0, "rrf_k": 60})
-        best[f"hybrid-{emb}-default (replayed)"] = {"weights": {"vector": 1.0, "text": 1.0, "recency": 0.0, "rrf_k": 60}, "metrics": default}
+        default = next(
+            m for w, m in results if w == {"vector": 1.0, "text": 1.0, "recency": 0.0, "rrf_k": 60}
+        )
+        best[f"hybrid-{emb}-default (replayed)"] = {
+            "weights": {"vector": 1.0, "text": 1.0, "recency": 0.0, "rrf_k": 60},
+            "metrics": default,
+        }
         out.update(best)
         # sensitivity: best objective per recency weight
         for w_rec in grid_rec:
             cands = [r for r in results if r[0]["recency"] == w_rec]
             w, m = max(cands, key=lambda r: tuple(r[1][o] for o in objective))
-            print(f"  {emb} recency={w_rec:<5} best {objective[0]}={m[objective[0]]:.4f} at {w}", file=sys.stderr)
+            print(
+                f"  {emb} recency={w_rec:<5} best {objective[0]}={m[objective[0]]:.4f} at {w}",
+                file=sys.stderr,
+            )
     return out
 
 
@@ -776,7 +931,9 @@ async def tune(dataset: str, data: Dataset, indexes: dict[str, Index], pool: int
 _BM25_STATS: dict[tuple[int, Any], tuple[list[Counter], list[int], float, dict[str, float]]] = {}
 
 
-def bm25_rank(docs: list[Doc], query: str, tokenize: Any, k1: float = 1.5, b: float = 0.75) -> list[str]:
+def bm25_rank(
+    docs: list[Doc], query: str, tokenize: Any, k1: float = 1.5, b: float = 0.75
+) -> list[str]:
     """Okapi BM25 (rank_bm25's BM25Okapi formula, IDF over the scope) over one scope's documents."""
     cache_key = (id(docs), tokenize)
     if cache_key not in _BM25_STATS:
@@ -786,8 +943,12 @@ def bm25_rank(docs: list[Doc], query: str, tokenize: Any, k1: float = 1.5, b: fl
         for t in toks:
             df.update(set(t))
         idf = {w: math.log((n - c + 0.5) / (c + 0.5) + 1) for w, c in df.items()}
-        _BM25_STATS[cache_key] = ([Counter(t) for t in toks], [len(t) for t in toks],
-                                  sum(map(len, toks)) / max(n, 1), idf)
+        _BM25_STATS[cache_key] = (
+            [Counter(t) for t in toks],
+            [len(t) for t in toks],
+            sum(map(len, toks)) / max(n, 1),
+            idf,
+        )
     tfs, lengths, avgdl, idf = _BM25_STATS[cache_key]
     qterms = tokenize(query)
     scores = []
@@ -813,10 +974,13 @@ async def diagnose(
     out["diag: bm25 over pgmemory terms (client)"] = mean_scores(
         [score(dataset, r, q) for r, q in zip(bm25, data.questions, strict=True)], names
     )
+
     def words(text: str) -> list[str]:
         return simple_words.findall(text.lower())
 
-    rows = [score(dataset, bm25_rank(data.scopes[q.scope], q.text, words), q) for q in data.questions]
+    rows = [
+        score(dataset, bm25_rank(data.scopes[q.scope], q.text, words), q) for q in data.questions
+    ]
     out["diag: bm25 over \\w+ tokens, no stop words (client)"] = mean_scores(rows, names)
     # what hybrid would score if its keyword ranking were BM25 (default fusion: weights 1, k 60)
     for emb in ("use", "minilm"):
@@ -839,7 +1003,9 @@ async def diagnose(
     variants["diag: english stemmed, ts_rank_cd norm 0 (sql)"] = f"ts_rank_cd({english}, tq.q)"
     variants["diag: english stemmed, ts_rank_cd norm 1 (sql)"] = f"ts_rank_cd({english}, tq.q, 1)"
     for label, expr in variants.items():
-        config, vector = ("english", english) if "english" in label else ("simple", "m.search_vector")
+        config, vector = (
+            ("english", english) if "english" in label else ("simple", "m.search_vector")
+        )
         sql = sa.text(
             f"""SELECT m.message_id FROM pgmemory_memories m,
                    (SELECT websearch_to_tsquery('{config}', :terms) AS q) tq
@@ -850,7 +1016,12 @@ async def diagnose(
         async with index.store.engine.connect() as conn:
             for q in data.questions:
                 res = await conn.execute(
-                    sql, {"terms": pgterms.query(q.text), "collection": index.collection, "user_id": q.scope}
+                    sql,
+                    {
+                        "terms": pgterms.query(q.text),
+                        "collection": index.collection,
+                        "user_id": q.scope,
+                    },
                 )
                 rows.append(score(dataset, [r[0] for r in res], q))
         out[label] = mean_scores(rows, names)
@@ -860,17 +1031,25 @@ async def diagnose(
 # --- main ---------------------------------------------------------------------------------------
 
 
-def print_table(title: str, results: dict[str, dict[str, float]], names: Sequence[str], notes: dict[str, str]) -> None:
+def print_table(
+    title: str, results: dict[str, dict[str, float]], names: Sequence[str], notes: dict[str, str]
+) -> None:
     width = max(len(n) for n in results) + 2
     print(f"\n{title}")
     header = f"{'config':<{width}}" + "".join(f"{m:>14}" for m in names) + "  note"
     print(header)
     print("-" * len(header))
     for name, metrics in results.items():
-        print(f"{name:<{width}}" + "".join(f"{metrics[m]:>14.4f}" for m in names) + f"  {notes.get(name, '')}")
+        print(
+            f"{name:<{width}}"
+            + "".join(f"{metrics[m]:>14.4f}" for m in names)
+            + f"  {notes.get(name, '')}"
+        )
 
 
-async def provider_main(args: argparse.Namespace, data: Dataset, names: Sequence[str]) -> dict[str, Any]:
+async def provider_main(
+    args: argparse.Namespace, data: Dataset, names: Sequence[str]
+) -> dict[str, Any]:
     """--path provider: one row per message through the provider's storage and recall."""
     t0 = time.perf_counter()
     data_dir = Path(args.data_dir)
@@ -888,27 +1067,57 @@ async def provider_main(args: argparse.Namespace, data: Dataset, names: Sequence
     results: dict[str, dict[str, float]] = {}
     latency: dict[str, dict[str, float]] = {}
     try:
-        index = await build_provider_index(db.url, data.name, messages, args.provider_embedder, args.threads,
-                                           Path(args.cache_dir))
+        index = await build_provider_index(
+            db.url, data.name, messages, args.provider_embedder, args.threads, Path(args.cache_dir)
+        )
         variants: dict[str, SearchWeights | None] = {
             f"provider-{args.provider_embedder}-today-default (SearchWeights(recency=0.5))": None,
         }
         for name, w in PROVIDER_CANDIDATES.items():
             variants[f"provider-{args.provider_embedder}-{name}"] = w
         for label, weights in variants.items():
-            ranked, times = await provider_rankings(index, data.questions, key_of_message,
-                                                    max_results=max_results, weights=weights, desc=label)
-            results[label] = mean_scores([score(args.dataset, r, q) for r, q in zip(ranked, data.questions, strict=True)], names)
-            latency[label] = {"p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95))}
+            ranked, times = await provider_rankings(
+                index,
+                data.questions,
+                key_of_message,
+                max_results=max_results,
+                weights=weights,
+                desc=label,
+            )
+            results[label] = mean_scores(
+                [score(args.dataset, r, q) for r, q in zip(ranked, data.questions, strict=True)],
+                names,
+            )
+            latency[label] = {
+                "p50_ms": float(np.percentile(times, 50)),
+                "p95_ms": float(np.percentile(times, 95)),
+            }
         await index.store.close()
-        print_table(f"{data.name}: provider path ({n_rows} messages, one row each; {len(data.questions)} questions)",
-                    results, names, {k: f"recall p50 {v['p50_ms']:.1f} ms, p95 {v['p95_ms']:.1f} ms" for k, v in latency.items()})
+        print_table(
+            f"{data.name}: provider path ({n_rows} messages, one row each; {len(data.questions)} questions)",
+            results,
+            names,
+            {
+                k: f"recall p50 {v['p50_ms']:.1f} ms, p95 {v['p95_ms']:.1f} ms"
+                for k, v in latency.items()
+            },
+        )
         return {
-            "dataset": args.dataset, "slice": data.name, "path": "provider", "questions": len(data.questions),
-            "messages": n_rows, "embedder": args.provider_embedder, "configs": results, "latency": latency,
+            "dataset": args.dataset,
+            "slice": data.name,
+            "path": "provider",
+            "questions": len(data.questions),
+            "messages": n_rows,
+            "embedder": args.provider_embedder,
+            "configs": results,
+            "latency": latency,
             "timings": {"total_s": round(time.perf_counter() - t0, 1)},
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "postgresql": db.server_version, "pgvector": db.pgvector},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "postgresql": db.server_version,
+                "pgvector": db.pgvector,
+            },
         }
     finally:
         db.drop()
@@ -927,7 +1136,9 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         limit = 10
     if args.questions:
         data.questions = data.questions[: args.questions]
-        data.scopes = {s: d for s, d in data.scopes.items() if any(q.scope == s for q in data.questions)}
+        data.scopes = {
+            s: d for s, d in data.scopes.items() if any(q.scope == s for q in data.questions)
+        }
     if args.path == "provider":
         return await provider_main(args, data, names)
     n_docs = sum(map(len, data.scopes.values()))
@@ -969,36 +1180,69 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
                     chunked.add(cfg.embedder or "use")
                     print(f"{n} chunk vectors added", file=sys.stderr)
                 statement = candidate_statement(
-                    fusion=cfg.fusion, chunks=cfg.chunks and args.dataset == "lme", dimensions=index.embedder.dimensions
+                    fusion=cfg.fusion,
+                    chunks=cfg.chunks and args.dataset == "lme",
+                    dimensions=index.embedder.dimensions,
                 )
                 ranked, times = await candidate_rankings(
-                    index, data.questions, statement=statement, weights=SearchWeights(**dict(cfg.weights)),
-                    limit=limit, desc=cfg.name,
+                    index,
+                    data.questions,
+                    statement=statement,
+                    weights=SearchWeights(**dict(cfg.weights)),
+                    limit=limit,
+                    desc=cfg.name,
                 )
                 rankings[cfg.name] = ranked
-                latency[cfg.name] = {"sql_p50_ms": float(np.percentile(times, 50)),
-                                     "sql_p95_ms": float(np.percentile(times, 95))}
+                latency[cfg.name] = {
+                    "sql_p50_ms": float(np.percentile(times, 50)),
+                    "sql_p95_ms": float(np.percentile(times, 95)),
+                }
                 results[cfg.name] = mean_scores(
-                    [score(args.dataset, r, q) for r, q in zip(ranked, data.questions, strict=True)], names
+                    [
+                        score(args.dataset, r, q)
+                        for r, q in zip(ranked, data.questions, strict=True)
+                    ],
+                    names,
                 )
                 continue
             index = indexes[cfg.embedder] if cfg.embedder else indexes[sorted(indexes)[0]]
             weights = weights_for(args.dataset, cfg) if cfg.mode == "hybrid" else None
-            runs = await run_all(index, data.questions, mode=cfg.mode, limit=limit, weights=weights, desc=cfg.name)
+            runs = await run_all(
+                index, data.questions, mode=cfg.mode, limit=limit, weights=weights, desc=cfg.name
+            )
             rankings[cfg.name] = [[k for k, _, _ in r] for r in runs]
             results[cfg.name] = mean_scores(
-                [score(args.dataset, r, q) for r, q in zip(rankings[cfg.name], data.questions, strict=True)], names
+                [
+                    score(args.dataset, r, q)
+                    for r, q in zip(rankings[cfg.name], data.questions, strict=True)
+                ],
+                names,
             )
         if any(c.mode == "rrf3" for c in configs):
             parts = {}
-            for name, mode, emb in (("text", "text", "minilm"), ("vector-use", "vector", "use"), ("vector-minilm", "vector", "minilm")):
+            for name, mode, emb in (
+                ("text", "text", "minilm"),
+                ("vector-use", "vector", "use"),
+                ("vector-minilm", "vector", "minilm"),
+            ):
                 if name not in rankings:
-                    runs = await run_all(indexes[emb], data.questions, mode=mode, limit=limit, weights=None, desc=name)
+                    runs = await run_all(
+                        indexes[emb],
+                        data.questions,
+                        mode=mode,
+                        limit=limit,
+                        weights=None,
+                        desc=name,
+                    )
                     rankings[name] = [[k for k, _, _ in r] for r in runs]
                 parts[name] = rankings[name]
-            fusion = [rrf([p[i] for p in parts.values()], [1, 1, 1], 60, limit) for i in range(len(data.questions))]
+            fusion = [
+                rrf([p[i] for p in parts.values()], [1, 1, 1], 60, limit)
+                for i in range(len(data.questions))
+            ]
             results["rrf3"] = mean_scores(
-                [score(args.dataset, r, q) for r, q in zip(fusion, data.questions, strict=True)], names
+                [score(args.dataset, r, q) for r, q in zip(fusion, data.questions, strict=True)],
+                names,
             )
         timings["search_s"] = round(time.perf_counter() - t, 1)
         notes = {c.name: c.note for c in configs}
@@ -1043,7 +1287,11 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             "memories": n_docs,
             "configs": results,
             "weights": {c.name: TUNED[args.dataset][c.name] for c in configs if c.tuned}
-            | {c.name: {"fusion": c.fusion, "chunks": c.chunks, **dict(c.weights)} for c in configs if c.mode == "candidate"},
+            | {
+                c.name: {"fusion": c.fusion, "chunks": c.chunks, **dict(c.weights)}
+                for c in configs
+                if c.mode == "candidate"
+            },
             "latency": latency,
             "stemming": pgterms.STEMMING,
             "tuning": tuning,
@@ -1064,23 +1312,55 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", choices=("lme", "locomo"), default="lme")
     parser.add_argument("--slice", choices=("dev", "test"), default="dev", help="LongMemEval slice")
-    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), metavar="CONFIG",
-                        help=f"default: all of {', '.join(CONFIGS)}")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(CONFIGS),
+        default=list(CONFIGS),
+        metavar="CONFIG",
+        help=f"default: all of {', '.join(CONFIGS)}",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="where the bench data lives")
-    parser.add_argument("--cache-dir", default=str(CACHE_DIR), help="embedding cache (default bench/.cache)")
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads per embedder (default 2)")
-    parser.add_argument("--tune", action="store_true", help="grid-search the hybrid weights (dev/LoCoMo only)")
-    parser.add_argument("--diagnose", action="store_true", help="add keyword-ranking diagnostic rows")
-    parser.add_argument("--questions", type=int, default=0, help="only the first N questions (smoke test)")
-    parser.add_argument("--path", choices=("session", "provider"), default="session",
-                        help="session: the benchmarks' own protocol (one memory per LME session / LoCoMo "
-                             "turn); provider: one row per message through ChatHistoryMemoryProvider")
-    parser.add_argument("--provider-embedder", choices=("use", "minilm"), default="use",
-                        help="embedder of the provider path (default: the library's default, USE)")
-    parser.add_argument("--locomo-doc", choices=("speaker", "plain"), default="speaker",
-                        help="LoCoMo memory text: '<speaker>: <text>' (default) or the text alone")
-    parser.add_argument("--no-stemming", action="store_true", help="keyword terms without stemming (as before)")
+    parser.add_argument(
+        "--data-dir", default=str(DEFAULT_DATA_DIR), help="where the bench data lives"
+    )
+    parser.add_argument(
+        "--cache-dir", default=str(CACHE_DIR), help="embedding cache (default bench/.cache)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="CPU threads per embedder (default 2)"
+    )
+    parser.add_argument(
+        "--tune", action="store_true", help="grid-search the hybrid weights (dev/LoCoMo only)"
+    )
+    parser.add_argument(
+        "--diagnose", action="store_true", help="add keyword-ranking diagnostic rows"
+    )
+    parser.add_argument(
+        "--questions", type=int, default=0, help="only the first N questions (smoke test)"
+    )
+    parser.add_argument(
+        "--path",
+        choices=("session", "provider"),
+        default="session",
+        help="session: the benchmarks' own protocol (one memory per LME session / LoCoMo "
+        "turn); provider: one row per message through ChatHistoryMemoryProvider",
+    )
+    parser.add_argument(
+        "--provider-embedder",
+        choices=("use", "minilm"),
+        default="use",
+        help="embedder of the provider path (default: the library's default, USE)",
+    )
+    parser.add_argument(
+        "--locomo-doc",
+        choices=("speaker", "plain"),
+        default="speaker",
+        help="LoCoMo memory text: '<speaker>: <text>' (default) or the text alone",
+    )
+    parser.add_argument(
+        "--no-stemming", action="store_true", help="keyword terms without stemming (as before)"
+    )
     args = parser.parse_args()
     if args.no_stemming:
         pgterms.STEMMING = False

@@ -24,9 +24,7 @@ _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
 _IS_CJK = re.compile(rf"[{_CJK}]")
 STOP_WORDS = frozenset(
-    """a an and are as at be but by do does did for from has have had he her his how i if in
-    into is it its me my no not of on or our she so that the their them they this to us was we
-    were what when where which who why will with you your yours""".split()
+    ["a", "an", "and", "are", "as", "at", "be", "but", "by", "do", "does", "did", "for", "from", "has", "have", "had", "he", "her", "his", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "they", "this", "to", "us", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you", "your", "yours"]
 )
 #: Most terms taken from one text; a memory is capped at the store's text limit anyway.
 MAX_TERMS = 4096

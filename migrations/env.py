@@ -48,7 +48,7 @@ def run_migrations_online() -> None:
         with migration_lock(connection):
             _run(connection)
         return
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+    engine = create_engine(_url(), poolclass=pool.NullPool, hide_parameters=True)
     try:
         with engine.connect() as conn, migration_lock(conn):
             _run(conn)

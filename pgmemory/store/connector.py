@@ -39,6 +39,9 @@ def normalise_url(url: str) -> str:
 def make_engine(url: str, settings: Settings) -> AsyncEngine:
     """Create the pooled async engine; every connection knows pgvector's types.
 
+    Errors never carry a statement's parameters (they may hold user text): SQLAlchemy's
+    ``[parameters: ...]`` part is hidden.
+
     Args:
         url: A libpq or SQLAlchemy URL.
         settings: Pool sizes and timeouts.
@@ -60,6 +63,7 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
         # COMMIT.
         pool_pre_ping=False,
         pool_recycle=1800,
+        hide_parameters=True,
         connect_args={
             "connect_timeout": settings.connect_timeout_s,
             "options": options,

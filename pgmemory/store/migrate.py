@@ -122,7 +122,7 @@ def current(url: str) -> str | None:
     from alembic.runtime.migration import MigrationContext
     from sqlalchemy import create_engine
 
-    engine = create_engine(normalise_url(url))
+    engine = create_engine(normalise_url(url), hide_parameters=True)
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})

@@ -1,4 +1,5 @@
-"""Connections: a read outlives a lost connection, and a write is never run twice.
+"""Connections: a read outlives a lost connection, a write is never run twice, and errors never
+carry the statement's parameters.
 
 A connection is lost on purpose by ending its own server process (``pg_terminate_backend`` on
 the store connection's backend pid, from a separate connection) just before a chosen statement.
@@ -104,6 +105,16 @@ async def test_a_write_is_not_run_again_after_losing_its_connection(
     # The pool hands out a working connection for the caller's own retry.
     await store.add(collection_3d, [record])
     assert await store.count(collection_3d, scope) == 1
+
+
+async def test_errors_do_not_carry_the_statement_parameters(store: MemoryStore) -> None:
+    secret = "diagnosed with diabetes, call +44 7700 900123"
+    async with store.engine.connect() as conn:
+        with pytest.raises(DBAPIError) as raised:
+            await conn.execute(sa.text("SELECT CAST(:note AS text), 1 / 0"), {"note": secret})
+    assert "division by zero" in str(raised.value)
+    assert secret not in str(raised.value)
+    assert secret not in repr(raised.value)
 
 
 async def test_the_checkout_ping_keeps_prepared_statements(store: MemoryStore) -> None:

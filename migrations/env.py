@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from pgmemory.store.connector import VERSION_TABLE, normalise_url
-from pgmemory.store.migrate import include_object
+from pgmemory.store.migrate import include_object, migration_lock
 from pgmemory.store.models import Base
 
 config = context.config
@@ -41,13 +41,16 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
+    # Whoever migrates holds the migration lock on its connection: concurrent migrations of
+    # one database wait for each other instead of racing to create the same objects.
     connection = config.attributes.get("connection")
     if connection is not None:
-        _run(connection)
+        with migration_lock(connection):
+            _run(connection)
         return
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+    engine = create_engine(_url(), poolclass=pool.NullPool, hide_parameters=True)
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn, migration_lock(conn):
             _run(conn)
     finally:
         engine.dispose()

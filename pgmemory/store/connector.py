@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 from typing import Any
 
 import psycopg
@@ -9,6 +10,7 @@ from psycopg.types.array import ListBinaryDumper
 from pgvector.psycopg import register_vector_async
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
@@ -35,7 +37,18 @@ def normalise_url(url: str) -> str:
 
 
 def make_engine(url: str, settings: Settings) -> AsyncEngine:
-    """Create the pooled async engine; every connection knows pgvector's types."""
+    """Create the pooled async engine; every connection knows pgvector's types.
+
+    Errors never carry a statement's parameters (they may hold user text): SQLAlchemy's
+    ``[parameters: ...]`` part is hidden.
+
+    Args:
+        url: A libpq or SQLAlchemy URL.
+        settings: Pool sizes and timeouts.
+
+    Returns:
+        The engine.
+    """
     options = f"-c statement_timeout={settings.statement_timeout_ms}"
     engine = create_async_engine(
         normalise_url(url),
@@ -44,11 +57,13 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
         pool_timeout=settings.pool_timeout_s,
         # No pre-ping: its probe leaves a transaction that the pool rolls back, and psycopg
         # drops its prepared statements after every ROLLBACK, so each checkout would re-parse
-        # every statement. Stale connections are recycled instead; for the same reason the
-        # store runs plain reads in autocommit (no transaction, so nothing to roll back) and
-        # everything else in transactions that COMMIT.
+        # every statement. A checkout looks at the socket instead (_replace_if_gone), at no
+        # round trip; for the same reason the store runs plain reads in autocommit (no
+        # transaction, so nothing to roll back) and everything else in transactions that
+        # COMMIT.
         pool_pre_ping=False,
         pool_recycle=1800,
+        hide_parameters=True,
         connect_args={
             "connect_timeout": settings.connect_timeout_s,
             "options": options,
@@ -56,7 +71,52 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
         },
     )
     event.listen(engine.sync_engine, "connect", _register_vector)
+    event.listen(engine.sync_engine, "checkout", _replace_if_gone)
     return engine
+
+
+def _replace_if_gone(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Pool checkout hook: have the pool replace a connection whose server went away.
+
+    A server that restarts, crashes or ends a session closes the connection, and the socket
+    turns readable (end of file, or the server's last message). An idle pooled connection has
+    nothing to read otherwise, so a socket with nothing to read passes at the cost of one
+    system call; a readable one gets a real ping, in autocommit (no BEGIN, so no ROLLBACK that
+    would drop the prepared statements). Raising ``DisconnectionError`` makes the pool
+    discard the connection and hand out a new one.
+    """
+    driver = dbapi_connection.driver_connection
+    if driver.closed or driver.broken:
+        raise DisconnectionError("the pooled connection was closed")
+    try:
+        socket = driver.pgconn.socket
+    except psycopg.OperationalError as exc:
+        raise DisconnectionError("the pooled connection has no socket") from exc
+    if not _readable(socket):
+        return
+    try:
+        dbapi_connection.run_async(_ping)
+    except psycopg.Error as exc:
+        raise DisconnectionError("the server closed the pooled connection") from exc
+
+
+def _readable(socket: int) -> bool:
+    """Whether the socket has something to read (or was closed), without waiting."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(socket, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([socket], [], [], 0)[0])
+
+
+async def _ping(connection: psycopg.AsyncConnection[Any]) -> None:
+    """One round trip outside any transaction; raises when the connection is gone."""
+    autocommit = connection.autocommit
+    await connection.set_autocommit(True)
+    try:
+        await connection.execute("SELECT 1", prepare=False)
+    finally:
+        await connection.set_autocommit(autocommit)
 
 
 class VectorList(list):  # type: ignore[type-arg]

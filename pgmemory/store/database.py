@@ -9,19 +9,39 @@ module takes a connection from it in one of two ways:
 * :meth:`Database.autocommit` for plain reads and for DDL that must run outside a transaction
   (``CREATE INDEX CONCURRENTLY``): no BEGIN/COMMIT round trips, and no ROLLBACK, after which
   psycopg would drop its prepared statements.
+
+Both get a healthy connection: the pool replaces connections whose server went away (see
+:func:`pgmemory.store.connector.make_engine`), and when the embedded server itself is gone, it
+is started again before connecting. A statement that loses its connection midway raises;
+:meth:`Database.read` (what the store's reading methods go through) then runs the read once
+more, on a fresh connection. Writes are not retried: a statement may have taken effect before
+its connection was lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
+
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from pgmemory.settings import Settings
 from pgmemory.store import migrate as migrations
 from pgmemory.store.connector import check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: Set on an error raised while committing: the transaction may have committed or not.
+_COMMIT_OUTCOME_UNKNOWN = "_pgmemory_commit_outcome_unknown"
 
 
 class Database:
@@ -68,7 +88,10 @@ class Database:
             raise
 
     async def close(self) -> None:
-        """Close the pool; release the embedded server (stopped when no process uses it)."""
+        """Close the pool; release the embedded server (stopped when no process uses it).
+
+        A server that died (crashed, killed) is fine: there is nothing left to stop.
+        """
         engine, self._engine = self._engine, None
         if engine is not None:
             await engine.dispose()
@@ -100,12 +123,102 @@ class Database:
             raise RuntimeError("the store is not open: use `async with MemoryStore(...)`")
         return self._engine
 
-    def transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """A connection in one transaction: committed when the block ends, rolled back on error."""
-        return self.engine.begin()
+        async with contextlib.AsyncExitStack() as stack:
+            conn = await self._connect()
+            stack.push_async_exit(conn)
+            committing = False
+            try:
+                async with conn.begin():
+                    yield conn
+                    committing = True
+            except DBAPIError as exc:
+                if committing:
+                    setattr(exc, _COMMIT_OUTCOME_UNKNOWN, True)
+                raise
 
     @contextlib.asynccontextmanager
     async def autocommit(self) -> AsyncIterator[AsyncConnection]:
         """A connection in autocommit: each statement commits on its own (see the module doc)."""
-        async with self.engine.connect() as conn:
+        async with contextlib.AsyncExitStack() as stack:
+            conn = await self._connect()
+            stack.push_async_exit(conn)
             yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def read(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run a read; once more, on a fresh connection, if it lost its connection midway.
+
+        Only for operations that change nothing but recall audit rows written in the same
+        transaction (a transaction that lost its connection before its commit did not commit,
+        so it can run again). A commit that lost its connection is not retried: it may have
+        taken effect.
+
+        Args:
+            operation: Runs the read (called once, or twice after a lost connection).
+
+        Returns:
+            What ``operation`` returns.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: The read failed otherwise, or lost its connection twice.
+        """
+        try:
+            return await operation()
+        except DBAPIError as exc:
+            if not exc.connection_invalidated or getattr(exc, _COMMIT_OUTCOME_UNKNOWN, False):
+                raise
+            logger.warning(
+                "a read lost its database connection (%s); running it once more",
+                type(exc.orig).__name__,
+            )
+        return await operation()
+
+    async def _connect(self) -> AsyncConnection:
+        """A started pooled connection (the caller closes it).
+
+        The pool has already replaced connections whose server went away; when no new one can
+        be made and the embedded server is ours, that server is started again (it died) and
+        the connection made once more.
+        """
+        try:
+            return await self.engine.connect()
+        except DBAPIError as exc:
+            if self._server is None:
+                raise
+            logger.warning(
+                "cannot connect to the embedded server (%s); starting it again",
+                type(exc.orig).__name__,
+            )
+        await asyncio.to_thread(self._server.ensure_running)
+        return await self.engine.connect()
+
+
+class _HasDatabase(Protocol):
+    """An object whose reads go through a :class:`Database` (the store)."""
+
+    _db: Database
+
+
+S = TypeVar("S", bound=_HasDatabase)
+
+
+def retried_read(
+    method: Callable[Concatenate[S, P], Awaitable[T]],
+) -> Callable[Concatenate[S, P], Awaitable[T]]:
+    """Run a reading method of the store through :meth:`Database.read` (retried once after a
+    lost connection).
+
+    Args:
+        method: An ``async`` method that only reads (and at most writes recall audit rows).
+
+    Returns:
+        The method, retried once when it loses its connection midway.
+    """
+
+    @functools.wraps(method)
+    async def reading(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._db.read(lambda: method(self, *args, **kwargs))
+
+    return reading

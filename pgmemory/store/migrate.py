@@ -4,21 +4,70 @@ The scripts ship inside the package as ``pgmemory.migrations``, so this works fr
 wheel as well as from a checkout. pgmemory keeps its own version table, so its migrations can
 share a database with the host application's. Alembic is imported when a function here runs,
 not when the store is imported.
+
+Migrations of one database run one at a time: whoever migrates (``upgrade``, ``downgrade``,
+the ``alembic`` command on this package's scripts) first takes the session-level advisory lock
+:data:`MIGRATION_LOCK_KEY` on the connection that runs them, and holds it until they are done.
+Processes that open stores with ``migrate=True`` at the same time therefore wait for each other;
+the later ones find the schema at head and have nothing to do.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from importlib import resources
 from typing import TYPE_CHECKING
+
+from sqlalchemy import text
 
 from pgmemory.store.connector import VERSION_TABLE, normalise_url
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy.engine import Connection
 
 
 #: Every table pgmemory creates starts with this prefix; host applications must not use it.
 TABLE_PREFIX = "pgmemory_"
+
+#: The advisory lock key serialising pgmemory's migrations of a database: the ASCII bytes of
+#: ``pgmemory`` read as one big-endian 64-bit integer. Host applications must not use it.
+MIGRATION_LOCK_KEY = int.from_bytes(b"pgmemory", "big")  # = 8099562737244271225
+
+
+@contextlib.contextmanager
+def migration_lock(connection: Connection) -> Iterator[None]:
+    """Hold the migration lock on ``connection`` for the block (waits while another holds it).
+
+    On a connection outside a transaction (pgmemory's own), the lock belongs to the session:
+    it outlives the commits of the migrations run in the block, is released when the block
+    ends, and goes with the session if the process dies. On a connection already in a
+    transaction (a host application's, which the migrations then join), the lock belongs to
+    that transaction and goes when the host commits or rolls it back.
+
+    Args:
+        connection: The connection the migrations run on.
+
+    Yields:
+        Nothing; the migrations run in the block.
+    """
+    key = {"key": MIGRATION_LOCK_KEY}
+    if connection.in_transaction():
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), key)
+        yield
+        return
+    connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
+    connection.commit()
+    try:
+        yield
+    finally:
+        if connection.in_transaction():
+            connection.rollback()
+        if not connection.closed and not connection.invalidated:
+            # A lost connection took the lock with it.
+            connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+            connection.commit()
 
 
 def is_pgmemory_table(name: str | None) -> bool:
@@ -73,7 +122,7 @@ def current(url: str) -> str | None:
     from alembic.runtime.migration import MigrationContext
     from sqlalchemy import create_engine
 
-    engine = create_engine(normalise_url(url))
+    engine = create_engine(normalise_url(url), hide_parameters=True)
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})

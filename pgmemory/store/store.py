@@ -18,7 +18,7 @@ from pgmemory.settings import Settings
 from pgmemory.store import erasure, facts, history, reads, recall, writes
 from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS, ANN_RECALL_FLOOR, AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.database import Database
+from pgmemory.store.database import Database, retried_read
 from pgmemory.store.records import (
     AnnStatus,
     CollectionInfo,
@@ -135,10 +135,12 @@ class MemoryStore:
             name, dimensions=dimensions, embedding_model=embedding_model
         )
 
+    @retried_read
     async def get_collection(self, name: str) -> CollectionInfo:
         """A collection's catalogue entry; :class:`CollectionError` if it does not exist."""
         return await self._catalogue.get(name)
 
+    @retried_read
     async def list_collections(self) -> list[CollectionInfo]:
         """Every collection in the catalogue."""
         return await self._catalogue.entries()
@@ -211,6 +213,7 @@ class MemoryStore:
 
     # --- memories: reads -------------------------------------------------------------------
 
+    @retried_read
     async def search(
         self,
         collection: str,
@@ -263,6 +266,7 @@ class MemoryStore:
             until=until, allow_unscoped=allow_unscoped, audit=audit, trace=trace,
         )  # fmt: skip
 
+    @retried_read
     async def count(
         self, collection: str, scope: MemoryScope, *, allow_unscoped: bool = False
     ) -> int:
@@ -411,6 +415,7 @@ class MemoryStore:
         """
         return await history.append(self._db, session_id, messages, user_id=user_id)
 
+    @retried_read
     async def read_history(
         self, session_id: str, *, user_id: str = "", after_seq: int = 0, limit: int | None = None
     ) -> list[HistoryRow]:
@@ -419,6 +424,7 @@ class MemoryStore:
             self._db, session_id, user_id=user_id, after_seq=after_seq, limit=limit
         )
 
+    @retried_read
     async def count_history(self, session_id: str, *, user_id: str = "") -> int:
         """How many messages a session's history holds."""
         return await history.count(self._db, session_id, user_id=user_id)
@@ -429,6 +435,7 @@ class MemoryStore:
 
     # --- facts -----------------------------------------------------------------------------
 
+    @retried_read
     async def get_facts(self, namespace: str, scope: MemoryScope) -> dict[str, Any]:
         """The facts stored for exactly this scope (unset dimensions are part of the key)."""
         return await facts.get(self._db, namespace, scope)
@@ -454,6 +461,7 @@ class MemoryStore:
 
     # --- last, because its name shadows the builtin `list` in annotations after it ----------
 
+    @retried_read
     async def list(
         self,
         collection: str,

@@ -51,17 +51,22 @@ class StructuredOutputError(PgMemoryError):
 class AfterRunError(PgMemoryError):
     """One or more providers' ``after_run`` failed after the model had answered.
 
-    Every provider's ``after_run`` still ran; ``errors`` holds each failure (in provider order)
-    and ``response`` the model's answer, so the caller can still use it.
+    Every provider's ``after_run`` still ran, inside the providers' units of work, which were
+    then rolled back: what the database-backed providers would have stored of the turn is not
+    kept, so a retried run stores it once. ``errors`` holds each failure as (provider source
+    id, exception), in provider order, and ``response`` the model's answer, so the caller can
+    still use it. The message names only providers, exception types and counts: the
+    exceptions' own messages may carry user text, so they are left to ``errors``.
     """
 
     def __init__(self, response: AgentResponse, errors: list[tuple[str, Exception]]) -> None:
         self.response = response
         self.errors = errors
-        details = "; ".join(f"{source}: {type(exc).__name__}: {exc}" for source, exc in errors)
+        details = "; ".join(f"{source}: {type(exc).__name__}" for source, exc in errors)
         super().__init__(
-            f"{len(errors)} context provider(s) failed after the model answered ({details}); "
-            "every provider's after_run ran, and the answer is in this error's .response"
+            f"{len(errors)} context provider failure(s) after the model answered ({details}); "
+            "every provider's after_run ran and their units of work were rolled back; the "
+            "answer is in this error's .response and the exceptions in .errors"
         )
 
 

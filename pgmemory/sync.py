@@ -102,6 +102,19 @@ class SyncMemoryStore:
         finally:
             self._portal.stop()
 
+    def shared_transaction(self) -> None:
+        """Not available on the sync face: blocking calls run one by one on the background
+        loop, so they cannot join one transaction. Use :meth:`MemoryStore.shared_transaction`
+        from async code (``self.async_store`` on ``self.loop``).
+
+        Raises:
+            PgMemoryError: Always.
+        """
+        raise PgMemoryError(
+            "SyncMemoryStore has no shared_transaction(): its blocking calls cannot join one "
+            "transaction; use MemoryStore.shared_transaction() from async code"
+        )
+
     def __enter__(self) -> SyncMemoryStore:
         return self.open()
 

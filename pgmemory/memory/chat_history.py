@@ -9,16 +9,24 @@ it gives the model a ``Search`` tool instead.
 Beyond plain similarity (which cannot find "the last order" from "order me a meal"), recall
 by default also ranks by keywords and recency and always shows the most recent messages of
 the search scope, labelled with their time, so "different from last time" can be honoured.
+
+The scopes are derived from what the application binds (the state initializer) on every run;
+a session whose recorded scopes differ is refused (:mod:`pgmemory.memory.binding`). The
+provider creates its collection on first use, with the store's embedder's size and model.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.memory.binding import bind_state
 from pgmemory.memory.chat_history_options import (
     DEFAULT_TOOL_DESCRIPTION,
     ChatHistoryMemoryProviderOptions,
@@ -27,9 +35,9 @@ from pgmemory.memory.chat_history_options import (
 from pgmemory.memory.rendering import DEFAULT_CONTEXT_PROMPT, format_recall, render
 from pgmemory.runtime.messages import Message
 from pgmemory.runtime.providers import ContextProvider, SessionContext
-from pgmemory.runtime.session import AgentSession, ProviderSessionState
+from pgmemory.runtime.session import AgentSession
 from pgmemory.runtime.tools import Tool, tool
-from pgmemory.store.records import Memory, MemoryRecord, MemoryScope, RecallTrace
+from pgmemory.store.records import CollectionInfo, Memory, MemoryRecord, MemoryScope, RecallTrace
 from pgmemory.store.store import MemoryStore
 from pgmemory.text.terms import terms
 
@@ -46,12 +54,17 @@ class ChatHistoryMemoryProvider(ContextProvider):
 
     Args:
         store: the store holding the memories.
-        collection_name: the collection they are stored in (created beforehand).
+        collection_name: the collection they are stored in; created on first use (with the
+            store's embedder's size and model) when it does not exist.
         state_initializer: ``state_initializer(session)`` returns a
             :class:`ChatHistoryMemoryProvider.State` (storage scope, and a search scope that
-            defaults to it); it runs once per session and the result is kept, JSON-native, in
-            ``session.state`` under the provider's state key. Example: read
-            ``session.state["user_id"]`` and fail clearly when it is missing.
+            defaults to it) from what the application bound to the session, e.g. the user id
+            it set in ``session.state["user_id"]`` from its authentication (fail clearly when
+            it is missing). It runs on every run: the scopes are never taken from the session
+            dict, which may come back from a client. The result is recorded, JSON-native, in
+            ``session.state`` under the provider's state key; a session whose record differs
+            is refused with :class:`~pgmemory.errors.ScopeError` before anything is read or
+            written.
         options: every other setting
             (:class:`~pgmemory.memory.chat_history_options.ChatHistoryMemoryProviderOptions`).
         source_id: the provider's id (default: the class name); also the state key unless
@@ -116,32 +129,35 @@ class ChatHistoryMemoryProvider(ContextProvider):
         self.collection_name = collection_name
         self.options = options
         self._state_initializer = state_initializer
-        self._session_state: ProviderSessionState[dict[str, Any]] = ProviderSessionState(
-            self._initial_state, state_key=self.state_key, state_type=dict[str, Any]
-        )
+        #: The collection's catalogue entry once this provider made sure it exists.
+        self._collection: CollectionInfo | None = None
 
     # --- state -----------------------------------------------------------------------------
 
     def get_state(self, session: AgentSession, state: dict[str, Any] | None = None) -> State:
-        """The session's scopes, initialised on first use and kept in ``session.state``.
+        """The session's scopes, derived now from what the application binds, and recorded.
 
         Args:
-            session: the session; the scopes live in ``session.state[self.state_key]``.
-            state: not read (the session holds the state); accepted for callers of the
-                two-argument form.
+            session: the session; the scopes are recorded in ``session.state[self.state_key]``.
+            state: not read (the scopes are derived, never read back); accepted for callers of
+                the two-argument form.
 
         Raises:
             InvalidInputError: the state initializer returned something other than a State.
-            ScopeError: the storage scope sets no dimension, or the search scope sets none
-                and ``allow_unscoped_search`` is off.
+            ScopeError: the storage scope sets no dimension; the search scope sets none and
+                ``allow_unscoped_search`` is off; or the session's recorded scopes differ from
+                the derived ones.
         """
-        return self.State.from_dict(self._session_state.get_or_initialize(session))
+        derived = self._derived_state(session)
+        bind_state(session.state, self, derived)
+        return self.State.from_dict(derived)
 
-    def _initial_state(self, session: AgentSession) -> dict[str, Any]:
+    def _derived_state(self, session: AgentSession) -> dict[str, Any]:
+        """The state initializer's scopes for the session, checked, JSON-native."""
         value = self._state_initializer(session)
         if not isinstance(value, self.State):
             raise InvalidInputError(
-                f"state_initializer returned {value!r}; return "
+                f"state_initializer returned a {type(value).__name__}; return "
                 "ChatHistoryMemoryProvider.State(storage_scope=..., search_scope=...)"
             )
         if value.storage_scope.is_empty:
@@ -157,6 +173,22 @@ class ChatHistoryMemoryProvider(ContextProvider):
             )
         return value.to_dict()
 
+    async def collection(self) -> CollectionInfo:
+        """The provider's collection, created if missing (once per provider instance, with the
+        store's embedder's size and model).
+
+        Raises:
+            CollectionError: the collection exists with another size or model than the
+                store's embedder's.
+        """
+        if self._collection is None:
+            # In a task of its own, with a context of its own, so that the creation commits at
+            # once even when called inside a shared transaction (which it must not join: the
+            # catalogue reads the new entry back on another connection).
+            creation = self.store.create_collection(self.collection_name)
+            self._collection = await asyncio.create_task(creation, context=contextvars.Context())
+        return self._collection
+
     # --- hooks -----------------------------------------------------------------------------
 
     async def before_run(
@@ -164,12 +196,13 @@ class ChatHistoryMemoryProvider(ContextProvider):
     ) -> None:
         """Recall now (``before_ai_invoke``) or add the search tool (on demand)."""
         scopes = self.get_state(session)
+        await self.collection()
         if self.options.search_time == "on_demand_function_calling":
             context.extend_tools(self, self._search_tool(scopes, session))
             return
-        query = "\n".join(
-            m.text for m in self.search_messages(context) if m.text.strip()
-        ).strip()
+        query = self._query(
+            "\n".join(m.text for m in self.search_messages(context) if m.text.strip())
+        )
         memories, recent = await self._recall(scopes, session, query or None)
         if not memories and not recent:
             return
@@ -196,6 +229,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
         if context.exception is not None:
             return
         scopes = self.get_state(session)
+        await self.collection()
         limit = self.store.settings.max_text_chars
         storable = self.storable_messages(context)
         # The on-demand Search tool's calls and results are recalled memories: storing them
@@ -238,7 +272,20 @@ class ChatHistoryMemoryProvider(ContextProvider):
             self._loggable(scopes.storage_scope.user_id or ""),
         )
 
+    def unit_of_work(self, context: SessionContext) -> AbstractAsyncContextManager[object]:
+        """The store's shared transaction: the turn is stored together with the other
+        providers' writes to the same store, or not at all."""
+        return self.store.shared_transaction()
+
     # --- recall ----------------------------------------------------------------------------
+
+    def _query(self, text: str) -> str:
+        """The recall query for ``text``: at most ``max_text_chars`` characters (its head),
+        without NUL, so no user message is too long (or too odd) to recall with.
+
+        To be removed once :meth:`MemoryStore.search` normalises queries itself.
+        """
+        return text.replace("\x00", "").strip()[: self.store.settings.max_text_chars].strip()
 
     async def _recall(
         self, scopes: State, session: AgentSession, query: str | None
@@ -347,7 +394,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
             userQuestion: Annotated[str, "The question to search previous chat history for."],  # noqa: N803
         ) -> str:
             # The question is model-generated: it is only ever a bound parameter and embedded text.
-            question = userQuestion.replace("\x00", "").strip()[: self.store.settings.max_text_chars]
+            question = self._query(userQuestion)
             memories, recent = await self._recall(scopes, session, question or None)
             if not memories and not recent:
                 return "No related memories found."

@@ -20,7 +20,12 @@ chat model with a JSON-schema response format derived from the model (every fiel
 validates what comes back through the model, and merges it into the stored facts with
 :meth:`pgmemory.MemoryStore.merge_facts`: new facts fill gaps, corrections overwrite, and every
 change is written to ``pgmemory_fact_audit`` (old and new value, actor = the provider's
-``source_id``) in the same transaction.
+``source_id``) in the same transaction. In an agent run the extraction happens as the after-run
+phase begins, before any transaction is open, and the merge joins the store's shared
+transaction with the other providers' writes of the turn.
+
+The scope is derived from what the application binds (the state initializer) on every run; a
+session whose recorded scope differs is refused (:mod:`pgmemory.memory.binding`).
 
 Security: fact values come from user messages, so they are untrusted. They are injected only
 as JSON-encoded values under a header that tells the model they are data, never instructions,
@@ -31,17 +36,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.memory.binding import bind_state
 from pgmemory.memory.fact_schema import extraction_model, response_format
+from pgmemory.memory.rendering import json_text
 from pgmemory.runtime.messages import Message, external_only
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
-from pgmemory.runtime.session import ProviderSessionState
 from pgmemory.store.records import MemoryScope
 
 if TYPE_CHECKING:
@@ -74,13 +81,6 @@ DEFAULT_EXTRACTION_PROMPT = (
 )
 
 
-def _json_text(value: Any) -> str:
-    """Compact JSON that keeps non-ASCII text readable but cannot end a line or a string."""
-    encoded = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-    # JSON allows raw U+2028/U+2029, which some readers treat as line breaks: escape them.
-    return encoded.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-
-
 class FactMemoryProvider(ContextProvider):
     """Remembers structured facts about the user (a pydantic model) per scope, in PostgreSQL.
 
@@ -94,10 +94,12 @@ class FactMemoryProvider(ContextProvider):
         model: a pydantic model class: its fields are the facts. Stored values are its
             fields' JSON form (``model_dump(mode="json")``), keyed by field name.
         state_initializer: ``state_initializer(session)`` returns the :class:`MemoryScope`
-            the facts belong to (or a :class:`FactMemoryProvider.State`). It runs once per
-            session; the scope is kept, JSON-native, in ``session.state[state_key]``, so a
-            session restored with ``agent.deserialize_session()`` keeps its scope.
-            :meth:`scope_from_session` builds the usual one (user id read from
+            the facts belong to (or a :class:`FactMemoryProvider.State`), from what the
+            application bound to the session. It runs on every run (the scope is never taken
+            from the session dict, which may come back from a client); the scope is recorded,
+            JSON-native, in ``session.state[state_key]``, and a session whose record differs
+            is refused with :class:`~pgmemory.errors.ScopeError` before anything is read or
+            written. :meth:`scope_from_session` builds the usual one (user id read from
             ``session.state``, clear error if absent).
         namespace: the facts' namespace in the store (default: ``source_id``), so several
             fact providers can share a scope without clashing.
@@ -138,8 +140,8 @@ class FactMemoryProvider(ContextProvider):
             scope = data.get("scope")
             if not isinstance(scope, Mapping):
                 raise InvalidInputError(
-                    f"fact memory state {dict(data)!r} has no 'scope' mapping; was the session "
-                    "made by an agent with a different configuration?"
+                    "fact memory state has no 'scope' mapping; was the session made by an "
+                    "agent with a different configuration?"
                 )
             return cls(scope=MemoryScope.from_dict(scope))
 
@@ -227,9 +229,8 @@ class FactMemoryProvider(ContextProvider):
         #: client) so each value is validated on its own and one bad value loses only itself.
         self.response_format: dict[str, Any] = response_format(self.extraction_model)
         self._state_initializer = state_initializer
-        self._session_state: ProviderSessionState[dict[str, Any]] = ProviderSessionState(
-            self._initial_state, state_key=self.state_key, state_type=dict[str, Any]
-        )
+        #: Where :meth:`unit_of_work` leaves the facts it extracted for :meth:`after_run`.
+        self._extracted_key = f"pgmemory.facts.{source_id}.extracted"
 
     # --- state -----------------------------------------------------------------------------
 
@@ -250,8 +251,9 @@ class FactMemoryProvider(ContextProvider):
             user_id = session.state.get(key)
             if not isinstance(user_id, str) or not user_id.strip():
                 raise ScopeError(
-                    f"fact memory needs the user's id in session.state[{key!r}] "
-                    f"(got {user_id!r}); set it before the first run, e.g. "
+                    f"fact memory needs the user's id in session.state[{key!r}] (it holds "
+                    f"{'nothing' if user_id is None else 'a ' + type(user_id).__name__}); set "
+                    f"it from the application's authentication before every run, e.g. "
                     f"session.state[{key!r}] = 'alice'"
                 )
             return MemoryScope(user_id=user_id, application_id=application_id, agent_id=agent_id)
@@ -261,26 +263,30 @@ class FactMemoryProvider(ContextProvider):
     def get_state(
         self, session: AgentSession, state: dict[str, Any] | None = None
     ) -> FactMemoryProvider.State:
-        """The session's state, initialised on first use and kept in ``session.state``.
+        """The session's state, derived now from what the application binds, and recorded.
 
         Args:
-            session: the session; the state lives in ``session.state[self.state_key]``.
-            state: not read (the session holds the state); accepted for callers of the
-                two-argument form.
+            session: the session; the state is recorded in ``session.state[self.state_key]``.
+            state: not read (the scope is derived, never read back); accepted for callers of
+                the two-argument form.
 
         Raises:
             InvalidInputError: the state initializer returned something other than a scope.
-            ScopeError: the scope sets no dimension.
+            ScopeError: the scope sets no dimension, or the session's recorded scope differs
+                from the derived one.
         """
-        return self.State.from_dict(self._session_state.get_or_initialize(session))
+        derived = self._derived_state(session)
+        bind_state(session.state, self, derived)
+        return self.State.from_dict(derived)
 
-    def _initial_state(self, session: AgentSession) -> dict[str, Any]:
+    def _derived_state(self, session: AgentSession) -> dict[str, Any]:
+        """The state initializer's scope for the session, checked, JSON-native."""
         value = self._state_initializer(session)
         if isinstance(value, MemoryScope):
             value = self.State(scope=value)
         if not isinstance(value, self.State):
             raise InvalidInputError(
-                f"state_initializer returned {value!r}; return a MemoryScope "
+                f"state_initializer returned a {type(value).__name__}; return a MemoryScope "
                 "(e.g. MemoryScope(user_id=...)) or FactMemoryProvider.State(scope=...)"
             )
         if value.scope.is_empty:
@@ -315,7 +321,8 @@ class FactMemoryProvider(ContextProvider):
         known = self._known(facts)
         parts: list[str] = []
         if known:
-            parts.append(f"{self.facts_prompt}\n{_json_text(known)}")
+            encoded = json_text(known, separators=(", ", ": "))
+            parts.append(f"{self.facts_prompt}\n{encoded}")
         missing = [name for name in self.required if name not in known]
         if missing:
             fields = ", ".join(self._label(name) for name in missing)
@@ -412,22 +419,22 @@ class FactMemoryProvider(ContextProvider):
         context: SessionContext,
         state: dict[str, Any],
     ) -> None:
-        """Extract facts from this run's user messages and merge them (nothing if it failed)."""
+        """Extract facts from this run's user messages and merge them (nothing if it failed).
+
+        In an agent run the facts were extracted by :meth:`unit_of_work` already.
+        """
         if context.exception is not None:
             return
+        scope = self.get_state(session).scope
         messages = self.extraction_messages(context)
         if not messages:
             logger.debug("fact memory %s: no user text, extraction skipped", self.source_id)
             return
-        scope = self.get_state(session).scope
-        try:
-            updates = await self.extract(messages)
-        except Exception as exc:  # extraction must never fail the user's run
-            logger.warning(
-                "fact memory %s: extraction failed (%s); facts unchanged",
-                self.source_id,
-                type(exc).__name__,
-            )
+        if self._extracted_key in context.metadata:
+            updates = context.metadata.pop(self._extracted_key)
+        else:
+            updates = await self._extract_quietly(messages)
+        if updates is None:
             return
         if not updates:
             logger.info(
@@ -441,6 +448,33 @@ class FactMemoryProvider(ContextProvider):
             len(updates),
             ", ".join(updates),
         )
+
+    def unit_of_work(self, context: SessionContext) -> AbstractAsyncContextManager[None]:
+        """Extract the turn's facts (a model call, before any transaction is open), then join
+        the store's shared transaction, so the merge is kept with the rest of the turn or not
+        at all."""
+        return self._extract_then_join(context)
+
+    @asynccontextmanager
+    async def _extract_then_join(self, context: SessionContext) -> AsyncIterator[None]:
+        messages = self.extraction_messages(context)
+        if messages:
+            context.metadata[self._extracted_key] = await self._extract_quietly(messages)
+        async with self.store.shared_transaction():
+            yield
+
+    async def _extract_quietly(self, messages: Sequence[Message]) -> dict[str, Any] | None:
+        """:meth:`extract`, or None (logged by exception type only) when it failed: an
+        extraction must never fail the user's run."""
+        try:
+            return await self.extract(messages)
+        except Exception as exc:
+            logger.warning(
+                "fact memory %s: extraction failed (%s); facts unchanged",
+                self.source_id,
+                type(exc).__name__,
+            )
+            return None
 
     def __repr__(self) -> str:
         return (

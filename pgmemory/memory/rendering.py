@@ -1,7 +1,8 @@
 """Memories as text: what is stored for a message, and what the model sees when they are recalled.
 
 Recalled memories are untrusted: each is shown as a quoted JSON string after a note telling the
-model they are records, never instructions.
+model they are records, never instructions. The JSON is written by :func:`json_text`, so no
+value can end its line or its string.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC
+from typing import Any
 
 from pgmemory.runtime.messages import Message
 from pgmemory.store.records import Memory
@@ -63,9 +65,23 @@ def render(message: Message, *, skip_call_ids: frozenset[str] | set[str] = froze
     return "\n".join(parts).replace("\x00", "")
 
 
+def json_text(value: Any, *, separators: tuple[str, str] | None = None) -> str:
+    """JSON that keeps non-ASCII text readable but cannot end a line or a string.
+
+    JSON allows raw U+2028/U+2029 inside strings, and some readers treat them as line breaks,
+    so they are escaped like the control characters ``json`` escapes already.
+
+    Args:
+        value: any JSON-native value.
+        separators: as for :func:`json.dumps`.
+    """
+    encoded = json.dumps(value, ensure_ascii=False, separators=separators)
+    return encoded.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
 def _line(memory: Memory) -> str:
     when = memory.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"[{when}] {memory.role}: {json.dumps(memory.content, ensure_ascii=False)}"
+    return f"[{when}] {memory.role}: {json_text(memory.content)}"
 
 
-__all__ = ["DEFAULT_CONTEXT_PROMPT", "UNTRUSTED_NOTE", "format_recall", "render"]
+__all__ = ["DEFAULT_CONTEXT_PROMPT", "UNTRUSTED_NOTE", "format_recall", "json_text", "render"]

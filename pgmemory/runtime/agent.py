@@ -8,22 +8,25 @@ One run:
    tools; while it asks for tools, the agent calls them (in parallel) and calls the model again,
    at most ``max_tool_iterations`` rounds (:mod:`pgmemory.runtime.tool_loop`, the same loop
    for :meth:`Agent.run` and :meth:`Agent.run_stream`);
-4. every provider's ``after_run`` runs in list order with the response, or, if the model call
-   failed, with ``context.exception`` set (default providers then store nothing), after which
-   the exception propagates.
+4. every provider's ``after_run`` runs in list order with the response, inside the providers'
+   units of work (:meth:`ContextProvider.unit_of_work`): if any of them fails, every unit rolls
+   back (the turn is stored whole or not at all) and :class:`AfterRunError` is raised; or, if
+   the model call failed, every ``after_run`` runs with ``context.exception`` set (default
+   providers then store nothing), after which the exception propagates.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing
+from types import TracebackType
 from typing import Any
 
 from pgmemory.errors import AfterRunError, InvalidInputError
 from pgmemory.runtime.chat import ChatClient, ToolChoice
 from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
-from pgmemory.runtime.messages import Message, as_messages
+from pgmemory.runtime.messages import AgentInput, Message, as_messages
 from pgmemory.runtime.providers import ContextProvider, SessionContext
 from pgmemory.runtime.session import AgentSession
 from pgmemory.runtime.tool_loop import AgentResponse, AgentResponseUpdate, tool_loop
@@ -139,7 +142,8 @@ class Agent:
         messages = as_messages(input)
         if not messages:
             raise InvalidInputError(
-                "agent input is empty; pass a string, a Message or a list of them"
+                "agent input is empty; pass a string, a Message, a mapping such as "
+                "{'role': 'user', 'content': '...'}, or a list of those"
             )
         run_tools = merge_tools(self.tools, as_tools(tools))
         context = SessionContext(
@@ -158,21 +162,45 @@ class Agent:
         return session, context
 
     async def _finish(self, session: AgentSession, context: SessionContext) -> None:
-        """Every provider's after_run, even when an earlier one fails (then AfterRunError)."""
+        """Every provider's after_run inside the providers' units of work: all kept, or none.
+
+        Every after_run runs even when an earlier one fails; then, if anything failed (a hook,
+        or entering or leaving a unit of work), every unit is left with the error (rolled
+        back) and :class:`AfterRunError` is raised.
+        """
         errors: list[tuple[str, Exception]] = []
-        for provider in self.context_providers:
-            try:
-                await provider.after_run(
-                    agent=self,
-                    session=session,
-                    context=context,
-                    state=self._state_for(session, provider),
-                )
-            except Exception as exc:  # noqa: BLE001 - collected and re-raised below
-                errors.append((provider.source_id, exc))
+        try:
+            async with AsyncExitStack() as units:
+                for provider in self.context_providers:
+                    try:
+                        unit = provider.unit_of_work(context)
+                        if unit is not None:
+                            await units.enter_async_context(
+                                _TrackedUnit(provider.source_id, unit, errors)
+                            )
+                    except Exception as exc:  # noqa: BLE001 - collected and re-raised below
+                        errors.append((provider.source_id, exc))
+                for provider in self.context_providers:
+                    try:
+                        await provider.after_run(
+                            agent=self,
+                            session=session,
+                            context=context,
+                            state=self._state_for(session, provider),
+                        )
+                    except Exception as exc:  # noqa: BLE001 - collected and re-raised below
+                        errors.append((provider.source_id, exc))
+                if errors:
+                    raise _RollBack
+        except _RollBack:
+            pass
+        except Exception as exc:  # noqa: BLE001 - a unit failed on leaving; _TrackedUnit noted it
+            if not any(exc is known for _, known in errors):
+                errors.append(("unit of work", exc))
         if errors:
             assert context.response is not None
-            raise AfterRunError(context.response, errors) from errors[0][1]
+            # Not chained to the causes: their messages may carry user text (see AfterRunError).
+            raise AfterRunError(context.response, errors) from None
 
     async def _fail(
         self, session: AgentSession, context: SessionContext, exc: BaseException
@@ -186,8 +214,12 @@ class Agent:
                     context=context,
                     state=self._state_for(session, provider),
                 )
-            except Exception:  # the model's exception is the one the caller must see
-                logger.exception("after_run of %r failed while handling a failed run", provider)
+            except Exception as failure:  # the model's exception is the one the caller must see
+                logger.error(
+                    "after_run of %s failed while handling a failed run (%s)",
+                    provider.source_id,
+                    type(failure).__name__,
+                )
 
     def _limit(self, max_tool_iterations: int | None) -> int:
         if max_tool_iterations is None:
@@ -218,7 +250,7 @@ class Agent:
 
     async def run(
         self,
-        input: str | Message | Sequence[str | Message],
+        input: AgentInput,
         session: AgentSession | None = None,
         *,
         tools: Sequence[ToolLike] = (),
@@ -227,13 +259,20 @@ class Agent:
         max_tool_iterations: int | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> AgentResponse:
-        """Run the agent on ``input`` (a string, a Message, or a list of them).
+        """Run the agent on ``input``: a string, a :class:`Message`, a mapping in OpenAI message
+        shape (``{"role": "user", "content": "hi"}``), or a list of those.
 
         Without ``session`` the run uses a fresh throwaway session. ``tools`` adds tools for
         this run only; ``response_format`` (e.g. a pydantic model) asks for structured output,
         parsed into ``AgentResponse.value``. When the model still asks for tools after
         ``max_tool_iterations`` rounds it is asked once more with tool_choice "none"; if it
         insists, :class:`ToolLoopLimitError` is raised.
+
+        Raises:
+            InvalidInputError: ``input`` is of another type, or empty.
+            AfterRunError: a provider failed after the model answered; the answer is in its
+                ``response``, the failures in its ``errors``, and nothing of the turn was kept
+                by the providers with a unit of work.
         """
         session, context = await self._prepare(input, session, tools)
         response: AgentResponse | None = None
@@ -260,7 +299,7 @@ class Agent:
 
     async def run_stream(
         self,
-        input: str | Message | Sequence[str | Message],
+        input: AgentInput,
         session: AgentSession | None = None,
         *,
         tools: Sequence[ToolLike] = (),
@@ -304,6 +343,40 @@ class Agent:
             f"Agent(name={self.name!r}, tools={[t.name for t in self.tools]}, "
             f"providers={[p.source_id for p in self.context_providers]})"
         )
+
+
+class _RollBack(Exception):
+    """Raised inside the units of work to leave them with an error (they roll back)."""
+
+
+class _TrackedUnit:
+    """A provider's unit of work that notes its own failure on leaving (e.g. a failed commit)."""
+
+    def __init__(
+        self,
+        source_id: str,
+        unit: AbstractAsyncContextManager[object],
+        errors: list[tuple[str, Exception]],
+    ) -> None:
+        self._source_id = source_id
+        self._unit = unit
+        self._errors = errors
+
+    async def __aenter__(self) -> object:
+        return await self._unit.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        try:
+            return await self._unit.__aexit__(exc_type, exc, traceback)
+        except Exception as failure:
+            if failure is not exc:
+                self._errors.append((self._source_id, failure))
+            raise
 
 
 __all__ = ["Agent", "AgentResponse", "AgentResponseUpdate"]

@@ -316,7 +316,9 @@ class Message:
         if not isinstance(data, Mapping):
             raise InvalidInputError(f"Message.from_dict needs a mapping, got {type(data).__name__}")
         if "role" not in data:
-            raise InvalidInputError(f"message dict has no 'role': {dict(data)!r}")
+            raise InvalidInputError(
+                f"message dict has no 'role' (its keys: {sorted(map(str, data))})"
+            )
         raw_contents = data.get("contents")
         if raw_contents is None:
             text = data.get("text")
@@ -351,24 +353,121 @@ class Message:
         )
 
 
-def as_messages(value: str | Message | Sequence[str | Message] | None) -> list[Message]:
-    """Normalise an agent input: a string becomes one user message; lists may mix both."""
+#: What :meth:`pgmemory.Agent.run` accepts: a string (one user message), a :class:`Message`, a
+#: mapping in OpenAI message shape, or a list (or tuple) of those.
+AgentInput: TypeAlias = "str | Message | Mapping[str, Any] | Sequence[str | Message | Mapping[str, Any]]"
+
+_ACCEPTED_INPUT = (
+    "a str, a Message, a mapping in OpenAI message shape such as "
+    "{'role': 'user', 'content': '...'}, or a list of those"
+)
+
+
+def as_messages(value: AgentInput | None) -> list[Message]:
+    """Normalise an agent input into messages.
+
+    A string becomes one user message; a mapping is one message (:func:`message_from_mapping`);
+    a list or tuple may mix strings, messages and mappings.
+
+    Raises:
+        InvalidInputError: ``value`` (or an item) is of another type; the message names the
+            accepted types (never the value, which is user text).
+    """
     if value is None:
         return []
-    if isinstance(value, (str, Message)):
+    if isinstance(value, (str, Message, Mapping)):
         value = [value]
+    elif not isinstance(value, (list, tuple)):
+        raise InvalidInputError(
+            f"agent input is of type {type(value).__name__}; pass {_ACCEPTED_INPUT}"
+        )
     result: list[Message] = []
-    for item in value:
+    for i, item in enumerate(value):
         if isinstance(item, str):
             result.append(Message("user", item))
         elif isinstance(item, Message):
             result.append(item)
+        elif isinstance(item, Mapping):
+            result.append(message_from_mapping(item, where=f"agent input item {i}"))
         else:
             raise InvalidInputError(
-                f"agent input item {item!r} is neither a str nor a Message; pass text or "
-                "Message objects"
+                f"agent input item {i} is of type {type(item).__name__}; pass {_ACCEPTED_INPUT}"
             )
     return result
+
+
+def message_from_mapping(data: Mapping[str, Any], *, where: str = "message") -> Message:
+    """One message from a mapping in OpenAI chat-completions shape, or :meth:`Message.to_dict`'s.
+
+    OpenAI shape: ``role`` and ``content`` (a string, None, or a list of ``{"type": "text",
+    "text": ...}`` parts), optionally ``name`` (the author), ``tool_calls`` (assistant) and
+    ``tool_call_id`` (a ``tool`` message answering a call). A mapping without ``content`` but
+    with ``contents`` or ``text`` is read by :meth:`Message.from_dict`.
+
+    Raises:
+        InvalidInputError: the mapping fits neither shape (the message names the keys, never
+            their values).
+    """
+    if "content" not in data:
+        if "contents" in data or "text" in data:
+            return Message.from_dict(data)
+        raise InvalidInputError(
+            f"{where} is a mapping with keys {sorted(map(str, data))}; a message mapping needs "
+            "'role' and 'content', e.g. {'role': 'user', 'content': '...'}"
+        )
+    role = data.get("role")
+    if role not in ROLES:
+        raise InvalidInputError(f"{where} has no usable 'role'; expected one of {', '.join(ROLES)}")
+    text = _content_text(data["content"], where=where)
+    name = data.get("name")
+    if name is not None and not isinstance(name, str):
+        raise InvalidInputError(f"{where} has a {type(name).__name__} 'name'; expected a string")
+    contents: list[Content] = []
+    call_id = data.get("tool_call_id")
+    if role == "tool" and call_id is not None:
+        contents.append(FunctionResultContent(str(call_id), result=text or ""))
+        text = None
+    for j, call in enumerate(data.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise InvalidInputError(
+                f"{where} tool_calls[{j}] needs 'function': {{'name': ..., 'arguments': ...}}"
+            )
+        contents.append(
+            FunctionCallContent(
+                call_id=str(call.get("id") or uuid.uuid4()),
+                name=function["name"],
+                arguments=function.get("arguments") or "{}",
+            )
+        )
+    return Message(role, text or None, contents=contents, author_name=name)
+
+
+def _content_text(content: object, *, where: str) -> str:
+    """The text of an OpenAI ``content``: a string, None, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(
+                part.get("text"), str
+            ):
+                parts.append(part["text"])
+            else:
+                raise InvalidInputError(
+                    f"{where} has a content part that is not text; only text parts "
+                    "({'type': 'text', 'text': '...'}) are supported"
+                )
+        return "\n".join(parts)
+    raise InvalidInputError(
+        f"{where} has a {type(content).__name__} 'content'; expected a string or a list of "
+        "text parts"
+    )
 
 
 def filter_by_source(
@@ -392,6 +491,7 @@ def all_messages(messages: Iterable[Message]) -> list[Message]:
 
 
 __all__ = [
+    "AgentInput",
     "CHAT_HISTORY",
     "CONTEXT_PROVIDER",
     "EXTERNAL",
@@ -407,4 +507,5 @@ __all__ = [
     "content_from_dict",
     "external_only",
     "filter_by_source",
+    "message_from_mapping",
 ]

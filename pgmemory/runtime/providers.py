@@ -8,12 +8,15 @@ provider's own dict there, under :attr:`ContextProvider.state_key`; or use
 Each run, the agent builds a :class:`SessionContext` from the caller's input, then calls every
 provider's ``before_run`` in list order (each sees what earlier ones added), calls the model,
 and calls every provider's ``after_run`` with the response, or with the exception if the model
-call failed.
+call failed. After a successful model call the ``after_run`` hooks run inside the providers'
+units of work (:meth:`ContextProvider.unit_of_work`), so what they store is kept whole or not
+at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from pgmemory.errors import InvalidInputError
@@ -226,6 +229,25 @@ class ContextProvider:
         state: dict[str, Any],
     ) -> None:
         """Called after the model answered (``context.response``) or failed (``context.exception``)."""
+
+    def unit_of_work(self, context: SessionContext) -> AbstractAsyncContextManager[object] | None:
+        """What this provider's ``after_run`` writes belong to, or None (the default: nothing).
+
+        After a successful model call the agent enters the unit of work of every provider that
+        returns one (in list order), runs every ``after_run``, then leaves the units: normally
+        when all succeeded (they commit), with an error when any hook or unit failed (they all
+        roll back, and the agent raises :class:`~pgmemory.errors.AfterRunError`). Providers on
+        a :class:`~pgmemory.MemoryStore` return ``store.shared_transaction()``, so the
+        providers of one store commit a turn together. Entering may do slow work that needs no
+        database, such as a model call: no transaction is open until the first write.
+
+        Args:
+            context: the run's context, with ``response`` set.
+
+        Returns:
+            An async context manager, or None when the provider writes nothing that needs one.
+        """
+        return None
 
     # -- helpers for subclasses ------------------------------------------------------------
 

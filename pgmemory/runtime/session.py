@@ -46,7 +46,7 @@ def check_json_native(value: Any, *, where: str = "state") -> None:
             check_json_native(item, where=f"{where}[{key!r}]")
         return
     raise InvalidInputError(
-        f"{where} holds a {type(value).__name__} ({value!r:.80}); session state must be JSON-native "
+        f"{where} holds a {type(value).__name__}; session state must be JSON-native "
         "(dict, list, str, int, float, bool, None) - convert it, e.g. with .model_dump(mode='json')"
     )
 

@@ -16,19 +16,25 @@ is started again before connecting. A statement that loses its connection midway
 :meth:`Database.read` (what the store's reading methods go through) then runs the read once
 more, on a fresh connection. Writes are not retried: a statement may have taken effect before
 its connection was lost.
+
+A :meth:`Database.shared_transaction` block makes every :meth:`Database.transaction` of the
+current task (and of tasks it starts) join one transaction, so several writers commit together
+or not at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
 
 from pgmemory.settings import Settings
 from pgmemory.store import migrate as migrations
@@ -62,6 +68,10 @@ class Database:
         self._migrate = migrate
         self._server: EmbeddedServer | None = None
         self._engine: AsyncEngine | None = None
+        #: The shared transaction the current task's writes join, if any.
+        self._shared: contextvars.ContextVar[_SharedTransaction | None] = contextvars.ContextVar(
+            f"pgmemory_shared_transaction_{id(self)}", default=None
+        )
 
     async def open(self) -> None:
         """Connect (starting the embedded server if needed), optionally migrate, then check.
@@ -123,11 +133,22 @@ class Database:
             raise RuntimeError("the store is not open: use `async with MemoryStore(...)`")
         return self._engine
 
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        """A connection in one transaction: committed when the block ends, rolled back on error.
+
+        Inside a :meth:`shared_transaction` block it is a savepoint of the shared transaction
+        instead: its work commits (or rolls back) with the rest of the block.
+        """
+        shared = self._shared.get()
+        if shared is not None:
+            return shared.join()
+        return self._own_transaction()
+
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        """A connection in one transaction: committed when the block ends, rolled back on error."""
+    async def _own_transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A connection of its own in one transaction (see :meth:`transaction`)."""
         async with contextlib.AsyncExitStack() as stack:
-            conn = await self._connect()
+            conn = await self.connect()
             stack.push_async_exit(conn)
             committing = False
             try:
@@ -140,10 +161,41 @@ class Database:
                 raise
 
     @contextlib.asynccontextmanager
+    async def shared_transaction(self) -> AsyncIterator[None]:
+        """Make the writes of the current task join ONE transaction until the block ends.
+
+        Every :meth:`transaction` started in this task (or in tasks it starts) while the block
+        runs becomes a savepoint of one transaction on one connection: when the block ends
+        normally everything commits at once; when it raises, everything rolls back. The
+        connection is taken, and the transaction begun, at the first write, so a block that
+        writes nothing costs nothing. A block inside another one joins the outer one.
+
+        :meth:`autocommit` reads still use their own connections: they do not see the block's
+        uncommitted writes. Creating a collection inside the block is not supported (the
+        catalogue reads it back outside the block).
+
+        Raises:
+            Whatever the block raises, after rolling back; or the COMMIT's error.
+        """
+        if self._shared.get() is not None:
+            yield
+            return
+        shared = _SharedTransaction(self)
+        token = self._shared.set(shared)
+        try:
+            yield
+        except BaseException:
+            self._shared.reset(token)
+            await shared.finish(commit=False)
+            raise
+        self._shared.reset(token)
+        await shared.finish(commit=True)
+
+    @contextlib.asynccontextmanager
     async def autocommit(self) -> AsyncIterator[AsyncConnection]:
         """A connection in autocommit: each statement commits on its own (see the module doc)."""
         async with contextlib.AsyncExitStack() as stack:
-            conn = await self._connect()
+            conn = await self.connect()
             stack.push_async_exit(conn)
             yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
@@ -175,7 +227,7 @@ class Database:
             )
         return await operation()
 
-    async def _connect(self) -> AsyncConnection:
+    async def connect(self) -> AsyncConnection:
         """A started pooled connection (the caller closes it).
 
         The pool has already replaced connections whose server went away; when no new one can
@@ -222,3 +274,65 @@ def retried_read(
         return await self._db.read(lambda: method(self, *args, **kwargs))
 
     return reading
+
+class _SharedTransaction:
+    """One connection and transaction that the writes of a :meth:`Database.shared_transaction`
+    block join, each as a savepoint; writers from concurrent tasks take turns."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._conn: AsyncConnection | None = None
+        self._outer: AsyncTransaction | None = None
+        self._lock = asyncio.Lock()
+        self._owner: asyncio.Task[object] | None = None
+        self._closed = False
+
+    @contextlib.asynccontextmanager
+    async def join(self) -> AsyncIterator[AsyncConnection]:
+        """The shared connection inside a savepoint (released on success, rolled back on error)."""
+        task = asyncio.current_task()
+        if task is not None and task is self._owner:  # a write nested in this task's write
+            assert self._conn is not None
+            async with self._conn.begin_nested():
+                yield self._conn
+            return
+        async with self._lock:
+            if self._closed:
+                raise RuntimeError(
+                    "the shared transaction has ended; a task started inside the block wrote after it"
+                )
+            if self._conn is None:
+                self._conn = await self._db.connect()
+                self._outer = await self._conn.begin()
+            self._owner = task
+            try:
+                async with self._conn.begin_nested():
+                    yield self._conn
+            finally:
+                self._owner = None
+
+    async def finish(self, *, commit: bool) -> None:
+        """Commit or roll back the shared transaction (if it began), and return the connection.
+
+        Raises:
+            The COMMIT's error. A failed ROLLBACK is not raised: the block's own error is the one
+            that matters, and a transaction whose connection failed is not committed.
+        """
+        async with self._lock:
+            self._closed = True
+            conn, outer = self._conn, self._outer
+            self._conn = self._outer = None
+            if conn is None or outer is None:
+                return
+            try:
+                if commit:
+                    # A recall audit joined here may have relaxed synchronous_commit for the
+                    # transaction; the memories committed with it must be durable.
+                    await conn.execute(text("SET LOCAL synchronous_commit TO DEFAULT"))
+                    await outer.commit()
+                else:
+                    with contextlib.suppress(Exception):
+                        await outer.rollback()
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close()

@@ -6,6 +6,7 @@ module that owns the concern (see the package docstring of :mod:`pgmemory.store`
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -114,6 +115,23 @@ class MemoryStore:
 
             self._embedder = make_embedder(self.settings)
         return self._embedder
+
+    def shared_transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """A block whose writes commit together, or not at all.
+
+        While the block runs, every write of this store made by the current task (or by tasks
+        it starts) joins one transaction; it commits when the block ends and rolls back if the
+        block raises. Blocks nest (an inner block joins the outer one). Reads outside
+        transactions (``list``, ``read_history``, unaudited searches, ...) do not see the
+        block's uncommitted writes, and ``create_collection`` must not run inside a block.
+        The agent runs the after-run phase of its database-backed providers in one block, so
+        a turn is stored whole or not at all::
+
+            async with store.shared_transaction():
+                await store.append_history(session_id, messages, user_id="alice")
+                await store.add("chat", records)  # both, or neither
+        """
+        return self._db.shared_transaction()
 
     # --- collections -----------------------------------------------------------------------
 

@@ -195,8 +195,13 @@ async def test_state_round_trips_through_to_dict(
     assert data["state"]["ChatHistoryMemoryProvider"]["storage_scope"]["user_id"] == user
     restored = agent.deserialize_session(json.dumps(data))
     assert restored.to_dict() == session.to_dict()
-    restored.state["user_id"] = "someone-else"  # the stored scope wins over a later change
+    # The recorded scope never moves a session to another user: such a run is refused.
+    restored.state["user_id"] = "someone-else"
     start = len(openai_server.requests)
+    with pytest.raises(ScopeError, match=r"\['storage_scope'\] differs"):
+        await agent.run("帮我点一份外卖", session=restored)
+    assert len(openai_server.requests) == start
+    restored.state["user_id"] = user
     await agent.run("帮我点一份外卖", session=restored)
     (injected,) = memory_messages(openai_server.requests[start])
     assert "我不能吃辣" in injected
@@ -398,3 +403,38 @@ async def test_two_instances_need_only_distinct_source_ids(food_store: MemorySto
     second = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope, source_id="team_memory")
     agent = Agent(chat_client, context_providers=[first, second])
     assert {p.state_key for p in agent.context_providers} >= {"ChatHistoryMemoryProvider", "team_memory"}
+
+
+def _user_scope(session: AgentSession) -> ChatHistoryMemoryProvider.State:
+    return ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=session.state["user_id"]))
+
+
+async def test_the_provider_creates_its_collection(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    collection = f"c_{unique('fresh').replace('-', '_')}"
+    memory = ChatHistoryMemoryProvider(store, collection, state_initializer=_user_scope)
+    agent = Agent(chat_client, context_providers=[memory])
+    session = agent.create_session()
+    session.state["user_id"] = unique("u")
+    openai_server.queue(text("ok"))
+    await agent.run("hello", session)  # no create_collection beforehand
+    info = await store.get_collection(collection)
+    assert (info.dimensions, info.embedding_model) == (store.embedder.dimensions, store.embedder.model_id)
+    assert await store.count(collection, MemoryScope(user_id=session.state["user_id"])) == 2
+    assert await memory.collection() is await memory.collection()  # created once, then cached
+
+
+async def test_a_collection_of_another_model_is_refused_clearly(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    from pgmemory import CollectionError
+
+    collection = f"c_{unique('other').replace('-', '_')}"
+    await store.create_collection(collection, dimensions=16, embedding_model="other-model@16")
+    agent = Agent(chat_client, context_providers=[ChatHistoryMemoryProvider(store, collection, state_initializer=_user_scope)])
+    session = agent.create_session()
+    session.state["user_id"] = unique("u")
+    with pytest.raises(CollectionError, match="exists with 16 dimensions from model 'other-model@16'"):
+        await agent.run("hello", session)
+    assert openai_server.requests == []

@@ -257,11 +257,19 @@ async def test_state_round_trips_through_to_dict(
         "scope": {"application_id": None, "agent_id": None, "user_id": user, "session_id": None}
     }
     restored = agent.deserialize_session(data)
-    del restored.state["user_id"]  # the saved scope is what counts from now on
+    # The scope is derived from what the application binds on every run, never read back from
+    # the session dict: without the user id the run is refused, with another user too.
+    del restored.state["user_id"]
+    with pytest.raises(ScopeError, match="needs the user's id"):
+        await agent.run("Remember me?", restored)
+    restored.state["user_id"] = unique("mallory")
+    with pytest.raises(ScopeError, match=r"\['scope'\] differs"):
+        await agent.run("Remember me?", restored)
+    restored.state["user_id"] = user
     openai_server.queue(text("Hi again, Gina"), json_reply(NOTHING))
     await agent.run("Remember me?", restored)
 
-    assert calls == [session.session_id]  # initialised once, restored afterwards
+    assert calls == [session.session_id] * 6  # derived by every hook of every run
     assert '{"name": "Gina", "age": 25}' in system_text(openai_server.requests[2])
 
 

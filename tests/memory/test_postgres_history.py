@@ -95,7 +95,7 @@ async def test_pagination_dedup_and_failed_runs(
     chat_client: OpenAIChatClient,
 ) -> None:
     async with MemoryStore(database_url, settings=settings) as store:
-        provider = PostgresHistoryProvider(store, page_size=2)
+        provider = PostgresHistoryProvider(store, page_size=2, user_id_key=None)  # single tenant
         agent = Agent(chat_client, context_providers=[provider])
         session = agent.create_session()
         openai_server.queue(text("r1"), text("r2"), text("r3"))
@@ -138,7 +138,7 @@ async def test_audit_recorder_and_reducer(
 
     async with MemoryStore(database_url, settings=settings) as store:
         audit = PostgresHistoryProvider(
-            store, "audit", load_messages=False, store_context_messages=True
+            store, "audit", load_messages=False, store_context_messages=True, user_id_key=None
         )
         primary = InMemoryHistoryProvider(reducer=MessageCountingReducer(2))
         agent = Agent(chat_client, context_providers=[primary, Memory("memory"), audit])
@@ -174,5 +174,5 @@ async def test_user_id_must_be_a_string(
         agent = Agent(chat_client, context_providers=[PostgresHistoryProvider(store)])
         session = agent.create_session()
         session.state["user_id"] = 42
-        with pytest.raises(InvalidInputError, match=r"session.state\['user_id'\] is 42"):
+        with pytest.raises(InvalidInputError, match=r"session.state\['user_id'\] is of type int"):
             await agent.run("hi", session)

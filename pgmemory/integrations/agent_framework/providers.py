@@ -9,11 +9,18 @@ implementation; only types are adapted here.
 The framework's session state is shared, not copied: pgmemory's provider keeps its state under
 its ``state_key`` in the framework session's ``state`` dict, JSON-native, so it round-trips
 through ``AgentSession.to_dict()`` / ``AgentSession.from_dict()``.
+
+A turn is stored whole or not at all, as with pgmemory's own agent: the framework calls
+``after_run`` in reverse list order and stops at the first error, so pgmemory's providers of
+one agent run theirs together instead, when the framework reaches the first of them in list
+order (the last it calls): in list order, inside their units of work (one transaction per
+store), rolled back if any fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 import agent_framework as af
@@ -84,9 +91,14 @@ class _Bridge:
         agent: Any,
         session: af.AgentSession,
         context: af.SessionContext,
+        ours: SessionContext | None = None,
     ) -> None:
-        """Run pgmemory's ``hook`` (``before_run``/``after_run``) and apply what it added."""
-        ours = self._context(agent, context)
+        """Run pgmemory's ``hook`` (``before_run``/``after_run``) and apply what it added.
+
+        ``ours`` is pgmemory's view of ``context`` when the caller made it already.
+        """
+        if ours is None:
+            ours = self._context(agent, context)
         known = len(ours.get_messages())
         view = FrameworkSession(session)
         state = session.state.setdefault(self.core.state_key, {})
@@ -99,6 +111,51 @@ class _Bridge:
             )
         if ours.tools:
             context.extend_tools(owner.source_id, [to_framework_tool(t) for t in ours.tools])
+
+
+#: Where the providers whose after_run waits for the turn's last pgmemory provider are kept.
+_WAITING = "pgmemory.after_run_waiting"
+
+
+async def _after_run_together(
+    owner: _Adapted | PostgresHistoryProvider,
+    *,
+    agent: Any,
+    session: af.AgentSession,
+    context: af.SessionContext,
+) -> None:
+    """Run the after_run of every pgmemory provider of the agent together, all or nothing.
+
+    Each provider's call only registers it, until the framework calls the first pgmemory
+    provider in list order (the framework goes in reverse); that call runs every registered
+    one in list order inside their units of work, which roll back if any fails (the error
+    then propagates, as the framework's own errors do). When the framework persists history
+    per service call (it then skips history providers here), each runs on its own as before.
+    """
+    listed = [
+        p
+        for p in getattr(agent, "context_providers", None) or ()
+        if isinstance(p, (_Adapted, PostgresHistoryProvider))
+    ]
+    if owner not in listed or getattr(agent, "require_per_service_call_history_persistence", False):
+        await owner._bridge.run("after_run", owner, agent=agent, session=session, context=context)
+        return
+    waiting: list[Any] = context.metadata.setdefault(_WAITING, [])
+    waiting.append(owner)
+    if owner is not listed[0]:
+        return
+    del context.metadata[_WAITING]
+    turn = [p for p in listed if p in waiting]
+    views = [p._bridge._context(agent, context) for p in turn]
+    async with AsyncExitStack() as units:
+        for provider, view in zip(turn, views, strict=True):
+            unit = provider._bridge.core.unit_of_work(view)
+            if unit is not None:
+                await units.enter_async_context(unit)
+        for provider, view in zip(turn, views, strict=True):
+            await provider._bridge.run(
+                "after_run", provider, agent=agent, session=session, context=context, ours=view
+            )
 
 
 def _framework_initializer(initializer: Callable[[af.AgentSession], Any]) -> Callable[[Any], Any]:
@@ -140,8 +197,9 @@ class _Adapted(af.ContextProvider):
         context: af.SessionContext,
         state: dict[str, Any],
     ) -> None:
-        """Run pgmemory's ``after_run`` (storage, extraction) on the framework's context."""
-        await self._bridge.run("after_run", self, agent=agent, session=session, context=context)
+        """Run pgmemory's ``after_run`` (storage, extraction) on the framework's context, with
+        the agent's other pgmemory providers, all or nothing."""
+        await _after_run_together(self, agent=agent, session=session, context=context)
 
 
 class ChatHistoryMemoryProvider(_Adapted):
@@ -262,8 +320,9 @@ class PostgresHistoryProvider(af.HistoryProvider):
         context: af.SessionContext,
         state: dict[str, Any],
     ) -> None:
-        """Append this run's messages to the stored history (one transaction)."""
-        await self._bridge.run("after_run", self, agent=agent, session=session, context=context)
+        """Append this run's messages to the stored history, with the agent's other pgmemory
+        providers' writes, all or nothing."""
+        await _after_run_together(self, agent=agent, session=session, context=context)
 
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any

@@ -431,21 +431,20 @@ SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
        set_config('enable_sort', 'off', true)
 """
 
-#: The users whose scope in a collection exceeds :min_rows live rows (the approximate path's
-#: candidates; refreshed with every recall probe).
-ANN_LARGE_USERS = f"""
-SELECT m.user_id FROM pgmemory_memories AS m
-WHERE m.collection = :collection AND {_LIVE}
-GROUP BY m.user_id HAVING count(*) > :min_rows
-"""
-
-
-#: Probe queries for the approximate path: stored vectors of users whose scope exceeds :min_rows.
-ANN_PROBE_SAMPLE = """
-WITH big AS (
+#: The user scopes the approximate path serves: more than :min_rows rows, none of which can
+#: expire (an expiry filter thins the index's candidates); rows without a user (``''``) are no
+#: user scope. Refreshed with every recall probe.
+_ANN_SCOPES = """
     SELECT user_id FROM pgmemory_memories
-    WHERE collection = :collection
-    GROUP BY user_id HAVING count(*) > :min_rows
+    WHERE collection = :collection AND user_id <> ''
+    GROUP BY user_id HAVING count(*) > :min_rows AND count(expires_at) = 0"""
+
+#: The users whose scope takes the approximate path (see _ANN_SCOPES).
+ANN_LARGE_USERS = _ANN_SCOPES
+
+#: Probe queries for the approximate path: stored vectors of the scopes it serves, largest first.
+ANN_PROBE_SAMPLE = f"""
+WITH big AS ({_ANN_SCOPES}
     ORDER BY count(*) DESC
     LIMIT :samples
 )

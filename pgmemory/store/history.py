@@ -19,17 +19,19 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from sqlalchemy import text
 
-from pgmemory.errors import InvalidInputError
+from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 from pgmemory.store.records import HistoryRow
 from pgmemory.store.validation import (
     HISTORY_INDEXES,
+    MAX_NAME_CHARS,
     check_choice,
     check_index_entries,
     check_limit,
     check_metadata,
     check_name,
+    check_text,
     describe,
 )
 from pgmemory.vocabulary import ROLES
@@ -121,11 +123,23 @@ async def delete(db: Database, session_id: str, *, user_id: str) -> int:
 
 
 def _check_key(session_id: object, user_id: object) -> None:
-    """A session's key: a session id, and a user id or ``''`` (unknown)."""
+    """A session's key: a session id, and a user id or ``''`` (unknown).
+
+    Raises:
+        InvalidInputError: The session id is unusable.
+        ScopeError: The user id is not a string, or is blank, too long, or holds NUL or a lone
+            surrogate (a user id is a scope).
+    """
     check_name(session_id, what="session_id")
     if not isinstance(user_id, str):
-        raise InvalidInputError(
-            f"user_id must be a string ('' when unknown), got {describe(user_id)}"
-        )
+        raise ScopeError(f"user_id must be a string ('' when unknown), got {describe(user_id)}")
     if user_id:
-        check_name(user_id, what="user_id")
+        check_text(
+            user_id,
+            what="user_id",
+            max_chars=MAX_NAME_CHARS,
+            error=ScopeError,
+            expected="a string",
+            if_blank="pass '' when the user is unknown, or a non-blank id",
+            if_long="use a shorter id or a hash of it",
+        )

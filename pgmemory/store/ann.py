@@ -7,6 +7,17 @@ collection's own stored vectors, measures recall@10 at or above the floor. Then 
 the path when its scope is exactly one user whose memories numbered more than
 ``min_scope_rows`` at the last probe; every other search stays exact. The choice lives in the
 process (in the store object), not in the database.
+
+What stays exact, because a filter would thin the index's candidates below what the probe
+measured: rows without a user (``user_id`` ``''``: they are no user scope, and the probe
+ignores them), user scopes holding any memory with an ``expires_at`` (at the last probe), and
+searches with a ``since``/``until`` window (see :func:`pgmemory.store.reads.search`). A probe
+or a search on the path that fails turns into the exact path, logged without user data: the
+approximate path never makes a search fail.
+
+The index's DDL is made by PostgreSQL itself (``format()`` quotes the index name and the
+collection literal) and runs through the driver without any parameters, so a collection name
+such as ``100%`` or ``%(name)s`` is just text.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
@@ -114,20 +126,18 @@ class AnnPaths:
         }
         async with self._db.autocommit() as conn:
             valid = (await conn.execute(text(q.ANN_INDEX_VALID), params)).scalar()
-            # The DDL comes back quoted by PostgreSQL's format(); it runs as is (exec_driver_sql
-            # does not look for bind parameters in it).
             if valid is False:  # a failed concurrent build leaves an invalid index behind
                 drop = (await conn.execute(text(q.ANN_DROP_DDL), params)).scalar_one()
-                await conn.exec_driver_sql(drop)
+                await _run_ddl(conn, drop)
             if not valid:
                 ddl = (await conn.execute(text(q.ANN_INDEX_DDL), params)).scalar_one()
                 await conn.execute(
                     text(q.ANN_BUILD_SETTINGS), {"maintenance_work_mem": maintenance_work_mem}
                 )
                 try:
-                    await conn.exec_driver_sql(ddl)
+                    await _run_ddl(conn, ddl)
                 finally:
-                    await conn.exec_driver_sql(q.ANN_BUILD_RESET)
+                    await _run_ddl(conn, q.ANN_BUILD_RESET)
         self._paths[collection] = AnnPath(
             ef_search=ef_search, recall_floor=recall_floor, min_scope_rows=min_scope_rows
         )
@@ -141,34 +151,35 @@ class AnnPaths:
                 ddl = (
                     await conn.execute(text(q.ANN_DROP_DDL), {"collection": collection})
                 ).scalar_one()
-                await conn.exec_driver_sql(ddl)
+                await _run_ddl(conn, ddl)
 
     async def probe(self, collection: str, *, samples: int, limit: int) -> AnnStatus:
         """Measure the path's recall@``limit`` against exact search, and decide.
 
+        Only user scopes are probed (rows without a user are no scope of their own), and only
+        those without expiring memories (the only ones the path serves). A probe that fails
+        leaves the path off (exact), logged without user data.
+
         Raises:
-            InvalidInputError: The collection has no approximate path.
+            InvalidInputError: The collection has no approximate path, or a bad argument.
         """
         path = self._paths.get(collection)
         if path is None:
             raise InvalidInputError(
                 f"collection {collection!r} has no approximate path: call enable_ann() first"
             )
-        params = {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples}
-        async with self._db.autocommit() as conn:
-            path.large_users = frozenset(
-                (await conn.execute(text(q.ANN_LARGE_USERS), params)).scalars()
+        check_limit(samples, what="samples", maximum=1_000)
+        check_limit(limit, maximum=1_000)
+        try:
+            await self._measure(collection, path, samples=samples, limit=limit)
+        except Exception as exc:  # noqa: BLE001 - the exact path serves instead
+            path.recall = None
+            path.probed_scopes = 0
+            logger.warning(
+                "recall probe of %s failed (%s): its searches stay exact",
+                collection,
+                type(exc).__name__,
             )
-            rows = (await conn.execute(text(q.ANN_PROBE_SAMPLE), params)).all()
-        found = total = 0
-        for user_id, embedding in rows:
-            scope = MemoryScope(user_id=user_id)
-            exact = await self._search(collection, scope, embedding, limit, None)
-            approx = await self._search(collection, scope, embedding, limit, path)
-            found += len({h.memory.id for h in approx} & {h.memory.id for h in exact})
-            total += len(exact)
-        path.recall = found / total if total else None
-        path.probed_scopes = len({user_id for user_id, _ in rows})
         path.searches = 0
         status = path.status(collection)
         logger.info(
@@ -180,10 +191,28 @@ class AnnPaths:
         )
         return status
 
+    async def _measure(self, collection: str, path: AnnPath, *, samples: int, limit: int) -> None:
+        """Refresh the large scopes and measure recall on their stored vectors (see probe)."""
+        params = {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples}
+        async with self._db.autocommit() as conn:
+            large_users = frozenset((await conn.execute(text(q.ANN_LARGE_USERS), params)).scalars())
+            rows = (await conn.execute(text(q.ANN_PROBE_SAMPLE), params)).all()
+        found = total = 0
+        for user_id, embedding in rows:
+            scope = MemoryScope(user_id=user_id)
+            exact = await self._search(collection, scope, embedding, limit, None)
+            approx = await self._search(collection, scope, embedding, limit, path)
+            found += len({h.memory.id for h in approx} & {h.memory.id for h in exact})
+            total += len(exact)
+        path.large_users = large_users
+        path.recall = found / total if total else None
+        path.probed_scopes = len({user_id for user_id, _ in rows})
+
     async def route(self, collection: str, scope: MemoryScope) -> AnnPath | None:
         """The path a vector search of ``scope`` should take: the approximate one, or None (exact).
 
         Counts the search; every ANN_PROBE_EVERY searches of the collection, probes again first.
+        Never raises: a failing probe leaves the path off.
         """
         path = self._paths.get(collection)
         if path is None:
@@ -195,3 +224,12 @@ class AnnPaths:
             return None
         large = set(scope.as_dict()) == {"user_id"} and scope.user_id in path.large_users
         return path if large else None
+
+
+async def _run_ddl(conn: AsyncConnection, ddl: str) -> None:
+    """Run DDL text as it is: through psycopg with no parameters, so no ``%`` in it (e.g. in a
+    quoted collection name) is taken for a placeholder. ``conn`` is in autocommit."""
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    assert driver is not None
+    await driver.execute(ddl)

@@ -11,6 +11,12 @@ How a value reaches its column: most are *sent* with each row, as one array per 
 (``add``, through ``unnest``) or as one COPY field (``import_records``, through the staging
 table), under the column's ``batch`` key; ``collection`` and ``embedding_model`` come from the
 statement's own parameters; ``search_vector`` is computed from the keyword terms sent.
+
+One value is sent that is no column: each row's ``position`` in its batch or import
+(:data:`POSITION`). The inserts store rows in the order of the message key (so that two
+writers of the same messages never wait for each other in a cycle), not in record order; a row
+without ``created_at`` is stamped from its position instead of the clock, so a batch's rows
+still follow each other in time in record order.
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ class MemoryColumn:
         """The SQL expression storing this column from ``source`` (an alias, e.g. ``"r"``)."""
         if self.batch is None:
             return self.stored
-        return self.stored.format(f"{source}.{self.value_name}")
+        return self.stored.format(f"{source}.{self.value_name}", source=source)
 
 
 #: The table's columns, in table order. Order matters: it is the order of the inserts' column
@@ -92,13 +98,24 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     ),
     MemoryColumn("embedding", "vector", "embeddings", memory=None),
     MemoryColumn("embedding_model", "text", None, stored=":embedding_model"),
-    MemoryColumn("created_at", "timestamptz", "created_ats", stored="COALESCE({}, clock_timestamp())"),
+    # Unset: the transaction's start plus the row's position in microseconds (record order).
+    MemoryColumn(
+        "created_at",
+        "timestamptz",
+        "created_ats",
+        stored="COALESCE({}, now() + {source}.position * interval '1 microsecond')",
+    ),
     MemoryColumn("expires_at", "timestamptz", "expires_ats"),
     MemoryColumn("metadata", "jsonb", "metadatas"),
 )
 
-#: The columns whose values are sent per row, in COPY order.
-SENT_COLUMNS: tuple[MemoryColumn, ...] = tuple(c for c in MEMORY_COLUMNS if c.batch is not None)
+#: Not a column: a row's position in its batch (add) or import (0, 1, ...), sent with it.
+POSITION = MemoryColumn("position", "bigint", "positions", memory=None)
+#: The values sent per row, in COPY order: the columns sent, then the position.
+SENT_COLUMNS: tuple[MemoryColumn, ...] = (
+    *(c for c in MEMORY_COLUMNS if c.batch is not None),
+    POSITION,
+)
 #: Names of the values sent per row (the staging table's columns), in COPY order.
 STAGING_COLUMNS: tuple[str, ...] = tuple(c.value_name for c in SENT_COLUMNS)
 #: PostgreSQL types of STAGING_COLUMNS, for psycopg's binary COPY.

@@ -19,7 +19,7 @@ from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryScope, check_search_scope
-from pgmemory.store.validation import check_aware, check_name, check_optional_name
+from pgmemory.store.validation import check_aware, check_name, check_optional_name, describe
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +47,16 @@ async def delete(
     statement: str
     params: dict[str, Any]
     if ids is not None:
-        try:
-            id_list = [i if isinstance(i, uuid.UUID) else uuid.UUID(str(i)) for i in ids]
-        except ValueError as exc:
-            raise InvalidInputError(f"ids must be UUIDs: {exc}") from exc
+        if isinstance(ids, (str, bytes)):
+            raise InvalidInputError("ids must be a list of UUIDs, got one str")
+        id_list: list[uuid.UUID] = []
+        for i, value in enumerate(ids):
+            try:
+                id_list.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+            except ValueError as exc:
+                raise InvalidInputError(
+                    f"ids[{i}] is not a UUID ({describe(value)}); pass the ids add() returned"
+                ) from exc
         statement, params = q.DELETE_BY_IDS, {"ids": id_list}
     else:
         check_search_scope(scope, allow_unscoped=allow_unscoped)

@@ -18,7 +18,14 @@ from pgmemory.errors import ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryScope
-from pgmemory.store.validation import check_metadata, check_name, check_optional_name
+from pgmemory.store.validation import (
+    FACTS_INDEXES,
+    check_index_entries,
+    check_metadata,
+    check_name,
+    check_optional_name,
+    describe,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +47,10 @@ async def merge(
     actor: str | None,
 ) -> dict[str, Any]:
     """Merge ``updates`` into the scope's facts in ONE transaction (a None value removes the
-    key); returns the merged facts."""
+    key); returns the merged facts.
+
+    ``updates`` is cleaned like all JSON the store keeps (:mod:`pgmemory.text.clean`).
+    """
     check_optional_name(actor, what="actor")
     clean = check_metadata(updates, what="fact updates")
     params = _params(namespace, scope)
@@ -84,8 +94,18 @@ async def delete(db: Database, scope: MemoryScope, *, namespace: str | None) -> 
 
 
 def _params(namespace: str, scope: MemoryScope) -> dict[str, Any]:
-    """The key of a scope's facts row, checked."""
+    """The key of a scope's facts row, checked: the four ids and the namespace must fit one
+    index entry together (2,704 bytes of UTF-8)."""
     check_name(namespace, what="namespace")
-    if not isinstance(scope, MemoryScope) or scope.is_empty:
-        raise ScopeError(f"facts need a non-empty MemoryScope, got {scope!r}")
-    return {**scope.column_values(), "namespace": namespace}
+    if not isinstance(scope, MemoryScope):
+        raise ScopeError(f"facts need a non-empty MemoryScope, got {describe(scope)}")
+    if scope.is_empty:
+        raise ScopeError("facts need a non-empty MemoryScope: set user_id (or another dimension)")
+    params = {**scope.column_values(), "namespace": namespace}
+    check_index_entries(
+        FACTS_INDEXES,
+        params,
+        where="facts",
+        names={**{d: f"scope.{d}" for d in MemoryScope.DIMENSIONS}, "namespace": "namespace"},
+    )
+    return params

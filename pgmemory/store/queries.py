@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pgmemory.store.columns import MEMORY_COLUMNS, READ_COLUMNS, SENT_COLUMNS, STAGING_COLUMNS
+from pgmemory.store.columns import (
+    MEMORY_COLUMNS,
+    POSITION,
+    READ_COLUMNS,
+    SENT_COLUMNS,
+    STAGING_COLUMNS,
+)
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 
 # --- collections ---------------------------------------------------------------------------
@@ -68,24 +74,42 @@ RETURNING memory_id
 """
 
 
-def _insert_memories(source: str, alias: str) -> str:
-    """INSERT the rows of ``source`` (which names its values ``alias``), skipping stored messages."""
+def _insert_memories(source: str, alias: str, *, where: str = "", ordered: bool = True) -> str:
+    """INSERT the rows of ``source`` (which names its values ``alias``), skipping stored messages.
+
+    Rows go in in the order of the message key (the unique index's columns, compared bytewise
+    as Python compares str), then by position: two transactions writing the same messages
+    then claim them in the same order, so one waits for the other instead of both waiting for
+    each other (a deadlock). ``writes.add`` sorts its chunks the same way. Unless ``ordered`` is
+    off: for rows without a message id (``where``), which cannot conflict.
+    """
     values = ",\n           ".join(c.stored_from(alias) for c in MEMORY_COLUMNS)
+    order = ", ".join(
+        [f'{alias}.{c} COLLATE "C"' for c in MESSAGE_KEY] + [f"{alias}.{POSITION.value_name}"]
+    )
+    clauses = [f"FROM {source}"]
+    if where:
+        clauses.append(f"WHERE {where}")
+    if ordered:
+        clauses.append(f"ORDER BY {order}")
+    clauses.append(_SKIP_STORED_MESSAGES)
+    body = "\n    ".join(clauses)
     return f"""
     INSERT INTO pgmemory_memories ({_INSERT_COLUMNS})
     SELECT {values}
-    FROM {source}
-    {_SKIP_STORED_MESSAGES}"""
+    {body}"""
 
 
-#: Insert a batch given as parallel arrays (in order), auditing each row, in one statement; a
-#: record whose message id the collection already holds in the same scope is skipped.
+#: The unique message key within a collection, in the order rows are inserted by.
+MESSAGE_KEY = ("user_id", "application_id", "agent_id", "session_id", "message_id")
+
+#: Insert a batch given as parallel arrays, in message-key order, auditing each row, in one
+#: statement; a record whose message id the collection already holds in the scope is skipped.
 INSERT_MEMORIES = _audited(
     _insert_memories(
         f"""unnest(
         {_SENT_ARRAYS}
-    ) WITH ORDINALITY AS r({_SENT_VALUES}, ord)
-    ORDER BY r.ord""",
+    ) AS r({_SENT_VALUES})""",
         "r",
     ),
     "insert",
@@ -104,9 +128,17 @@ CREATE TEMPORARY TABLE pgmemory_import (
 #: Binary COPY into the staging table.
 COPY_STAGING = f"COPY pgmemory_import ({_SENT_VALUES}) FROM STDIN (FORMAT BINARY)"
 
-#: Move staged rows into the collection, auditing each row, in one statement (skipping
-#: messages already stored, as above).
-INSERT_FROM_STAGING = _audited(_insert_memories("pgmemory_import AS s", "s"), "insert")
+#: Move the staged rows that carry a message id into the collection, in message-key order,
+#: auditing each row, in one statement (skipping messages already stored, as above).
+INSERT_FROM_STAGING = _audited(
+    _insert_memories("pgmemory_import AS s", "s", where="s.message_id IS NOT NULL"), "insert"
+)
+
+#: Move the staged rows without a message id (they cannot conflict: no sort), auditing each.
+INSERT_FROM_STAGING_UNKEYED = _audited(
+    _insert_memories("pgmemory_import AS s", "s", where="s.message_id IS NULL", ordered=False),
+    "insert",
+)
 
 # --- memories: scoped statements -----------------------------------------------------------
 # A scope's set dimensions become `m.<col> = :<col>` (the columns are NOT NULL, so a B-tree
@@ -399,21 +431,20 @@ SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
        set_config('enable_sort', 'off', true)
 """
 
-#: The users whose scope in a collection exceeds :min_rows live rows (the approximate path's
-#: candidates; refreshed with every recall probe).
-ANN_LARGE_USERS = f"""
-SELECT m.user_id FROM pgmemory_memories AS m
-WHERE m.collection = :collection AND {_LIVE}
-GROUP BY m.user_id HAVING count(*) > :min_rows
-"""
-
-
-#: Probe queries for the approximate path: stored vectors of users whose scope exceeds :min_rows.
-ANN_PROBE_SAMPLE = """
-WITH big AS (
+#: The user scopes the approximate path serves: more than :min_rows rows, none of which can
+#: expire (an expiry filter thins the index's candidates); rows without a user (``''``) are no
+#: user scope. Refreshed with every recall probe.
+_ANN_SCOPES = """
     SELECT user_id FROM pgmemory_memories
-    WHERE collection = :collection
-    GROUP BY user_id HAVING count(*) > :min_rows
+    WHERE collection = :collection AND user_id <> ''
+    GROUP BY user_id HAVING count(*) > :min_rows AND count(expires_at) = 0"""
+
+#: The users whose scope takes the approximate path (see _ANN_SCOPES).
+ANN_LARGE_USERS = _ANN_SCOPES
+
+#: Probe queries for the approximate path: stored vectors of the scopes it serves, largest first.
+ANN_PROBE_SAMPLE = f"""
+WITH big AS ({_ANN_SCOPES}
     ORDER BY count(*) DESC
     LIMIT :samples
 )

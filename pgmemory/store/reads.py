@@ -8,6 +8,7 @@ skips expired rows. Search is exact unless the collection's approximate path tak
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -38,9 +39,13 @@ from pgmemory.store.validation import (
     check_number,
     check_text,
     check_vector,
+    describe,
     sha256_hex,
 )
 from pgmemory.text import terms
+from pgmemory.text.clean import clean_query
+
+logger = logging.getLogger(__name__)
 
 #: Earliest and latest instants PostgreSQL and Python both represent (open time bounds).
 DISTANT_PAST = datetime(1, 1, 2, tzinfo=UTC)
@@ -84,8 +89,16 @@ async def search(
 ) -> list[MemoryHit]:
     """The ``limit`` best memories of the scope, best first (see ``MemoryStore.search``).
 
+    A text query is cleaned like stored text and cut to its first ``max_text_chars``
+    characters (:func:`pgmemory.text.clean.clean_query`): it is never refused for its length
+    or its characters.
+
     ``path`` forces the exact path (None) or an approximate one (what a recall probe
-    compares); by default the collection's approximate paths decide.
+    compares); by default the collection's approximate paths decide, for vector searches
+    without a ``since``/``until`` window only (a window filters the index's candidates down
+    to too few, so windowed searches stay exact). On its own decision, a search never fails
+    because of the approximate path: if that statement fails, or returns fewer than ``limit``
+    hits without a ``min_score``, the search runs exactly instead (and audits once).
     """
     check_search_scope(scope, allow_unscoped=allow_unscoped)
     info = await catalogue.get(collection)
@@ -99,7 +112,9 @@ async def search(
     if query is None and mode != "vector":
         raise InvalidInputError(f"mode={mode!r} matches keywords: pass query= (text)")
     if query is not None:
-        check_text(query, what="query", max_chars=db.settings.max_text_chars)
+        if isinstance(query, str):
+            query = clean_query(query, max_chars=db.settings.max_text_chars)
+        query = check_text(query, what="query", max_chars=db.settings.max_text_chars)
         if mode != "text":
             vector = (await catalogue.embed(info, [query]))[0]
         query_hash = sha256_hex(query)
@@ -107,15 +122,20 @@ async def search(
         vector = check_vector(vector, dimensions=info.dimensions, what="query vector")
         if query is None:
             query_hash = sha256_hex(vector.tobytes().hex())
+    chosen = isinstance(path, Route)
     if isinstance(path, Route):
-        path = await ann.route(collection, scope) if mode == "vector" else None
-    statement = q.search_memories(
-        tuple(scope.as_dict()),
-        covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
-        audit=audit,
-        mode=mode,
-        ann_dimensions=info.dimensions if path is not None else None,
-    )
+        windowed = since is not None or until is not None
+        path = await ann.route(collection, scope) if mode == "vector" and not windowed else None
+
+    def statement(on: AnnPath | None) -> str:
+        return q.search_memories(
+            tuple(scope.as_dict()),
+            covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
+            audit=audit,
+            mode=mode,
+            ann_dimensions=info.dimensions if on is not None else None,
+        )
+
     params: dict[str, Any] = {
         **scope.as_dict(),
         **window,
@@ -134,12 +154,50 @@ async def search(
     }
     if audit:
         params.update(_audit_params(scope, trace or RecallTrace(), query, query_hash))
+    if path is not None and chosen:
+        # Too few hits (the scope filter thinned the index's candidates) or any failure: the
+        # transaction rolls back (no audit row) and the exact path answers.
+        wanted = limit if min_score is None else 0
+        try:
+            rows = await _run(db, statement(path), params, audit=audit, path=path, wanted=wanted)
+        except Exception as exc:  # noqa: BLE001 - the exact path answers instead
+            logger.warning(
+                "approximate path of collection %s not used for a search (%s); searched exactly",
+                collection,
+                type(exc).__name__,
+            )
+        else:
+            return _hits(rows)
+        path = None
+    return _hits(await _run(db, statement(path), params, audit=audit, path=path, wanted=0))
+
+
+class _TooFewHits(Exception):
+    """The approximate path returned fewer hits than asked for (its transaction rolls back)."""
+
+
+async def _run(
+    db: Database,
+    statement: str,
+    params: dict[str, Any],
+    *,
+    audit: bool,
+    path: AnnPath | None,
+    wanted: int,
+) -> Sequence[Any]:
+    """Run a search statement on ``path``; fewer than ``wanted`` rows raise _TooFewHits."""
     async with db.transaction() if audit or path else db.autocommit() as conn:
         if audit:
             await relax_audit_commit(conn, db.settings)
         if path is not None:
             await conn.execute(text(q.ANN_SETTINGS), {"ef_search": path.ef_search})
         rows = (await conn.execute(text(statement), params)).mappings().all()
+        if len(rows) < wanted:
+            raise _TooFewHits(f"{len(rows)} of {wanted} hits")
+    return rows
+
+
+def _hits(rows: Sequence[Any]) -> list[MemoryHit]:
     return [MemoryHit(memory_from_row(row), float(row["score"])) for row in rows]
 
 
@@ -178,8 +236,8 @@ async def page(
     check_search_scope(scope, allow_unscoped=allow_unscoped)
     await catalogue.get(collection)
     check_limit(limit)
-    if not isinstance(offset, int) or offset < 0:
-        raise InvalidInputError(f"offset is {offset!r}; expected an integer >= 0")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidInputError(f"offset is {describe(offset)}; expected an integer >= 0")
     statement = q.list_memories(tuple(scope.as_dict()), newest_first=newest_first)
     params = {
         **scope.as_dict(),

@@ -2,7 +2,8 @@
 
 A :func:`pgmemory.store.reads.search` writes its own audit row in the search statement; a
 caller that puts an answer's memories together from several reads records them with
-:func:`record`. Queries are kept as their sha256 unless the trace asks for the text.
+:func:`record`. Queries are kept as their sha256 unless the trace asks for the text; either is
+of the query as search uses it (cleaned and cut, see :func:`pgmemory.text.clean.clean_query`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pgmemory.settings import Settings
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryScope, RecallTrace
-from pgmemory.store.validation import sha256_hex
+from pgmemory.store.validation import describe, sha256_hex
+from pgmemory.text.clean import clean_query
 
 
 async def relax_audit_commit(conn: AsyncConnection, settings: Settings) -> None:
@@ -49,6 +51,11 @@ async def record(
     """
     if len(memory_ids) != len(scores):
         raise InvalidInputError("memory_ids and scores must have the same length")
+    if query is not None:
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be a string or None, got {describe(query)}")
+        # As search() uses it, so the audit's hash is the search's.
+        query = clean_query(query, max_chars=db.settings.max_text_chars)
     trace = trace or RecallTrace()
     params = {
         **scope.column_values(),

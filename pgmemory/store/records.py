@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pgmemory.errors import InvalidInputError, ScopeError
-from pgmemory.store.validation import check_text
+from pgmemory.store.validation import check_name, check_text, describe
 
 #: Longest scope value accepted (application, agent, user or session id).
 MAX_SCOPE_VALUE_CHARS = 256
@@ -24,7 +24,18 @@ class MemoryScope:
     As a *storage* scope, every dimension that is set is written on the new rows. As a *search*
     scope, every dimension that is set must match exactly and a dimension left ``None`` is not
     filtered. Values are matched literally (quotes, ``%``, ``_`` and backslashes have no special
-    meaning). A value must be a non-blank string without NUL characters, at most 256 characters.
+    meaning).
+
+    A value must be a non-blank string of at most 256 characters, without NUL or lone
+    surrogates (ids are keys: they are refused, never rewritten). Where a scope is stored, its
+    values must also fit the index entries that hold them together, counted in UTF-8 bytes (a
+    CJK character takes 3, an emoji 4): PostgreSQL holds at most 2,704 bytes per B-tree entry.
+    The unique message index holds the collection name, the four ids and the message id; in a
+    collection of up to 640 dimensions the covering index holds the collection name and the four
+    ids beside the vector, which leaves them about ``2,650 - 4 * dimensions`` bytes together
+    (about 90 at 640 dimensions, 600 at 512). A write that would not fit is refused before any SQL,
+    with an :class:`~pgmemory.errors.InvalidInputError` naming the fields, their byte lengths
+    and the index (see :func:`pgmemory.store.validation.check_index_entries`).
     """
 
     DIMENSIONS: ClassVar[tuple[str, ...]] = ("application_id", "agent_id", "user_id", "session_id")
@@ -57,11 +68,21 @@ class MemoryScope:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MemoryScope:
-        """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        unknown = set(data) - set(cls.DIMENSIONS)
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ScopeError: ``data`` is not a mapping (e.g. None), has unknown keys, or a value is
+                not a usable id.
+        """
+        if not isinstance(data, Mapping):
+            raise ScopeError(
+                f"a scope must be a mapping of {list(cls.DIMENSIONS)} to ids or None, got "
+                f"{describe(data)}"
+            )
+        unknown = [key for key in data if key not in cls.DIMENSIONS]
         if unknown:
             raise ScopeError(
-                f"unknown scope keys {sorted(unknown)}; expected some of {list(cls.DIMENSIONS)}"
+                f"{len(unknown)} unknown scope keys; expected some of {list(cls.DIMENSIONS)}"
             )
         return cls(**dict(data))
 
@@ -93,7 +114,7 @@ def check_search_scope(scope: object, *, allow_unscoped: bool) -> MemoryScope:
         ScopeError: The scope is not a MemoryScope, or is empty without ``allow_unscoped``.
     """
     if not isinstance(scope, MemoryScope):
-        raise ScopeError(f"scope must be a MemoryScope, got {scope!r}")
+        raise ScopeError(f"scope must be a MemoryScope, got {describe(scope)}")
     if scope.is_empty and not allow_unscoped:
         raise ScopeError(
             "the search scope sets no dimension, so it would cover every user's memories; "
@@ -184,6 +205,16 @@ class RecallTrace:
     #: Store the query text itself in the audit row (off: only its sha256 is kept).
     include_query_text: bool = False
 
+    def __post_init__(self) -> None:
+        for name in ("provider", "mode", "session_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise InvalidInputError(
+                    f"RecallTrace.{name} must be a string ('' when unknown), got {describe(value)}"
+                )
+            if value:
+                check_name(value, what=f"RecallTrace.{name}")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SearchWeights:
@@ -203,11 +234,11 @@ class SearchWeights:
         for name in ("vector", "text", "recency"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0 or value != value:
-                raise InvalidInputError(f"SearchWeights.{name} is {value!r}; expected a number >= 0")
+                raise InvalidInputError(f"SearchWeights.{name} is {describe(value)}; expected a number >= 0")
         if not isinstance(self.rrf_k, int) or self.rrf_k < 1:
-            raise InvalidInputError(f"SearchWeights.rrf_k is {self.rrf_k!r}; expected an integer >= 1")
+            raise InvalidInputError(f"SearchWeights.rrf_k is {describe(self.rrf_k)}; expected an integer >= 1")
         if not isinstance(self.pool, int) or not 1 <= self.pool <= 10_000:
-            raise InvalidInputError(f"SearchWeights.pool is {self.pool!r}; expected 1 to 10000")
+            raise InvalidInputError(f"SearchWeights.pool is {describe(self.pool)}; expected 1 to 10000")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

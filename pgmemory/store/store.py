@@ -181,7 +181,14 @@ class MemoryStore:
 
         Every record is checked, and texts without a vector embedded, before any SQL runs. A
         record whose ``message_id`` the collection already holds in the same scope is skipped
-        (a re-sent message is stored once).
+        (a re-sent message is stored once). Text is normalised, never refused for its
+        characters: NUL and lone surrogates in contents, author names and metadata become
+        U+FFFD (see :mod:`pgmemory.text.clean`); a content over ``max_text_chars`` is refused
+        (cut it yourself if you want it stored). Ids are keys and are refused instead: see
+        :class:`MemoryScope` for their limits, in characters and in index bytes. Rows are
+        inserted in the order of their message key, so concurrent batches of the same messages
+        never deadlock; a record without ``created_at`` is stamped with the transaction's
+        start plus its position in microseconds, so a batch keeps its order in time.
 
         Args:
             collection: Where to store.
@@ -252,12 +259,16 @@ class MemoryStore:
         """The ``limit`` best memories of the scope for ``query`` (or ``vector``), best first.
 
         Exact: every live row of the scope is considered (recall@k = 1.0 against brute force),
-        unless :meth:`enable_ann` gave the collection an approximate path for large scopes.
+        unless :meth:`enable_ann` gave the collection an approximate path for large scopes
+        (vector searches without ``since``/``until`` only; if that path fails, the search runs
+        exactly).
 
         Args:
             collection: Where to search.
             scope: Whose memories; every dimension set must match.
-            query: The text to search for (embedded unless ``mode="text"``).
+            query: The text to search for (embedded unless ``mode="text"``). Cleaned like
+                stored text (NUL and lone surrogates become U+FFFD) and cut to its first
+                ``max_text_chars`` characters: a long query is never refused.
             vector: Or a query vector (``mode="vector"`` only).
             limit: How many hits at most.
             mode: ``"vector"`` (cosine similarity), ``"text"`` (keyword match ranked by BM25

@@ -1,11 +1,21 @@
-"""Input checks run before any SQL: a bad batch is refused whole, so nothing is half-written."""
+"""Input checks run before any SQL: a bad batch is refused whole, so nothing is half-written.
+
+Messages name the argument (and a record's position), lengths, counts and the fix; they never
+repeat what the caller passed as text or as an id (a collection name, the developer's own
+identifier, may be shown). Numbers out of range are shown.
+
+Free text (memory contents, queries, metadata, facts, history messages) is normalised by
+:mod:`pgmemory.text.clean` (NUL and lone surrogates become U+FFFD); ids and names are keys and
+are refused instead (see :func:`check_text`). Ids must also fit the B-tree entries that hold
+them: see :func:`check_index_entries`.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +23,7 @@ import numpy as np
 
 from pgmemory.errors import CollectionError, InvalidInputError
 from pgmemory.store.models import MAX_DIMENSIONS
+from pgmemory.text.clean import bad_surrogate_index, clean_json, clean_text
 
 MAX_NAME_CHARS = 256
 
@@ -22,6 +33,16 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def describe(value: object) -> str:
+    """How an error message may refer to a value the caller passed: numbers as they are,
+    strings by their length, anything else by its type (never text or ids)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return f"a str of {len(value)} characters"
+    return f"a {type(value).__name__}"
+
+
 def check_text(
     value: object,
     *,
@@ -29,12 +50,13 @@ def check_text(
     max_chars: int,
     error: type[InvalidInputError] = InvalidInputError,
     expected: str = "a string",
+    clean: bool = False,
     if_blank: str = "blank text carries nothing to remember or search for: skip it",
     if_long: str = "split the text, or raise PGMEMORY_MAX_TEXT_CHARS / Settings(max_text_chars=...)",
 ) -> str:
-    """Check a text PostgreSQL can store and match: a non-blank str, no NUL, not too long.
+    """Check a text PostgreSQL can store and match: a non-blank str, not too long.
 
-    The one such check: memory contents and queries, names, and scope values all go through it.
+    The one such check: memory contents, names, and scope values all go through it.
 
     Args:
         value: What the caller passed.
@@ -42,35 +64,49 @@ def check_text(
         max_chars: The longest value accepted.
         error: The exception class to raise (e.g. :class:`~pgmemory.errors.ScopeError`).
         expected: What the caller accepts, for the message about a value of another type.
+        clean: Free text: replace NUL and lone surrogates by U+FFFD
+            (:func:`pgmemory.text.clean.clean_text`) before the other checks. Otherwise (ids,
+            names) such a value is refused.
         if_blank: The fix to suggest for a blank value.
         if_long: The fix to suggest for a value over ``max_chars``.
 
     Returns:
-        The value, unchanged.
+        The value (cleaned when ``clean``; otherwise unchanged).
 
     Raises:
-        InvalidInputError: The value is unusable (``error``, a subclass, when given).
+        InvalidInputError: The value is unusable (``error``, a subclass, when given). The
+            message gives positions and lengths, never the text.
     """
     if not isinstance(value, str):
-        raise error(f"{what} must be {expected}, got {type(value).__name__} {value!r:.40}")
+        raise error(f"{what} must be {expected}, got {describe(value)}")
+    if clean:
+        value = clean_text(value)
     if not value.strip():
-        raise error(f"{what} is blank: empty or whitespace only ({value[:20]!r}); {if_blank}")
+        raise error(f"{what} is blank: empty or whitespace only ({len(value)} characters); {if_blank}")
     nul = value.find("\x00")
     if nul >= 0:
         raise error(
-            f"{what} contains a NUL character at index {nul} (text starts {value[:40]!r}); "
-            "PostgreSQL text cannot store NUL: remove it, e.g. text.replace('\\x00', '')"
+            f"{what} contains a NUL character at index {nul}; PostgreSQL text cannot store "
+            "NUL: remove it, e.g. text.replace('\\x00', '')"
+        )
+    surrogate = bad_surrogate_index(value)
+    if surrogate >= 0:
+        raise error(
+            f"{what} contains a lone surrogate at index {surrogate} (half of a UTF-16 pair, "
+            "e.g. a split emoji), which has no UTF-8 form: fix the value where it is made"
         )
     if len(value) > max_chars:
-        raise error(
-            f"{what} is {len(value)} characters long (starts {value[:40]!r}); the limit is "
-            f"{max_chars}: {if_long}"
-        )
+        raise error(f"{what} is {len(value)} characters long; the limit is {max_chars}: {if_long}")
     return value
 
 
 def check_name(value: object, *, what: str) -> str:
-    """Check an identifier-like value (collection name, actor, session id): see :func:`check_text`."""
+    """Check an identifier-like value (collection name, actor, session id): see :func:`check_text`.
+
+    A non-blank string of at most 256 characters without NUL or lone surrogates, returned
+    unchanged (an id is a key: it is never rewritten). Where the id is stored, it must also fit
+    its index entries (:func:`check_index_entries`).
+    """
     return check_text(
         value,
         what=what,
@@ -88,16 +124,18 @@ def check_optional_name(value: object, *, what: str) -> str | None:
 
 def check_choice(value: object, *, what: str, choices: Sequence[str]) -> str:
     """One of a fixed set of values."""
-    if value not in choices:
-        raise InvalidInputError(f"{what} is {value!r}; expected one of {list(choices)}")
-    return value  # type: ignore[return-value]
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidInputError(
+            f"{what} is not one of {list(choices)} (got {describe(value)}); pass one of them"
+        )
+    return value
 
 
 def check_dimensions(value: object) -> int:
     """A collection's vector size."""
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIMENSIONS:
         raise CollectionError(
-            f"dimensions is {value!r}; a collection holds vectors of 1 to {MAX_DIMENSIONS} "
+            f"dimensions is {describe(value)}; a collection holds vectors of 1 to {MAX_DIMENSIONS} "
             "dimensions (reduce larger embeddings with the model's `dimensions` option)"
         )
     return value
@@ -107,10 +145,14 @@ def check_vector(value: object, *, dimensions: int, what: str) -> np.ndarray:
     """A finite float32 vector of the collection's size (a pgvector ``Vector`` is accepted)."""
     if hasattr(value, "to_numpy"):
         value = value.to_numpy()
+    if isinstance(value, (str, bytes)):
+        raise InvalidInputError(f"{what} must be a sequence of numbers, got {describe(value)}")
     try:
         vector = np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"{what} is not a sequence of numbers: {exc}") from exc
+        raise InvalidInputError(
+            f"{what} is not a sequence of numbers (got {describe(value)}): pass floats"
+        ) from exc
     if vector.ndim != 1:
         raise InvalidInputError(f"{what} must be one-dimensional, got shape {vector.shape}")
     if vector.shape[0] != dimensions:
@@ -133,25 +175,26 @@ def check_vector(value: object, *, dimensions: int, what: str) -> np.ndarray:
 
 
 def check_metadata(value: object, *, what: str) -> dict[str, Any]:
-    """JSON-serialisable metadata without NUL characters (jsonb rejects them)."""
+    """JSON-native metadata, cleaned for jsonb (see :func:`pgmemory.text.clean.clean_json`).
+
+    Every string, keys included, has NUL and lone surrogates replaced by U+FFFD; nesting is
+    limited to :data:`pgmemory.text.clean.MAX_JSON_DEPTH` levels; two keys that JSON would merge
+    (``1`` and ``"1"``) are refused.
+
+    Raises:
+        InvalidInputError: Not a mapping, not JSON-native, too deep, or clashing keys.
+    """
     if not isinstance(value, Mapping):
-        raise InvalidInputError(f"{what} must be a mapping, got {type(value).__name__}")
-    try:
-        encoded = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(
-            f"{what} is not JSON-serialisable ({exc}); use str, int, float, bool, None, "
-            "lists and dicts with string keys"
-        ) from exc
-    if "\\u0000" in encoded:
-        raise InvalidInputError(f"{what} contains a NUL character, which jsonb cannot store")
-    return json.loads(encoded)
+        raise InvalidInputError(f"{what} must be a mapping, got {describe(value)}")
+    return clean_json(value, what=what)  # type: ignore[no-any-return]
 
 
 def check_limit(value: object, *, what: str = "limit", maximum: int = 10_000) -> int:
     """A positive page or result size."""
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
-        raise InvalidInputError(f"{what} is {value!r}; expected an integer from 1 to {maximum}")
+        raise InvalidInputError(
+            f"{what} is {describe(value)}; expected an integer from 1 to {maximum}"
+        )
     return value
 
 
@@ -182,7 +225,7 @@ def check_number(
             expected = "a finite number"
         else:
             expected = f"a number from {low:g} to {high:g}"
-        raise InvalidInputError(f"{what} is {value!r}; expected {expected}")
+        raise InvalidInputError(f"{what} is {describe(value)}; expected {expected}")
     return float(value)
 
 
@@ -191,10 +234,164 @@ def check_aware(value: object, *, what: str) -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, datetime):
-        raise InvalidInputError(f"{what} must be a datetime, got {type(value).__name__}")
+        raise InvalidInputError(f"{what} must be a datetime, got {describe(value)}")
     if value.tzinfo is None:
         raise InvalidInputError(
-            f"{what} {value.isoformat()} has no time zone; pass an aware datetime, e.g. "
-            "datetime.now(UTC)"
+            f"{what} has no time zone; pass an aware datetime, e.g. datetime.now(UTC)"
         )
     return value
+
+
+# --- what a B-tree index entry can hold ----------------------------------------------------
+# PostgreSQL refuses an insert whose index entry exceeds a third of a page. The ids a row stores
+# share entries of several indexes (the unique message index holds the collection name, four
+# scope ids and the message id; the covering index also holds the vector), so each must fit
+# together with the others, counted in UTF-8 bytes: a CJK character takes 3, an emoji 4.
+
+#: Largest B-tree entry PostgreSQL accepts with 8 kB pages (bytes, header included).
+BTREE_MAX_ENTRY_BYTES = 2704
+#: Bytes and alignment of the fixed-size column types indexes hold.
+_FIXED_TYPES = {"uuid": (16, 1), "int8": (8, 8), "timestamptz": (8, 8)}
+
+
+@dataclass(frozen=True, slots=True)
+class IndexShape:
+    """The columns of one B-tree index entry, in order, as the schema defines them.
+
+    Attributes:
+        name: The index, as the schema names it.
+        columns: ``(field, type)`` pairs: type ``text`` (the field's value is measured),
+            ``uuid``, ``int8``, ``timestamptz`` (fixed sizes) or ``vector`` (the field's
+            value is the number of dimensions).
+        nullable: Fields that may be NULL (absent from the entry when they are).
+    """
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    nullable: frozenset[str] = frozenset()
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The text fields the entry holds."""
+        return tuple(field for field, kind in self.columns if kind == "text")
+
+
+def _align(offset: int, alignment: int) -> int:
+    return (offset + alignment - 1) // alignment * alignment
+
+
+def entry_bytes(shape: IndexShape, values: Mapping[str, Any]) -> int:
+    """The size of a B-tree entry of ``shape`` for ``values``, as PostgreSQL lays it out.
+
+    Text is counted uncompressed (PostgreSQL may compress long keys, so this is an upper
+    bound): a value under 127 bytes takes one header byte and no alignment, a longer one four
+    header bytes after 4-byte alignment. The entry header is 8 bytes, 16 when a NULL is held.
+
+    Args:
+        shape: The index.
+        values: The fields' values (text fields as str; a vector field as its dimensions;
+            None for NULL).
+    """
+    size = 0
+    has_null = False
+    for field, kind in shape.columns:
+        value = values.get(field)
+        if value is None and field in shape.nullable:
+            has_null = True
+            continue
+        if kind == "text":
+            n = len(value.encode("utf-8")) if isinstance(value, str) else 0
+            size = size + 1 + n if n + 1 <= 127 else _align(size, 4) + 4 + n
+        elif kind == "vector":
+            size = _align(size, 4) + 8 + 4 * int(value or 0)
+        else:
+            width, alignment = _FIXED_TYPES[kind]
+            size = _align(size, alignment) + width
+    return (16 if has_null else 8) + _align(size, 8)
+
+
+def check_index_entries(
+    shapes: Sequence[IndexShape], values: Mapping[str, Any], *, where: str, names: Mapping[str, str]
+) -> None:
+    """Refuse values that would make an entry of one of ``shapes`` too large for PostgreSQL.
+
+    Args:
+        shapes: The indexes the row's values go into.
+        values: The values by field (see :func:`entry_bytes`).
+        where: Where the values come from, for the message (e.g. ``"records[3]"``).
+        names: How the caller spells each text field, for the message.
+
+    Raises:
+        InvalidInputError: An entry would exceed :data:`BTREE_MAX_ENTRY_BYTES`. The message
+            names the fields and their byte lengths, never their values.
+    """
+    for shape in shapes:
+        size = entry_bytes(shape, values)
+        if size <= BTREE_MAX_ENTRY_BYTES:
+            continue
+        parts = [
+            f"{names.get(f, f)} ({len(values[f].encode('utf-8')):,} bytes)"
+            for f in shape.texts
+            if isinstance(values.get(f), str) and values[f]
+        ]
+        vector = [f for f, kind in shape.columns if kind == "vector"]
+        held = f" beside the {values[vector[0]]}-dimension vector" if vector else ""
+        raise InvalidInputError(
+            f"{where}: {', '.join(parts)} make an entry of {size:,} bytes in the index "
+            f"{shape.name}{held}; PostgreSQL holds at most {BTREE_MAX_ENTRY_BYTES:,} bytes per "
+            "entry (UTF-8: a CJK character takes 3 bytes, an emoji 4): shorten one of them, "
+            "e.g. store a hash of a long id"
+        )
+
+
+def _shape(name: str, *columns: str, nullable: Sequence[str] = ()) -> IndexShape:
+    """An IndexShape from ``"field:type"`` strings (type ``text`` when omitted)."""
+    pairs = tuple((c.split(":")[0], c.split(":")[1] if ":" in c else "text") for c in columns)
+    return IndexShape(name, pairs, frozenset(nullable))
+
+
+_SCOPE = ("user_id", "application_id", "agent_id", "session_id")
+#: The memory table's B-tree indexes that hold text, every row's (a test compares these shapes
+#: with the database's indexes).
+MEMORY_INDEXES: tuple[IndexShape, ...] = (
+    _shape("pk_pgmemory_memories", "id:uuid", "user_id"),
+    _shape("ix_pgmemory_memories_user_recent", "collection", "user_id", "created_at:timestamptz"),
+    _shape("ix_pgmemory_memories_session_recent", "collection", "session_id", "created_at:timestamptz"),
+    _shape(
+        "ix_pgmemory_memories_app_agent_recent",
+        "collection", "application_id", "agent_id", "created_at:timestamptz",
+    ),  # fmt: skip
+)
+#: The unique message index (partial: rows with a message id only).
+MESSAGE_INDEX = _shape("uq_pgmemory_memories_message", "collection", *_SCOPE, "message_id")
+#: The covering index of collections of up to COVERING_MAX_DIMENSIONS: it holds the vector.
+COVERING_INDEX = _shape(
+    "ix_pgmemory_memories_user_cover",
+    "collection", "user_id", "session_id", "agent_id", "application_id",
+    "id:uuid", "created_at:timestamptz", "expires_at:timestamptz", "embedding:vector",
+    nullable=("expires_at",),
+)  # fmt: skip
+#: The memory audit's indexes (a row per memory written or deleted).
+MEMORY_AUDIT_INDEXES: tuple[IndexShape, ...] = (
+    _shape("pk_pgmemory_memory_audit", "id:int8", "user_id"),
+    _shape("ix_pgmemory_memory_audit_memory", "user_id", "memory_id:uuid"),
+)
+#: The recall audit's indexes (a row per search).
+RECALL_AUDIT_INDEXES: tuple[IndexShape, ...] = (
+    _shape("pk_pgmemory_recall_audit", "id:int8", "user_id"),
+    _shape("ix_pgmemory_recall_audit_user_at", "user_id", "at:timestamptz"),
+    _shape(
+        "ix_pgmemory_recall_audit_session", "user_id", "requesting_session_id", "at:timestamptz"
+    ),
+)
+#: Chat history's indexes.
+HISTORY_INDEXES: tuple[IndexShape, ...] = (
+    _shape("pk_pgmemory_chat_messages", "user_id", "session_id", "seq:int8"),
+    _shape("uq_pgmemory_chat_messages_message", "user_id", "session_id", "message_id"),
+)
+#: The facts' indexes (the row key is the whole scope plus the namespace).
+FACTS_INDEXES: tuple[IndexShape, ...] = (
+    _shape("pk_pgmemory_facts", *_SCOPE, "namespace"),
+    _shape("pk_pgmemory_fact_audit", "id:int8", "user_id"),
+    _shape("ix_pgmemory_fact_audit_scope", "user_id", "namespace", "at:timestamptz"),
+)

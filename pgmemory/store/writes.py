@@ -22,15 +22,24 @@ from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
 from pgmemory.store.connector import VectorList
 from pgmemory.store.database import Database
+from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope
 from pgmemory.store.uuid7 import uuid7
 from pgmemory.store.validation import (
+    COVERING_INDEX,
+    MAX_NAME_CHARS,
+    MEMORY_AUDIT_INDEXES,
+    MEMORY_INDEXES,
+    MESSAGE_INDEX,
+    IndexShape,
     check_aware,
     check_choice,
+    check_index_entries,
     check_metadata,
     check_optional_name,
     check_text,
     check_vector,
+    describe,
     sha256_hex,
 )
 from pgmemory.text import terms
@@ -65,10 +74,13 @@ async def add(
     )
     if not rows:
         return []
+    # Chunks in message-key order, as each statement inserts its rows (see q.INSERT_MEMORIES):
+    # then two batches of the same messages claim them in one order and cannot deadlock.
+    ordered = sorted(rows, key=message_key)
     stored: set[uuid.UUID] = set()
     async with db.transaction() as conn:
-        for start in range(0, len(rows), INSERT_CHUNK_ROWS):
-            chunk = to_batch(rows[start : start + INSERT_CHUNK_ROWS])
+        for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
+            chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
             chunk["embeddings"] = VectorList(chunk["embeddings"])
             result = await conn.execute(
                 text(q.INSERT_MEMORIES),
@@ -98,7 +110,8 @@ async def import_records(
     """Bulk-load records with binary COPY through a staging table, in ONE transaction.
 
     Records are checked and embedded ``batch_rows`` at a time; the staged rows then move into
-    the collection (audited) in one statement. No statement timeout applies.
+    the collection (audited): those with a message id in message-key order, as :func:`add`
+    inserts them, then the others. No statement timeout applies.
 
     Returns:
         How many rows were stored (re-sent messages are skipped).
@@ -112,16 +125,19 @@ async def import_records(
         await conn.execute(text(q.CREATE_STAGING))
         cursor = (await _driver_connection(conn)).cursor()
         batch: list[MemoryRecord] = []
+        staged = 0
 
         async def flush() -> None:
+            nonlocal staged
             rows = await prepare(
                 catalogue, info, batch, max_chars=db.settings.max_text_chars, actor=actor,
-                allow_unscoped=allow_unscoped,
+                allow_unscoped=allow_unscoped, first=staged,
             )
             async with cursor.copy(q.COPY_STAGING) as copy:
                 copy.set_types(list(STAGING_TYPES))
                 for row in rows:
                     await copy.write_row(copy_fields(row))
+            staged += len(rows)
             bar.update(len(rows))
             batch.clear()
 
@@ -131,11 +147,14 @@ async def import_records(
                 await flush()
         if batch:
             await flush()
-        result = await conn.execute(
-            text(q.INSERT_FROM_STAGING),
-            {"collection": collection, "embedding_model": info.embedding_model, "actor": actor or ""},
-        )
-        total = len(result.all())
+        params = {
+            "collection": collection,
+            "embedding_model": info.embedding_model,
+            "actor": actor or "",
+        }
+        total = 0
+        for statement in (q.INSERT_FROM_STAGING, q.INSERT_FROM_STAGING_UNKEYED):
+            total += len((await conn.execute(text(statement), params)).all())
     bar.close()
     logger.info("imported %d memories into collection %s", total, collection)
     return total
@@ -149,12 +168,26 @@ async def prepare(
     max_chars: int,
     actor: str | None,
     allow_unscoped: bool,
+    first: int = 0,
 ) -> list[dict[str, Any]]:
     """Check a batch and turn each record into a row, embedding the texts without a vector.
 
+    Free text is normalised (:mod:`pgmemory.text.clean`: NUL and lone surrogates in contents,
+    author names and metadata become U+FFFD); ids are refused instead, and must fit together
+    in the index entries that hold them (:func:`~pgmemory.store.validation.check_index_entries`).
+
+    Args:
+        catalogue: Embeds the texts without a vector.
+        info: The collection.
+        records: The batch.
+        max_chars: The longest content accepted.
+        actor: Who writes (checked here).
+        allow_unscoped: Accept records with an empty scope.
+        first: The position of the batch's first record in its import (0 for ``add``).
+
     Returns:
-        One dict per record, keyed by the sent columns' names
-        (:data:`pgmemory.store.columns.STAGING_COLUMNS`), with a new id each.
+        One dict per record, keyed by the sent values' names
+        (:data:`pgmemory.store.columns.STAGING_COLUMNS`), with a new id and its position each.
 
     Raises:
         InvalidInputError: A record is unusable (its index is in the message); nothing is
@@ -165,7 +198,9 @@ async def prepare(
     check_optional_name(actor, what="actor")
     rows: list[dict[str, Any]] = []
     for i, record in enumerate(records):
-        rows.append(_row(record, f"records[{i}]", info, max_chars, allow_unscoped))
+        row = _row(record, f"records[{i}]", info, max_chars, allow_unscoped)
+        row["position"] = first + i
+        rows.append(row)
     to_embed = [i for i, row in enumerate(rows) if row["embedding"] is None]
     if to_embed:
         vectors = await catalogue.embed(info, [rows[i]["content"] for i in to_embed])
@@ -183,19 +218,28 @@ def _row(
     if not isinstance(record, MemoryRecord):
         raise InvalidInputError(f"{where} is a {type(record).__name__}; pass MemoryRecord objects")
     if not isinstance(record.scope, MemoryScope):
-        raise ScopeError(f"{where}.scope must be a MemoryScope, got {record.scope!r}")
+        raise ScopeError(f"{where}.scope must be a MemoryScope, got {describe(record.scope)}")
     if record.scope.is_empty and not allow_unscoped:
         raise ScopeError(
             f"{where} has an empty scope: tag it with a user, session, agent or "
             "application id (or pass allow_unscoped=True to store it for everybody)"
         )
-    content = check_text(record.content, what=f"{where}.content", max_chars=max_chars)
+    content = check_text(record.content, what=f"{where}.content", max_chars=max_chars, clean=True)
     # Checked in this order, so that of two faults the same one is always reported.
-    return {
+    row = {
         "id": uuid7(),
         **record.scope.column_values(),
         "role": check_choice(record.role, what=f"{where}.role", choices=ROLES),
-        "author_name": check_optional_name(record.author_name, what=f"{where}.author_name"),
+        "author_name": None
+        if record.author_name is None
+        else check_text(
+            record.author_name,
+            what=f"{where}.author_name",
+            max_chars=MAX_NAME_CHARS,
+            clean=True,
+            if_blank="pass None when there is no author name",
+            if_long="shorten the display name",
+        ),
         "message_id": check_optional_name(record.message_id, what=f"{where}.message_id"),
         "source_type": check_choice(
             record.source_type, what=f"{where}.source_type", choices=SOURCE_TYPES
@@ -211,6 +255,36 @@ def _row(
         "expires_at": check_aware(record.expires_at, what=f"{where}.expires_at"),
         "metadata": Jsonb(check_metadata(record.metadata, what=f"{where}.metadata")),
     }
+    check_index_entries(
+        _entry_shapes(info, row["message_id"] is not None),
+        {**row, "collection": info.name, "embedding": info.dimensions},
+        where=where,
+        names=_FIELD_NAMES,
+    )
+    return row
+
+
+#: How messages name a memory row's text fields.
+_FIELD_NAMES = {
+    "collection": "the collection name",
+    **{d: f"scope.{d}" for d in MemoryScope.DIMENSIONS},
+    "message_id": "message_id",
+}
+
+
+def _entry_shapes(info: CollectionInfo, has_message_id: bool) -> list[IndexShape]:
+    """The B-tree indexes a memory row of the collection goes into (and its audit row)."""
+    shapes = [*MEMORY_INDEXES, *([MESSAGE_INDEX] if has_message_id else [])]
+    if info.dimensions <= COVERING_MAX_DIMENSIONS:
+        shapes.append(COVERING_INDEX)
+    return shapes + list(MEMORY_AUDIT_INDEXES)
+
+
+def message_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A row's place in insert order: its message key as ``COLLATE "C"`` orders it, rows
+    without a message id last (they cannot conflict), then its position."""
+    key = tuple(row[c] or "" for c in q.MESSAGE_KEY)
+    return (row["message_id"] is None, *key, row["position"])
 
 
 async def _driver_connection(conn: AsyncConnection) -> Any:

@@ -1,1 +1,2 @@
-"""Text analysis shared by the store and the memory providers (keyword terms)."""
+"""Text shared by the store and the memory providers: keyword terms, and the normalisation
+every stored or searched text goes through (:mod:`pgmemory.text.clean`)."""

@@ -154,9 +154,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
 }
 
 #: Public name -> the module to import it from.
-_EXPORTS: dict[str, str] = {
-    name: module for module, names in _MODULES.items() for name in names
-}
+_EXPORTS: dict[str, str] = {name: module for module, names in _MODULES.items() for name in names}
 
 # A literal list, so type checkers and IDEs know what `from pgmemory import *` brings.
 __all__ = [

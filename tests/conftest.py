@@ -20,10 +20,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from pgmemory.embedders import CachedEmbedder, USEEmbedder
+from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.settings import Settings
 from pgmemory.store import migrate
 from pgmemory.store.embedded import EmbeddedServer
-from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.store.store import MemoryStore
 from tests.openai_server import OpenAIServer
 
@@ -85,7 +85,9 @@ def settings() -> Settings:
 
 
 @pytest_asyncio.fixture
-async def store(database_url: str, embedder: CachedEmbedder, settings: Settings) -> AsyncIterator[MemoryStore]:
+async def store(
+    database_url: str, embedder: CachedEmbedder, settings: Settings
+) -> AsyncIterator[MemoryStore]:
     """An open store on the session database."""
     async with MemoryStore(database_url, settings=settings, embedder=embedder) as opened:
         yield opened

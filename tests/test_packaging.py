@@ -16,6 +16,7 @@ def test_listed_packages_match_the_tree() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapped = config.get("package-dir", {})
     listed = set(config["packages"])
+
     def folder_of(package: str) -> Path:
         # setuptools maps a package through its longest mapped parent (package-dir).
         parts = package.split(".")
@@ -27,7 +28,9 @@ def test_listed_packages_match_the_tree() -> None:
 
     for package in listed:
         folder = folder_of(package)
-        assert (folder / "__init__.py").is_file(), f"{package} is listed but {folder} has no __init__.py"
+        assert (folder / "__init__.py").is_file(), (
+            f"{package} is listed but {folder} has no __init__.py"
+        )
     found = {
         ".".join(p.parent.relative_to(ROOT).parts)
         for p in (ROOT / "pgmemory").rglob("__init__.py")

@@ -109,7 +109,11 @@ def test_snippet_runs_as_written(
     asked_before = len(model_server.requests)
     done = subprocess.run(
         [sys.executable, str(script)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     output = f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     assert done.returncode == 0, f"snippet failed:\n{code}\n{output}"

@@ -70,7 +70,10 @@ def test_cli_reads_an_env_file_only_when_given(env_file: Path) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "pgmemory", *args],
-            capture_output=True, text=True, timeout=120, env={**os.environ},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ},
         )
 
     env_file.write_text("PGMEMORY_DATABASE_URL=postgresql://nobody@127.0.0.1:1/none\n")

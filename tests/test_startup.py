@@ -70,9 +70,7 @@ def test_every_public_name_imports_without_the_optional_packages() -> None:
         "except pgmemory.MissingExtraError as exc:\n"
         "    print(exc)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "pip install 'pgmemory[use]'" in out.stdout
 

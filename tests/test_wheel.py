@@ -11,9 +11,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_wheel_ships_migrations_and_upgrades_a_database(tmp_path: Path, fresh_database: str) -> None:
+def test_wheel_ships_migrations_and_upgrades_a_database(
+    tmp_path: Path, fresh_database: str
+) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
         check=True,
         timeout=300,
     )
@@ -27,16 +39,35 @@ def test_wheel_ships_migrations_and_upgrades_a_database(tmp_path: Path, fresh_da
 
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
         check=True,
         timeout=300,
     )
     # Run from an empty folder, with the installed wheel first on the path: no checkout involved.
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(
-        [sys.executable, "-c", "import pgmemory, sys; print(pgmemory.__file__); "
-         "from pgmemory.cli import main; sys.exit(main(['--url', sys.argv[1], 'db', 'upgrade']))", fresh_database],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import pgmemory, sys; print(pgmemory.__file__); "
+            "from pgmemory.cli import main; sys.exit(main(['--url', sys.argv[1], 'db', 'upgrade']))",
+            fresh_database,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].startswith(str(target))

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 _ABSENT = object()
 
 
-def bind_state(state: dict[str, Any], provider: ContextProvider, derived: Mapping[str, Any]) -> None:
+def bind_state(
+    state: dict[str, Any], provider: ContextProvider, derived: Mapping[str, Any]
+) -> None:
     """Check the provider's record in ``state`` against ``derived``, then record ``derived``.
 
     Args:

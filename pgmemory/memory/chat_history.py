@@ -391,7 +391,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
         """The on-demand tool, bound to this session's scopes for this run."""
 
         async def search(
-            userQuestion: Annotated[str, "The question to search previous chat history for."],  # noqa: N803
+            userQuestion: Annotated[str, "The question to search previous chat history for."],
         ) -> str:
             # The question is model-generated: it is only ever a bound parameter and embedded text.
             question = self._query(userQuestion)
@@ -407,7 +407,9 @@ class ChatHistoryMemoryProvider(ContextProvider):
         )
 
     def _loggable(self, value: str) -> str:
-        return value if self.options.enable_sensitive_telemetry_data else self.options.redactor(value)
+        return (
+            value if self.options.enable_sensitive_telemetry_data else self.options.redactor(value)
+        )
 
 
 def _overlap(a: set[str], b: set[str]) -> float:

@@ -135,23 +135,21 @@ class PostgresHistoryProvider(HistoryProvider):
             ScopeError: the state holds no keys while the history is kept per user, or names
                 another session than ``session_id``.
         """
-        recorded = state.get("session_id") if state is not None else None
+        recorded: str | None = state.get("session_id") if state is not None else None
         if self.user_id_key is None:
             history_id = recorded or session_id
             if not history_id:
-                raise InvalidInputError(
-                    f"{self!r} needs a session id or the session's state"
-                )
+                raise InvalidInputError(f"{self!r} needs a session id or the session's state")
             user_id = ""
         else:
-            user_id = state.get("user_id") if state is not None else None
-            if not recorded or not isinstance(user_id, str) or not user_id:
+            bound = state.get("user_id") if state is not None else None
+            if not recorded or not isinstance(bound, str) or not bound:
                 raise ScopeError(
                     f"{self!r} keeps the history per user: pass the session's state as bound "
                     "by a run (state=session.state[provider.state_key]), or use "
                     "provider.messages(session)"
                 )
-            history_id = recorded
+            history_id, user_id = recorded, bound
         if session_id and str(history_id) != session_id:
             raise ScopeError(
                 f"{self!r}: the state's recorded session id differs from the session id "

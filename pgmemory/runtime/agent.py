@@ -26,7 +26,7 @@ from typing import Any
 from pgmemory.errors import AfterRunError, InvalidInputError
 from pgmemory.runtime.chat import ChatClient, ToolChoice
 from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
-from pgmemory.runtime.messages import AgentInput, Message, as_messages
+from pgmemory.runtime.messages import AgentInput, as_messages
 from pgmemory.runtime.providers import ContextProvider, SessionContext
 from pgmemory.runtime.session import AgentSession
 from pgmemory.runtime.tool_loop import AgentResponse, AgentResponseUpdate, tool_loop
@@ -178,7 +178,7 @@ class Agent:
                             await units.enter_async_context(
                                 _TrackedUnit(provider.source_id, unit, errors)
                             )
-                    except Exception as exc:  # noqa: BLE001 - collected and re-raised below
+                    except Exception as exc:
                         errors.append((provider.source_id, exc))
                 for provider in self.context_providers:
                     try:
@@ -188,13 +188,13 @@ class Agent:
                             context=context,
                             state=self._state_for(session, provider),
                         )
-                    except Exception as exc:  # noqa: BLE001 - collected and re-raised below
+                    except Exception as exc:
                         errors.append((provider.source_id, exc))
                 if errors:
                     raise _RollBack
         except _RollBack:
             pass
-        except Exception as exc:  # noqa: BLE001 - a unit failed on leaving; _TrackedUnit noted it
+        except Exception as exc:
             if not any(exc is known for _, known in errors):
                 errors.append(("unit of work", exc))
         if errors:

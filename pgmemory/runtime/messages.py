@@ -29,7 +29,6 @@ from pgmemory.vocabulary import (
 )
 
 
-
 @dataclass(frozen=True, slots=True)
 class TextContent:
     """Plain text."""
@@ -355,7 +354,9 @@ class Message:
 
 #: What :meth:`pgmemory.Agent.run` accepts: a string (one user message), a :class:`Message`, a
 #: mapping in OpenAI message shape, or a list (or tuple) of those.
-AgentInput: TypeAlias = "str | Message | Mapping[str, Any] | Sequence[str | Message | Mapping[str, Any]]"
+AgentInput: TypeAlias = (
+    "str | Message | Mapping[str, Any] | Sequence[str | Message | Mapping[str, Any]]"
+)
 
 _ACCEPTED_INPUT = (
     "a str, a Message, a mapping in OpenAI message shape such as "
@@ -418,7 +419,7 @@ def message_from_mapping(data: Mapping[str, Any], *, where: str = "message") -> 
     role = data.get("role")
     if role not in ROLES:
         raise InvalidInputError(f"{where} has no usable 'role'; expected one of {', '.join(ROLES)}")
-    text = _content_text(data["content"], where=where)
+    text: str | None = _content_text(data["content"], where=where)
     name = data.get("name")
     if name is not None and not isinstance(name, str):
         raise InvalidInputError(f"{where} has a {type(name).__name__} 'name'; expected a string")
@@ -454,8 +455,10 @@ def _content_text(content: object, *, where: str) -> str:
         for part in content:
             if isinstance(part, str):
                 parts.append(part)
-            elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(
-                part.get("text"), str
+            elif (
+                isinstance(part, Mapping)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
             ):
                 parts.append(part["text"])
             else:
@@ -491,10 +494,10 @@ def all_messages(messages: Iterable[Message]) -> list[Message]:
 
 
 __all__ = [
-    "AgentInput",
     "CHAT_HISTORY",
     "CONTEXT_PROVIDER",
     "EXTERNAL",
+    "AgentInput",
     "Content",
     "FunctionCallContent",
     "FunctionResultContent",

@@ -184,12 +184,12 @@ def check_trigger(trigger: object) -> ReducerTrigger:
 
 
 __all__ = [
-    "ChatReducer",
     "DEFAULT_SUMMARY_PROMPT",
-    "MessageCountingReducer",
     "REDUCER_TRIGGERS",
-    "ReducerTrigger",
     "SUMMARY_FLAG",
+    "ChatReducer",
+    "MessageCountingReducer",
+    "ReducerTrigger",
     "SummarizingReducer",
     "check_trigger",
     "group_units",

@@ -188,9 +188,11 @@ class ProviderSessionState(Generic[T]):
 
     def _load(self, data: Any) -> T:
         if self._adapter is None:
-            return copy.deepcopy(data)
+            plain: T = copy.deepcopy(data)
+            return plain
         try:
-            return self._adapter.validate_python(copy.deepcopy(data))
+            loaded: T = self._adapter.validate_python(copy.deepcopy(data))
+            return loaded
         except ValidationError as exc:
             raise InvalidInputError(
                 f"session.state[{self.state_key!r}] does not fit {self.state_type!r}: {exc}; "

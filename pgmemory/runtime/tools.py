@@ -193,11 +193,11 @@ def _build(
         else:
             default = ... if param.default is inspect.Parameter.empty else param.default
         info = Field(default=default, description=doc) if doc else Field(default=default)
-        field_type = Annotated[base, *meta] if meta else base  # type: ignore[valid-type]
+        field_type = Annotated[base, *meta] if meta else base
         fields[param.name] = (field_type, info)
     tool_name = name or getattr(fn, "__name__", None) or type(fn).__name__
     try:
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             f"{tool_name}_arguments",
             __config__=ConfigDict(arbitrary_types_allowed=False, extra="ignore"),
             **fields,

@@ -172,7 +172,7 @@ class AnnPaths:
         check_limit(limit, maximum=1_000)
         try:
             await self._measure(collection, path, samples=samples, limit=limit)
-        except Exception as exc:  # noqa: BLE001 - the exact path serves instead
+        except Exception as exc:
             path.recall = None
             path.probed_scopes = 0
             logger.warning(

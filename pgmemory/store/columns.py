@@ -128,7 +128,10 @@ READ_COLUMNS: tuple[MemoryColumn, ...] = tuple(c for c in MEMORY_COLUMNS if c.me
 
 def to_batch(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """Turn rows (dicts keyed by STAGING_COLUMNS) into a batch of parallel lists by batch key."""
-    return {key: [row[name] for row in rows] for key, name in zip(BATCH_KEYS, STAGING_COLUMNS, strict=True)}
+    return {
+        key: [row[name] for row in rows]
+        for key, name in zip(BATCH_KEYS, STAGING_COLUMNS, strict=True)
+    }
 
 
 def copy_fields(row: Mapping[str, Any]) -> list[Any]:
@@ -139,5 +142,7 @@ def copy_fields(row: Mapping[str, Any]) -> list[Any]:
 def memory_from_row(row: Mapping[Any, Any]) -> Memory:
     """The :class:`Memory` a row read with the READ_COLUMNS stands for."""
     fields = {c.name: row[c.name] for c in READ_COLUMNS if c.memory == "field"}
-    scope = MemoryScope(**{c.name: row[c.name] or None for c in READ_COLUMNS if c.memory == "scope"})
+    scope = MemoryScope(
+        **{c.name: row[c.name] or None for c in READ_COLUMNS if c.memory == "scope"}
+    )
     return Memory(scope=scope, **fields)

@@ -6,8 +6,8 @@ import select
 from typing import Any
 
 import psycopg
-from psycopg.types.array import ListBinaryDumper
 from pgvector.psycopg import register_vector_async
+from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
@@ -119,7 +119,7 @@ async def _ping(connection: psycopg.AsyncConnection[Any]) -> None:
         await connection.set_autocommit(autocommit)
 
 
-class VectorList(list):  # type: ignore[type-arg]
+class VectorList(list[Any]):
     """A list of vectors to send as a binary ``vector[]`` parameter.
 
     psycopg sends plain lists in text format, which formats every float as text (about 0.4 s
@@ -158,7 +158,7 @@ async def check_database(engine: AsyncEngine, *, expected_revision: str | None) 
         current = None
         if version_table is not None:
             current = (
-                await conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))  # noqa: S608 - constant
+                await conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))
             ).scalar()
         if current != expected_revision:
             raise DatabaseNotReadyError(

@@ -275,6 +275,7 @@ def retried_read(
 
     return reading
 
+
 class _SharedTransaction:
     """One connection and transaction that the writes of a :meth:`Database.shared_transaction`
     block join, each as a savepoint; writers from concurrent tasks take turns."""

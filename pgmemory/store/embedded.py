@@ -144,7 +144,7 @@ def _release_all() -> None:
         for shared in list(_DIRECTORIES.values()):
             try:
                 shared.release(everything=True)
-            except Exception:  # noqa: BLE001 - exiting: report, never raise
+            except Exception:
                 logger.exception("could not release the embedded server under %s", shared.data_dir)
 
 
@@ -220,7 +220,7 @@ class _SharedDirectory:
                         )
                     else:
                         self._stop_server()
-                except Exception:  # noqa: BLE001 - letting go must not fail the caller's close
+                except Exception:
                     logger.warning(
                         "could not stop the embedded server under %s; see %s",
                         self.data_dir,
@@ -406,7 +406,8 @@ def _is_postmaster(pid: int) -> bool:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
-        return process.name().lower().startswith("postgres")
+        name: str = process.name()
+        return name.lower().startswith("postgres")
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:

@@ -51,9 +51,7 @@ async def append(
     """
     _check_key(session_id, user_id)
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        raise InvalidInputError(
-            f"messages must be a list of dicts, got {describe(messages)}"
-        )
+        raise InvalidInputError(f"messages must be a list of dicts, got {describe(messages)}")
     ids: list[str] = []
     roles: list[str] = []
     payloads: list[Jsonb] = []

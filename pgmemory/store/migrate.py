@@ -75,7 +75,9 @@ def is_pgmemory_table(name: str | None) -> bool:
     return name is not None and name.startswith(TABLE_PREFIX)
 
 
-def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+def include_object(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
     """Alembic filter: only pgmemory's tables, so a shared database's other tables are left alone."""
     if type_ == "table":
         return is_pgmemory_table(name) and name != VERSION_TABLE

@@ -629,7 +629,7 @@ def _build_user_page() -> str:
         + [f"SELECT user_id FROM users_{i}" for i in range(len(_USER_SOURCES))]
     )
     return f"""
-WITH RECURSIVE {(',' + chr(10)).join(ctes)}
+WITH RECURSIVE {("," + chr(10)).join(ctes)}
 SELECT user_id FROM (
     {union}
 ) AS found

@@ -85,7 +85,7 @@ async def search(
     allow_unscoped: bool,
     audit: bool,
     trace: RecallTrace | None,
-    path: AnnPath | None | Route = Route.AUTO,
+    path: AnnPath | Route | None = Route.AUTO,
 ) -> list[MemoryHit]:
     """The ``limit`` best memories of the scope, best first (see ``MemoryStore.search``).
 
@@ -160,7 +160,7 @@ async def search(
         wanted = limit if min_score is None else 0
         try:
             rows = await _run(db, statement(path), params, audit=audit, path=path, wanted=wanted)
-        except Exception as exc:  # noqa: BLE001 - the exact path answers instead
+        except Exception as exc:
             logger.warning(
                 "approximate path of collection %s not used for a search (%s); searched exactly",
                 collection,

@@ -56,7 +56,9 @@ class MemoryScope:
 
     def as_dict(self) -> dict[str, str]:
         """The dimensions that are set, by column name."""
-        return {name: value for name in self.DIMENSIONS if (value := getattr(self, name)) is not None}
+        return {
+            name: value for name in self.DIMENSIONS if (value := getattr(self, name)) is not None
+        }
 
     def column_values(self) -> dict[str, str]:
         """All four dimensions as stored: an unset dimension is ``''``."""
@@ -234,11 +236,17 @@ class SearchWeights:
         for name in ("vector", "text", "recency"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0 or value != value:
-                raise InvalidInputError(f"SearchWeights.{name} is {describe(value)}; expected a number >= 0")
+                raise InvalidInputError(
+                    f"SearchWeights.{name} is {describe(value)}; expected a number >= 0"
+                )
         if not isinstance(self.rrf_k, int) or self.rrf_k < 1:
-            raise InvalidInputError(f"SearchWeights.rrf_k is {describe(self.rrf_k)}; expected an integer >= 1")
+            raise InvalidInputError(
+                f"SearchWeights.rrf_k is {describe(self.rrf_k)}; expected an integer >= 1"
+            )
         if not isinstance(self.pool, int) or not 1 <= self.pool <= 10_000:
-            raise InvalidInputError(f"SearchWeights.pool is {describe(self.pool)}; expected 1 to 10000")
+            raise InvalidInputError(
+                f"SearchWeights.pool is {describe(self.pool)}; expected 1 to 10000"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -82,7 +82,9 @@ def check_text(
     if clean:
         value = clean_text(value)
     if not value.strip():
-        raise error(f"{what} is blank: empty or whitespace only ({len(value)} characters); {if_blank}")
+        raise error(
+            f"{what} is blank: empty or whitespace only ({len(value)} characters); {if_blank}"
+        )
     nul = value.find("\x00")
     if nul >= 0:
         raise error(
@@ -356,11 +358,16 @@ _SCOPE = ("user_id", "application_id", "agent_id", "session_id")
 MEMORY_INDEXES: tuple[IndexShape, ...] = (
     _shape("pk_pgmemory_memories", "id:uuid", "user_id"),
     _shape("ix_pgmemory_memories_user_recent", "collection", "user_id", "created_at:timestamptz"),
-    _shape("ix_pgmemory_memories_session_recent", "collection", "session_id", "created_at:timestamptz"),
+    _shape(
+        "ix_pgmemory_memories_session_recent", "collection", "session_id", "created_at:timestamptz"
+    ),
     _shape(
         "ix_pgmemory_memories_app_agent_recent",
-        "collection", "application_id", "agent_id", "created_at:timestamptz",
-    ),  # fmt: skip
+        "collection",
+        "application_id",
+        "agent_id",
+        "created_at:timestamptz",
+    ),
 )
 #: The unique message index (partial: rows with a message id only).
 MESSAGE_INDEX = _shape("uq_pgmemory_memories_message", "collection", *_SCOPE, "message_id")

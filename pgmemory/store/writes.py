@@ -69,7 +69,11 @@ async def add(
     """
     info = await catalogue.get(collection)
     rows = await prepare(
-        catalogue, info, records, max_chars=db.settings.max_text_chars, actor=actor,
+        catalogue,
+        info,
+        records,
+        max_chars=db.settings.max_text_chars,
+        actor=actor,
         allow_unscoped=allow_unscoped,
     )
     if not rows:
@@ -130,8 +134,13 @@ async def import_records(
         async def flush() -> None:
             nonlocal staged
             rows = await prepare(
-                catalogue, info, batch, max_chars=db.settings.max_text_chars, actor=actor,
-                allow_unscoped=allow_unscoped, first=staged,
+                catalogue,
+                info,
+                batch,
+                max_chars=db.settings.max_text_chars,
+                actor=actor,
+                allow_unscoped=allow_unscoped,
+                first=staged,
             )
             async with cursor.copy(q.COPY_STAGING) as copy:
                 copy.set_types(list(STAGING_TYPES))

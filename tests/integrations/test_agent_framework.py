@@ -99,7 +99,9 @@ async def test_food_delivery_memory_per_user(
     await agent.run("帮我点一份外卖", session=_session(agent, alice))
     later = openai_server.requests[3]
     assert "我不能吃辣" in _sent(later)
-    injected = [m for m in later["messages"] if m["role"] == "user" and "## Memories" in str(m["content"])]
+    injected = [
+        m for m in later["messages"] if m["role"] == "user" and "## Memories" in str(m["content"])
+    ]
     assert len(injected) == 1
 
     openai_server.queue(text("好的。"))
@@ -183,4 +185,8 @@ async def test_session_resumes_in_a_fresh_process(
     resumed = openai_server.requests[-1]["messages"]
     contents = [m.get("content") for m in resumed]
     # The history came back from PostgreSQL in the new process, in order, before the new input.
-    assert contents.index("我叫 Alice") < contents.index("您好，Alice。") < contents.index("我叫什么？")
+    assert (
+        contents.index("我叫 Alice")
+        < contents.index("您好，Alice。")
+        < contents.index("我叫什么？")
+    )

@@ -12,10 +12,19 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from sqlalchemy import text as sql
 
-from pgmemory import Agent, AgentSession, ContextProvider, MemoryScope, MemoryStore, OpenAIChatClient, ScopeError
+from pgmemory import (
+    Agent,
+    AgentSession,
+    ContextProvider,
+    MemoryScope,
+    MemoryStore,
+    OpenAIChatClient,
+    ScopeError,
+)
 from pgmemory.memory import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, Reply, call, text, tool_calls
@@ -34,7 +43,9 @@ def model(request: dict[str, Any]) -> Reply:
     messages = request["messages"]
     transcript = [(m["role"], m.get("content") or "") for m in messages]
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    called = [c["function"]["name"] for m in messages[last_user:] for c in m.get("tool_calls") or []]
+    called = [
+        c["function"]["name"] for m in messages[last_user:] for c in m.get("tool_calls") or []
+    ]
     step = food.decide(transcript, called)
     if "call" in step:
         return tool_calls(call(step["call"], step["arguments"]))
@@ -42,7 +53,11 @@ def model(request: dict[str, Any]) -> Reply:
 
 
 def memory_messages(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user" and (m.get("content") or "").startswith(MEMORY_HEADING)]
+    return [
+        m["content"]
+        for m in request["messages"]
+        if m["role"] == "user" and (m.get("content") or "").startswith(MEMORY_HEADING)
+    ]
 
 
 def orders(server: OpenAIServer, start: int) -> list[list[str]]:
@@ -51,7 +66,9 @@ def orders(server: OpenAIServer, start: int) -> list[list[str]]:
         for m in request["messages"]:
             for c in m.get("tool_calls") or []:
                 if c["function"]["name"] == "PlaceOrder":
-                    found.append(sorted(i["dish"] for i in json.loads(c["function"]["arguments"])["items"]))
+                    found.append(
+                        sorted(i["dish"] for i in json.loads(c["function"]["arguments"])["items"])
+                    )
     # each order appears again in every later request of the same turn: keep distinct calls
     unique_calls: list[list[str]] = []
     for o in found:
@@ -126,17 +143,25 @@ async def test_on_demand_mode_exposes_only_the_search_tool(
 ) -> None:
     user = unique("u")
     options = ChatHistoryMemoryProviderOptions(search_time="on_demand_function_calling")
-    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope, options=options)
+    memory = ChatHistoryMemoryProvider(
+        food_store, food.COLLECTION, state_initializer=food.user_scope, options=options
+    )
     agent = Agent(chat_client, "You help.", context_providers=[memory])
     openai_server.queue(text("noted"))
     await order(agent, user, "I can't eat peanuts")
-    openai_server.queue(tool_calls(call("Search", {"userQuestion": "what can't I eat?"})), text("No peanuts for you."))
+    openai_server.queue(
+        tool_calls(call("Search", {"userQuestion": "what can't I eat?"})),
+        text("No peanuts for you."),
+    )
     start = len(openai_server.requests)
     await order(agent, user, "Suggest a snack")
     first, second = openai_server.requests[start], openai_server.requests[start + 1]
     assert [t["function"]["name"] for t in first["tools"]] == ["Search"]
     search = first["tools"][0]["function"]
-    assert search["description"] == "Allows searching for related previous chat history to help answer the user question."
+    assert (
+        search["description"]
+        == "Allows searching for related previous chat history to help answer the user question."
+    )
     assert search["parameters"]["required"] == ["userQuestion"]
     assert search["parameters"]["properties"]["userQuestion"]["type"] == "string"
     assert memory_messages(first) == []
@@ -151,7 +176,9 @@ async def test_search_scope_broader_than_storage_scope(
 
     def per_session(session: AgentSession) -> ChatHistoryMemoryProvider.State:
         return ChatHistoryMemoryProvider.State(
-            storage_scope=MemoryScope(user_id=session.state["user_id"], session_id=session.session_id),
+            storage_scope=MemoryScope(
+                user_id=session.state["user_id"], session_id=session.session_id
+            ),
             search_scope=MemoryScope(user_id=session.state["user_id"]),
         )
 
@@ -180,7 +207,7 @@ class Capture(ContextProvider):
         self.watched = watched
         self.messages: list = []
 
-    async def before_run(self, *, agent, session, context, state) -> None:  # noqa: ANN001
+    async def before_run(self, *, agent, session, context, state) -> None:
         self.messages = context.get_messages(sources=[self.watched])
 
 
@@ -215,7 +242,7 @@ async def test_failed_run_stores_nothing_and_blank_messages_are_skipped(
     user = unique("u")
     agent = food.build_agent(chat_client, food_store)
     openai_server.queue(error(500, "model down"))
-    with pytest.raises(Exception):
+    with pytest.raises(openai.InternalServerError):
         await order(agent, user, "remember this")
     assert await food_store.count(food.COLLECTION, MemoryScope(user_id=user)) == 0
     openai_server.queue(text("   "))
@@ -224,7 +251,9 @@ async def test_failed_run_stores_nothing_and_blank_messages_are_skipped(
     assert [r.content for r in rows] == ["hello there"]
 
 
-async def test_unscoped_search_is_refused_unless_allowed(food_store: MemoryStore, chat_client: OpenAIChatClient) -> None:
+async def test_unscoped_search_is_refused_unless_allowed(
+    food_store: MemoryStore, chat_client: OpenAIChatClient
+) -> None:
     def no_user(session: AgentSession) -> ChatHistoryMemoryProvider.State:
         return ChatHistoryMemoryProvider.State(
             storage_scope=MemoryScope(session_id=session.session_id), search_scope=MemoryScope()
@@ -260,10 +289,14 @@ async def test_every_recall_is_audited(
     assert len(rows) == 2
     last = rows[-1]
     assert (last.provider, last.mode, last.requesting_session_id) == (
-        "ChatHistoryMemoryProvider", "before_ai_invoke", session.session_id
+        "ChatHistoryMemoryProvider",
+        "before_ai_invoke",
+        session.session_id,
     )
     assert last.query_text is None  # the sensitive-data switch is off
-    stored = {m.id for m in await food_store.list(food.COLLECTION, MemoryScope(user_id=user), limit=100)}
+    stored = {
+        m.id for m in await food_store.list(food.COLLECTION, MemoryScope(user_id=user), limit=100)
+    }
     assert set(last.memory_ids) <= stored and len(last.memory_ids) >= 2
 
 
@@ -282,7 +315,9 @@ async def test_redaction_matrix(
         enable_sensitive_telemetry_data=sensitive,
         **({"redactor": lambda value: f"<{len(value)} chars>"} if custom_redactor else {}),
     )
-    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope, options=options)
+    memory = ChatHistoryMemoryProvider(
+        food_store, food.COLLECTION, state_initializer=food.user_scope, options=options
+    )
     agent = Agent(chat_client, "x", context_providers=[memory])
     openai_server.queue(text("ok"), text("ok"))
     await order(agent, user, "my secret is swordfish")
@@ -293,12 +328,23 @@ async def test_redaction_matrix(
     if sensitive:
         assert user in logged and "swordfish" in logged and "what is my secret?" in logged
     else:
-        assert user not in logged and "swordfish" not in logged and "what is my secret?" not in logged
+        assert (
+            user not in logged and "swordfish" not in logged and "what is my secret?" not in logged
+        )
         assert ("<18 chars>" in logged) if custom_redactor else ("<redacted>" in logged)
     async with food_store.engine.begin() as conn:
         texts = (
-            await conn.execute(sql("SELECT query_text FROM pgmemory_recall_audit WHERE user_id = :u ORDER BY id"), {"u": user})
-        ).scalars().all()
+            (
+                await conn.execute(
+                    sql(
+                        "SELECT query_text FROM pgmemory_recall_audit WHERE user_id = :u ORDER BY id"
+                    ),
+                    {"u": user},
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert texts[-1] == ("what is my secret?" if sensitive else None)
 
 
@@ -319,7 +365,13 @@ async def test_readme_audit_queries_answer_which_memories_went_into_an_answer(
     async with food_store.engine.begin() as conn:
         for block in blocks:
             statement = block.replace("'alice'", ":user").replace("'<session id>'", ":session")
-            results.append((await conn.execute(sql(statement), {"user": user, "session": session.session_id})).all())
+            results.append(
+                (
+                    await conn.execute(
+                        sql(statement), {"user": user, "session": session.session_id}
+                    )
+                ).all()
+            )
     which, writes, _facts = results
     assert any("我不能吃辣" in row.content for row in which)
     assert {row.operation for row in writes} == {"insert"}
@@ -338,13 +390,19 @@ async def test_on_demand_search_results_are_not_stored_back(
         )
 
     options = ChatHistoryMemoryProviderOptions(search_time="on_demand_function_calling")
-    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=shared_search, options=options)
+    memory = ChatHistoryMemoryProvider(
+        food_store, food.COLLECTION, state_initializer=shared_search, options=options
+    )
     agent = Agent(chat_client, "x", context_providers=[memory])
     openai_server.queue(text("noted"))
     await order(agent, "bob", "my bank pin is 4711")
-    openai_server.queue(tool_calls(call("Search", {"userQuestion": "pin"})), text("I can't share that."))
+    openai_server.queue(
+        tool_calls(call("Search", {"userQuestion": "pin"})), text("I can't share that.")
+    )
     await order(agent, "alice", "what is bob's pin?")
-    alice_rows = await food_store.list(food.COLLECTION, MemoryScope(application_id=app, user_id="alice"))
+    alice_rows = await food_store.list(
+        food.COLLECTION, MemoryScope(application_id=app, user_id="alice")
+    )
     assert [r.content for r in alice_rows] == ["I can't share that.", "what is bob's pin?"]
     assert not any("4711" in r.content for r in alice_rows)
 
@@ -355,15 +413,29 @@ async def test_a_re_sent_message_is_stored_once(
     from pgmemory import Message
 
     user = unique("u")
-    agent = Agent(chat_client, "x", context_providers=[
-        ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope)])
+    agent = Agent(
+        chat_client,
+        "x",
+        context_providers=[
+            ChatHistoryMemoryProvider(
+                food_store, food.COLLECTION, state_initializer=food.user_scope
+            )
+        ],
+    )
     said = Message("user", "I like tea")
     session = agent.create_session()
     session.state["user_id"] = user
     openai_server.queue(text("ok"), text("ok again"))
     await agent.run(said, session=session)
-    await agent.run([said, Message("user", "and coffee")], session=session)  # a stateless client re-sends
-    contents = [r.content for r in await food_store.list(food.COLLECTION, MemoryScope(user_id=user), newest_first=False)]
+    await agent.run(
+        [said, Message("user", "and coffee")], session=session
+    )  # a stateless client re-sends
+    contents = [
+        r.content
+        for r in await food_store.list(
+            food.COLLECTION, MemoryScope(user_id=user), newest_first=False
+        )
+    ]
     assert contents == ["I like tea", "ok", "and coffee", "ok again"]
 
 
@@ -393,20 +465,31 @@ async def test_recent_turns_survive_extra_tool_rounds(
     assert "PlaceOrder" in injected.split("Most recent messages")[1]
 
 
-async def test_two_instances_need_only_distinct_source_ids(food_store: MemoryStore, chat_client: OpenAIChatClient) -> None:
+async def test_two_instances_need_only_distinct_source_ids(
+    food_store: MemoryStore, chat_client: OpenAIChatClient
+) -> None:
     from pgmemory import InvalidInputError
 
-    first = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope)
+    first = ChatHistoryMemoryProvider(
+        food_store, food.COLLECTION, state_initializer=food.user_scope
+    )
     same = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope)
     with pytest.raises(InvalidInputError, match="share source_id 'ChatHistoryMemoryProvider'"):
         Agent(chat_client, context_providers=[first, same])
-    second = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope, source_id="team_memory")
+    second = ChatHistoryMemoryProvider(
+        food_store, food.COLLECTION, state_initializer=food.user_scope, source_id="team_memory"
+    )
     agent = Agent(chat_client, context_providers=[first, second])
-    assert {p.state_key for p in agent.context_providers} >= {"ChatHistoryMemoryProvider", "team_memory"}
+    assert {p.state_key for p in agent.context_providers} >= {
+        "ChatHistoryMemoryProvider",
+        "team_memory",
+    }
 
 
 def _user_scope(session: AgentSession) -> ChatHistoryMemoryProvider.State:
-    return ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=session.state["user_id"]))
+    return ChatHistoryMemoryProvider.State(
+        storage_scope=MemoryScope(user_id=session.state["user_id"])
+    )
 
 
 async def test_the_provider_creates_its_collection(
@@ -420,7 +503,10 @@ async def test_the_provider_creates_its_collection(
     openai_server.queue(text("ok"))
     await agent.run("hello", session)  # no create_collection beforehand
     info = await store.get_collection(collection)
-    assert (info.dimensions, info.embedding_model) == (store.embedder.dimensions, store.embedder.model_id)
+    assert (info.dimensions, info.embedding_model) == (
+        store.embedder.dimensions,
+        store.embedder.model_id,
+    )
     assert await store.count(collection, MemoryScope(user_id=session.state["user_id"])) == 2
     assert await memory.collection() is await memory.collection()  # created once, then cached
 
@@ -432,9 +518,16 @@ async def test_a_collection_of_another_model_is_refused_clearly(
 
     collection = f"c_{unique('other').replace('-', '_')}"
     await store.create_collection(collection, dimensions=16, embedding_model="other-model@16")
-    agent = Agent(chat_client, context_providers=[ChatHistoryMemoryProvider(store, collection, state_initializer=_user_scope)])
+    agent = Agent(
+        chat_client,
+        context_providers=[
+            ChatHistoryMemoryProvider(store, collection, state_initializer=_user_scope)
+        ],
+    )
     session = agent.create_session()
     session.state["user_id"] = unique("u")
-    with pytest.raises(CollectionError, match="exists with 16 dimensions from model 'other-model@16'"):
+    with pytest.raises(
+        CollectionError, match="exists with 16 dimensions from model 'other-model@16'"
+    ):
         await agent.run("hello", session)
     assert openai_server.requests == []

@@ -354,7 +354,7 @@ async def test_no_user_text_skips_extraction(
 async def test_namespaces_keep_providers_apart(
     store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
 ) -> None:
-    agent, provider = make_agent(
+    agent, _provider = make_agent(
         store, chat_client, namespace="profile", source_id="profile_facts"
     )
     user = unique("kim")
@@ -375,12 +375,13 @@ async def test_configuration_errors_are_clear(
     init = FactMemoryProvider.scope_from_session()
     with pytest.raises(InvalidInputError, match="pydantic BaseModel"):
         FactMemoryProvider(
-            store, chat_client, dict, state_initializer=init  # type: ignore[arg-type]
+            store,
+            chat_client,
+            dict,
+            state_initializer=init,  # type: ignore[arg-type]
         )
     with pytest.raises(InvalidInputError, match=r"\['email'\] are not fields of UserInfo"):
-        FactMemoryProvider(
-            store, chat_client, UserInfo, state_initializer=init, required=["email"]
-        )
+        FactMemoryProvider(store, chat_client, UserInfo, state_initializer=init, required=["email"])
     with pytest.raises(InvalidInputError, match="list of field names"):
         FactMemoryProvider(store, chat_client, UserInfo, state_initializer=init, required="name")
     with pytest.raises(InvalidInputError, match=r"\{fields\}"):
@@ -389,7 +390,10 @@ async def test_configuration_errors_are_clear(
         )
     with pytest.raises(InvalidInputError, match="get_response"):
         FactMemoryProvider(
-            store, object(), UserInfo, state_initializer=init  # type: ignore[arg-type]
+            store,
+            object(),
+            UserInfo,
+            state_initializer=init,  # type: ignore[arg-type]
         )
 
     provider = FactMemoryProvider(
@@ -397,6 +401,7 @@ async def test_configuration_errors_are_clear(
     )
     with pytest.raises(ScopeError, match="sets no dimension"):
         provider.get_state(AgentSession(), {})
+
     def not_a_scope(session: AgentSession) -> Any:
         return "alice"
 

@@ -11,10 +11,10 @@ from pgmemory import (
     Agent,
     AgentSession,
     InvalidInputError,
-    Message,
     MemoryRecord,
     MemoryScope,
     MemoryStore,
+    Message,
     OpenAIChatClient,
 )
 from pgmemory.memory import ChatHistoryMemoryProvider, PostgresHistoryProvider
@@ -77,7 +77,9 @@ async def test_other_input_is_refused_naming_the_accepted_types(
 
 
 def per_user(session: AgentSession) -> ChatHistoryMemoryProvider.State:
-    return ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=session.state["user_id"]))
+    return ChatHistoryMemoryProvider.State(
+        storage_scope=MemoryScope(user_id=session.state["user_id"])
+    )
 
 
 @pytest.mark.parametrize("sizes", [[40_000], [20_000, 20_000]])

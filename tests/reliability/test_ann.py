@@ -50,17 +50,24 @@ async def store(ann_database: str) -> AsyncIterator[MemoryStore]:
 def vectors(n: int, seed: int, dimensions: int = DIM) -> np.ndarray:
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((8, dimensions))
-    return (centres[rng.integers(0, 8, n)] + 0.3 * rng.standard_normal((n, dimensions))).astype(np.float32)
+    return (centres[rng.integers(0, 8, n)] + 0.3 * rng.standard_normal((n, dimensions))).astype(
+        np.float32
+    )
 
 
-async def _collection(store: MemoryStore, name: str, users: dict[MemoryScope, int], seed: int) -> dict[str, np.ndarray]:
+async def _collection(
+    store: MemoryStore, name: str, users: dict[MemoryScope, int], seed: int
+) -> dict[str, np.ndarray]:
     """A collection holding ``n`` random memories per scope; returns each user's vectors."""
     await store.create_collection(name, dimensions=DIM, embedding_model="test")
     records, by_user = [], {}
     for k, (scope, n) in enumerate(users.items()):
         vs = vectors(n, seed + k)
         by_user[scope.user_id or ""] = vs
-        records += [MemoryRecord(content=f"{name} {scope.user_id} {i}", scope=scope, embedding=v) for i, v in enumerate(vs)]
+        records += [
+            MemoryRecord(content=f"{name} {scope.user_id} {i}", scope=scope, embedding=v)
+            for i, v in enumerate(vs)
+        ]
     await store.import_records(name, records)
     return by_user
 
@@ -74,7 +81,11 @@ async def test_rows_without_a_user_are_no_scope_for_the_probe(
     store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = unique("c")
-    big, small, shared = MemoryScope(user_id="big"), MemoryScope(user_id="small"), MemoryScope(session_id="kiosk")
+    big, small, shared = (
+        MemoryScope(user_id="big"),
+        MemoryScope(user_id="small"),
+        MemoryScope(session_id="kiosk"),
+    )
     await _collection(store, name, {shared: 1_500, big: 1_200, small: 50}, seed=1)
     status = await store.enable_ann(name, min_scope_rows=1_000)  # ScopeError before: the '' group
     assert status.enabled and status.probed_scopes == 1
@@ -97,7 +108,9 @@ async def test_a_failing_path_falls_back_to_exact_without_user_data_in_logs(
     by_user = await _collection(store, name, {scope: 1_200}, seed=3)
     assert (await store.enable_ann(name, min_scope_rows=1_000)).enabled
     assert await store._ann_path(name, scope) is not None
-    monkeypatch.setattr(queries, "ANN_SETTINGS", "SELECT set_config('hnsw.ef_search', 'many', true)")
+    monkeypatch.setattr(
+        queries, "ANN_SETTINGS", "SELECT set_config('hnsw.ef_search', 'many', true)"
+    )
     query = np.random.default_rng(4).standard_normal(DIM).astype(np.float32)
     with caplog.at_level(logging.WARNING, logger="pgmemory"):
         hits = await store.search(name, scope, vector=query, limit=10)
@@ -107,7 +120,9 @@ async def test_a_failing_path_falls_back_to_exact_without_user_data_in_logs(
     assert not any(user in r.getMessage() for r in caplog.records)
     async with store.engine.connect() as conn:
         audits = (
-            await conn.execute(text("SELECT count(*) FROM pgmemory_recall_audit WHERE user_id = :u"), {"u": user})
+            await conn.execute(
+                text("SELECT count(*) FROM pgmemory_recall_audit WHERE user_id = :u"), {"u": user}
+            )
         ).scalar_one()
     assert audits == 1  # the failed attempt rolled back its audit row
     # A failing probe leaves the path off; searches go on, exactly.
@@ -160,7 +175,9 @@ async def test_windowed_searches_and_expiring_scopes_stay_exact(
 
 
 @pytest.mark.parametrize("names", [("100%", "%(name)s", "a%%b")])
-async def test_collection_names_that_look_like_placeholders(store: MemoryStore, names: tuple[str, ...]) -> None:
+async def test_collection_names_that_look_like_placeholders(
+    store: MemoryStore, names: tuple[str, ...]
+) -> None:
     decoy = "a%b"  # what the driver made of 'a%%b' before
     scope = MemoryScope(user_id="big")
     for k, name in enumerate((*names, decoy)):
@@ -192,8 +209,10 @@ async def test_collection_names_that_look_like_placeholders(store: MemoryStore, 
     async with store.engine.connect() as conn:
         left = (
             await conn.execute(
-                text("SELECT count(*) FROM unnest(CAST(:names AS text[])) AS c(name) "
-                     "WHERE to_regclass('pgmemory_ann_' || left(md5(c.name), 16)) IS NOT NULL"),
+                text(
+                    "SELECT count(*) FROM unnest(CAST(:names AS text[])) AS c(name) "
+                    "WHERE to_regclass('pgmemory_ann_' || left(md5(c.name), 16)) IS NOT NULL"
+                ),
                 {"names": list(names)},
             )
         ).scalar_one()
@@ -211,7 +230,10 @@ async def test_a_two_hour_window_on_a_15k_scope_keeps_full_recall(
     n = 15_000
     vs = vectors(n, seed=20, dimensions=dimensions)
     start = NOW - timedelta(days=60)
-    stamps = [start + timedelta(minutes=int(m)) for m in np.sort(np.random.default_rng(21).integers(0, 60 * 24 * 60, n))]
+    stamps = [
+        start + timedelta(minutes=int(m))
+        for m in np.sort(np.random.default_rng(21).integers(0, 60 * 24 * 60, n))
+    ]
     scope = MemoryScope(user_id="big")
     records = [
         MemoryRecord(content=str(i), scope=scope, embedding=v, created_at=t)
@@ -230,7 +252,9 @@ async def test_a_two_hour_window_on_a_15k_scope_keeps_full_recall(
         inside = np.array([since <= t < until for t in stamps])
         order = np.argsort(-(unit[inside] @ query))[:10]
         truth = {str(i) for i in np.flatnonzero(inside)[order]}
-        hits = await store.search(name, scope, vector=query, limit=10, since=since, until=until, audit=False)
+        hits = await store.search(
+            name, scope, vector=query, limit=10, since=since, until=until, audit=False
+        )
         found += len(truth & {h.memory.content for h in hits})
         total += len(truth)
     assert found == total  # recall@10 = 1.0 (0.94 when the window took the index)

@@ -67,10 +67,16 @@ async def test_a_query_over_the_text_limit_is_cut_not_refused(
     store: MemoryStore, collection: str, query: str
 ) -> None:
     user = unique("u")
-    await store.add(collection, [MemoryRecord(content="aaaa bbbb", scope=MemoryScope(user_id=user))])
+    await store.add(
+        collection, [MemoryRecord(content="aaaa bbbb", scope=MemoryScope(user_id=user))]
+    )
     assert len(query) > store.settings.max_text_chars
     hits = await store.search(
-        collection, MemoryScope(user_id=user), query=query, mode="text", trace=RecallTrace(include_query_text=True)
+        collection,
+        MemoryScope(user_id=user),
+        query=query,
+        mode="text",
+        trace=RecallTrace(include_query_text=True),
     )
     assert isinstance(hits, list)
     # The audit row keeps what was searched: the cleaned head of max_text_chars characters.
@@ -79,21 +85,29 @@ async def test_a_query_over_the_text_limit_is_cut_not_refused(
     async with store.engine.connect() as conn:
         row = (
             await conn.execute(
-                text("SELECT query_sha256, length(query_text) FROM pgmemory_recall_audit "
-                     "WHERE user_id = :u ORDER BY id DESC LIMIT 1"),
+                text(
+                    "SELECT query_sha256, length(query_text) FROM pgmemory_recall_audit "
+                    "WHERE user_id = :u ORDER BY id DESC LIMIT 1"
+                ),
                 {"u": user},
             )
         ).one()
     assert row == (hashlib.sha256(used.encode()).hexdigest(), store.settings.max_text_chars)
 
 
-async def test_a_long_query_is_embedded_from_its_head(database_url: str, embedder, collection: str) -> None:
+async def test_a_long_query_is_embedded_from_its_head(
+    database_url: str, embedder, collection: str
+) -> None:
     settings = Settings(_env_file=None, max_text_chars=40)  # type: ignore[call-arg]
     user = unique("u")
     async with MemoryStore(database_url, settings=settings, embedder=embedder) as small:
-        await small.add(collection, [MemoryRecord(content="spicy food", scope=MemoryScope(user_id=user))])
+        await small.add(
+            collection, [MemoryRecord(content="spicy food", scope=MemoryScope(user_id=user))]
+        )
         for mode in ("vector", "hybrid"):
-            hits = await small.search(collection, MemoryScope(user_id=user), query="spicy " * 100, mode=mode)
+            hits = await small.search(
+                collection, MemoryScope(user_id=user), query="spicy " * 100, mode=mode
+            )
             assert [h.memory.content for h in hits] == ["spicy food"]
 
 
@@ -120,7 +134,11 @@ async def test_odd_characters_are_stored_and_searched_everywhere(
     metadata = {"note": given, given: [given, {"deeper": given}]}
     await store.add(
         collection,
-        [MemoryRecord(content=given, scope=scope, author_name=given, message_id="m1", metadata=metadata)],
+        [
+            MemoryRecord(
+                content=given, scope=scope, author_name=given, message_id="m1", metadata=metadata
+            )
+        ],
     )
     [memory] = await store.list(collection, scope)
     assert memory.content == stored and memory.author_name == stored
@@ -138,7 +156,12 @@ async def test_odd_characters_are_stored_and_searched_everywhere(
     message = {"message_id": "m1", "role": "user", "text": given, "extra": {given: given}}
     assert await store.append_history(session, [message], user_id=user) == 1
     [row] = await store.read_history(session, user_id=user)
-    assert row.message == {"message_id": "m1", "role": "user", "text": stored, "extra": {stored: stored}}
+    assert row.message == {
+        "message_id": "m1",
+        "role": "user",
+        "text": stored,
+        "extra": {stored: stored},
+    }
     facts = await store.merge_facts("profile", scope, {"says": given, given: 1})
     assert facts == {"says": stored, stored: 1}
     assert await store.get_facts("profile", scope) == facts
@@ -205,8 +228,16 @@ async def test_the_index_entry_check_is_exact_at_the_limit(store: MemoryStore) -
                                         embedding=vector(640))])  # fmt: skip
     # ... and one more byte is refused by the check, not by the server.
     await _refused(
-        lambda: store.add(name, [MemoryRecord(content="x", scope=MemoryScope(user_id="u" * (fitting + 1)),
-                                              embedding=vector(640))]),  # fmt: skip
+        lambda: store.add(
+            name,
+            [
+                MemoryRecord(
+                    content="x",
+                    scope=MemoryScope(user_id="u" * (fitting + 1)),
+                    embedding=vector(640),
+                )
+            ],
+        ),
         match="ix_pgmemory_memories_user_cover",
     )
     assert await _memory_rows(store, name) == 1
@@ -222,7 +253,9 @@ async def test_256_character_cjk_ids(store: MemoryStore) -> None:
     assert [m.scope for m in await store.list(name, scope)] == [scope]
     # With one, the unique message index would hold six texts: refused, naming it.
     await _refused(
-        lambda: store.add(name, [MemoryRecord(content="y", scope=scope, message_id=cjk, embedding=vector(700))]),
+        lambda: store.add(
+            name, [MemoryRecord(content="y", scope=scope, message_id=cjk, embedding=vector(700))]
+        ),
         match=r"records\[0\]: .*scope.user_id \(768 bytes\).*message_id \(768 bytes\) make an entry "
         r"of 3,\d{3} bytes in the index uq_pgmemory_memories_message",
     )
@@ -237,7 +270,9 @@ async def test_256_emoji_ids_in_history_and_facts(store: MemoryStore) -> None:
     )
     assert await store.count_history(emoji, user_id=emoji) == 0
     # Two of them fit one entry (user and session id): stored.
-    assert await store.append_history(emoji, [{"message_id": "m", "role": "user"}], user_id=emoji) == 1
+    assert (
+        await store.append_history(emoji, [{"message_id": "m", "role": "user"}], user_id=emoji) == 1
+    )
     scope = MemoryScope(user_id=emoji, session_id=emoji, agent_id=emoji)
     await _refused(
         lambda: store.merge_facts("profile", scope, {"a": 1}),
@@ -245,7 +280,9 @@ async def test_256_emoji_ids_in_history_and_facts(store: MemoryStore) -> None:
         r"scope.session_id \(1,024 bytes\), namespace \(7 bytes\) make an entry .* in the index "
         r"pk_pgmemory_facts",
     )
-    assert await store.merge_facts("profile", MemoryScope(user_id=emoji, session_id=emoji), {"a": 1}) == {"a": 1}
+    assert await store.merge_facts(
+        "profile", MemoryScope(user_id=emoji, session_id=emoji), {"a": 1}
+    ) == {"a": 1}
 
 
 # --- malformed structure ---------------------------------------------------------------------
@@ -260,12 +297,16 @@ async def test_keys_that_collapse_in_json_are_refused(store: MemoryStore, collec
     )
     await _refused(lambda: store.merge_facts("p", scope, clash), match="same JSON key")
     await _refused(
-        lambda: store.append_history("s", [{"message_id": "m", "role": "user", "x": {"a\x00": 1, "a\ufffd": 2}}]),
+        lambda: store.append_history(
+            "s", [{"message_id": "m", "role": "user", "x": {"a\x00": 1, "a\ufffd": 2}}]
+        ),
         match=r"messages\[0\]: key #1 of an object at depth 2",
     )
 
 
-async def test_deep_nesting_gets_a_depth_limit_not_recursion_error(store: MemoryStore, collection: str) -> None:
+async def test_deep_nesting_gets_a_depth_limit_not_recursion_error(
+    store: MemoryStore, collection: str
+) -> None:
     deep: dict[str, Any] = {}
     inner = deep
     for _ in range(5_000):
@@ -273,9 +314,15 @@ async def test_deep_nesting_gets_a_depth_limit_not_recursion_error(store: Memory
         inner = inner["k"]
     scope = MemoryScope(user_id=unique("u"))
     match = f"nested more than {MAX_JSON_DEPTH} levels deep"
-    await _refused(lambda: store.add(collection, [MemoryRecord(content="x", scope=scope, metadata=deep)]), match=match)
+    await _refused(
+        lambda: store.add(collection, [MemoryRecord(content="x", scope=scope, metadata=deep)]),
+        match=match,
+    )
     await _refused(lambda: store.merge_facts("p", scope, deep), match=match)
-    await _refused(lambda: store.append_history("s", [{"message_id": "m", "role": "user", "d": deep}]), match=match)
+    await _refused(
+        lambda: store.append_history("s", [{"message_id": "m", "role": "user", "d": deep}]),
+        match=match,
+    )
     # 64 levels are fine.
     ok: dict[str, Any] = {}
     inner = ok
@@ -303,10 +350,19 @@ async def test_a_list_where_a_string_id_is_expected(store: MemoryStore, collecti
         lambda: store.add(collection, [MemoryRecord(content="x", scope=scope, message_id=listed)]),  # type: ignore[arg-type]
         match=r"records\[0\]\.message_id must be a non-blank string, got a list",
     )
-    await _refused(lambda: store.append_history(listed, []), match="session_id must be a non-blank string, got a list")  # type: ignore[arg-type]
-    await _refused(lambda: store.append_history("s", [], user_id=listed), match="user_id must be a string")  # type: ignore[arg-type]
-    await _refused(lambda: store.read_history("s", user_id=listed), match="user_id must be a string")  # type: ignore[arg-type]
-    await _refused(lambda: store.merge_facts(listed, scope, {}), match="namespace must be a non-blank string")  # type: ignore[arg-type]
+    await _refused(
+        lambda: store.append_history(listed, []),
+        match="session_id must be a non-blank string, got a list",
+    )  # type: ignore[arg-type]
+    await _refused(
+        lambda: store.append_history("s", [], user_id=listed), match="user_id must be a string"
+    )  # type: ignore[arg-type]
+    await _refused(
+        lambda: store.read_history("s", user_id=listed), match="user_id must be a string"
+    )  # type: ignore[arg-type]
+    await _refused(
+        lambda: store.merge_facts(listed, scope, {}), match="namespace must be a non-blank string"
+    )  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="RecallTrace.session_id must be a string"):
         RecallTrace(session_id=listed)  # type: ignore[arg-type]
     assert await _memory_rows(store, collection) == 0
@@ -315,16 +371,45 @@ async def test_a_list_where_a_string_id_is_expected(store: MemoryStore, collecti
 # --- messages carry no user data -------------------------------------------------------------
 
 
-async def test_validation_messages_never_repeat_text_or_ids(store: MemoryStore, collection: str) -> None:
+async def test_validation_messages_never_repeat_text_or_ids(
+    store: MemoryStore, collection: str
+) -> None:
     scope = MemoryScope(user_id=unique("u"))
     cases: list[tuple[Callable[[], Awaitable[Any]], str]] = [
-        (lambda: store.add(collection, [MemoryRecord(content=SECRET * 5_000, scope=scope)]), "characters long"),
-        (lambda: store.add(collection, [MemoryRecord(content=" ", scope=scope, role=SECRET)]), "blank"),
-        (lambda: store.add(collection, [MemoryRecord(content="x", scope=scope, role=SECRET)]), "role is not one of"),
-        (lambda: store.add(collection, [MemoryRecord(content="x", scope=scope, source_type=SECRET)]), "source_type"),
-        (lambda: store.add(collection, [MemoryRecord(content="x", scope=scope, embedding=SECRET)]), "embedding"),  # type: ignore[arg-type]
-        (lambda: store.add(collection, [MemoryRecord(content="x", scope=scope, source_id=SECRET * 30)]), "source_id is"),
-        (lambda: store.add(collection, [MemoryRecord(content="x", scope=SECRET)]), "must be a MemoryScope, got a str"),  # type: ignore[arg-type]
+        (
+            lambda: store.add(collection, [MemoryRecord(content=SECRET * 5_000, scope=scope)]),
+            "characters long",
+        ),
+        (
+            lambda: store.add(collection, [MemoryRecord(content=" ", scope=scope, role=SECRET)]),
+            "blank",
+        ),
+        (
+            lambda: store.add(collection, [MemoryRecord(content="x", scope=scope, role=SECRET)]),
+            "role is not one of",
+        ),
+        (
+            lambda: store.add(
+                collection, [MemoryRecord(content="x", scope=scope, source_type=SECRET)]
+            ),
+            "source_type",
+        ),
+        (
+            lambda: store.add(
+                collection, [MemoryRecord(content="x", scope=scope, embedding=SECRET)]
+            ),
+            "embedding",
+        ),  # type: ignore[arg-type]
+        (
+            lambda: store.add(
+                collection, [MemoryRecord(content="x", scope=scope, source_id=SECRET * 30)]
+            ),
+            "source_id is",
+        ),
+        (
+            lambda: store.add(collection, [MemoryRecord(content="x", scope=SECRET)]),
+            "must be a MemoryScope, got a str",
+        ),  # type: ignore[arg-type]
         (lambda: store.search(collection, SECRET), "must be a MemoryScope"),  # type: ignore[arg-type]
         (lambda: store.search(collection, scope, query=SECRET, limit=SECRET), "limit is a str"),  # type: ignore[arg-type]
         (lambda: store.search(collection, scope, query=SECRET, mode=SECRET), "mode is not one of"),
@@ -334,7 +419,10 @@ async def test_validation_messages_never_repeat_text_or_ids(store: MemoryStore, 
         (lambda: store.merge_facts("p", SECRET, {"a": 1}), "got a str"),  # type: ignore[arg-type]
         (lambda: store.merge_facts("p", scope, {"a": object()}), "not JSON-serialisable"),
         (lambda: store.append_history("s", [SECRET]), r"messages\[0\] must be a dict"),  # type: ignore[list-item]
-        (lambda: store.append_history("s", [{"message_id": "m", "role": SECRET}]), "role is not one of"),
+        (
+            lambda: store.append_history("s", [{"message_id": "m", "role": SECRET}]),
+            "role is not one of",
+        ),
         (lambda: store.erase_user(SECRET * 30), "user_id is"),
     ]
     for call, match in cases:

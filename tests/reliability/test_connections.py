@@ -69,7 +69,9 @@ async def test_a_read_runs_once_more_after_losing_its_connection(
 ) -> None:
     await store.create_collection(collection_3d, dimensions=3, embedding_model="test")
     scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
-    await store.add(collection_3d, [MemoryRecord(content="likes tea", scope=scope, embedding=[1, 0, 0])])
+    await store.add(
+        collection_3d, [MemoryRecord(content="likes tea", scope=scope, embedding=[1, 0, 0])]
+    )
     # Mid-transaction: the search's audited statement runs after its SET LOCAL.
     with DropConnection(store, server_url, marker="pgmemory_recall_audit") as drop:
         hits = await store.search(collection_3d, scope, vector=[1, 0, 0])
@@ -81,12 +83,16 @@ async def test_a_read_runs_once_more_after_losing_its_connection(
     assert drop.dropped == 1
 
 
-async def test_a_read_runs_at_most_twice(store: MemoryStore, collection_3d: str, server_url: str) -> None:
+async def test_a_read_runs_at_most_twice(
+    store: MemoryStore, collection_3d: str, server_url: str
+) -> None:
     await store.create_collection(collection_3d, dimensions=3, embedding_model="test")
     scope = MemoryScope(user_id="anyone")
-    with DropConnection(store, server_url, marker="pgmemory_memories", times=3) as drop:
-        with pytest.raises(DBAPIError) as raised:
-            await store.count(collection_3d, scope)
+    with (
+        DropConnection(store, server_url, marker="pgmemory_memories", times=3) as drop,
+        pytest.raises(DBAPIError) as raised,
+    ):
+        await store.count(collection_3d, scope)
     assert drop.dropped == 2
     assert raised.value.connection_invalidated
 
@@ -97,9 +103,11 @@ async def test_a_write_is_not_run_again_after_losing_its_connection(
     await store.create_collection(collection_3d, dimensions=3, embedding_model="test")
     scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
     record = MemoryRecord(content="likes coffee", scope=scope, embedding=[0, 1, 0])
-    with DropConnection(store, server_url, marker="INSERT INTO pgmemory_memories") as drop:
-        with pytest.raises(DBAPIError):
-            await store.add(collection_3d, [record])
+    with (
+        DropConnection(store, server_url, marker="INSERT INTO pgmemory_memories") as drop,
+        pytest.raises(DBAPIError),
+    ):
+        await store.add(collection_3d, [record])
     assert drop.dropped == 1
     assert await store.count(collection_3d, scope) == 0
     # The pool hands out a working connection for the caller's own retry.
@@ -124,7 +132,9 @@ async def test_the_checkout_ping_keeps_prepared_statements(store: MemoryStore) -
         await driver.commit()
 
         async def prepared() -> int:
-            cursor = await driver.execute("SELECT count(*) FROM pg_prepared_statements", prepare=False)
+            cursor = await driver.execute(
+                "SELECT count(*) FROM pg_prepared_statements", prepare=False
+            )
             row = await cursor.fetchone()
             await driver.commit()
             return int(row[0])

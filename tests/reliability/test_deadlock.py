@@ -32,7 +32,9 @@ async def busy_store(database_url: str) -> AsyncIterator[MemoryStore]:
 
 
 def _records(scope: MemoryScope, message_ids: list[str], seed: int) -> list[MemoryRecord]:
-    vectors = np.random.default_rng(seed).standard_normal((len(message_ids), DIM)).astype(np.float32)
+    vectors = (
+        np.random.default_rng(seed).standard_normal((len(message_ids), DIM)).astype(np.float32)
+    )
     return [
         MemoryRecord(content=f"message {m}", scope=scope, message_id=m, embedding=v)
         for m, v in zip(message_ids, vectors, strict=True)
@@ -40,7 +42,11 @@ def _records(scope: MemoryScope, message_ids: list[str], seed: int) -> list[Memo
 
 
 def _failures(results: list[object]) -> list[str]:
-    return [f"{type(r).__name__}: {getattr(r, 'orig', r)!r}" for r in results if isinstance(r, BaseException)]
+    return [
+        f"{type(r).__name__}: {getattr(r, 'orig', r)!r}"
+        for r in results
+        if isinstance(r, BaseException)
+    ]
 
 
 def _start_together(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
@@ -72,7 +78,11 @@ async def test_opposite_orders_never_deadlock(
         batches = [
             busy_store.add(
                 collection,
-                _records(scope, message_ids if task % 2 == 0 else message_ids[::-1], seed=round_ * 100 + task),
+                _records(
+                    scope,
+                    message_ids if task % 2 == 0 else message_ids[::-1],
+                    seed=round_ * 100 + task,
+                ),
             )
             for task in range(12)
         ]
@@ -91,7 +101,9 @@ async def test_an_import_and_a_batch_in_opposite_orders(busy_store: MemoryStore)
     message_ids = [f"m{i:04d}" for i in range(1000)]
     scope = MemoryScope(user_id=unique("u"))
     results = await asyncio.gather(
-        busy_store.import_records(collection, _records(scope, message_ids[::-1], seed=1), batch_rows=50),
+        busy_store.import_records(
+            collection, _records(scope, message_ids[::-1], seed=1), batch_rows=50
+        ),
         busy_store.add(collection, _records(scope, message_ids, seed=2)),
         busy_store.import_records(collection, _records(scope, message_ids, seed=3), batch_rows=70),
         busy_store.add(collection, _records(scope, message_ids[::-1], seed=4)),
@@ -117,7 +129,9 @@ async def test_history_appends_in_opposite_orders(busy_store: MemoryStore) -> No
     assert sorted(r.message["message_id"] for r in rows) == [m["message_id"] for m in messages]
 
 
-async def test_a_batch_keeps_its_record_order_in_time(busy_store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_batch_keeps_its_record_order_in_time(
+    busy_store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Inserted in message-key order (here the reverse of record order, over several chunks),
     # stamped by position: listing oldest first gives the records back in order.
     monkeypatch.setattr(writes, "INSERT_CHUNK_ROWS", 3)

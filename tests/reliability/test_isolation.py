@@ -17,6 +17,7 @@ picks another random draw.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 import random
@@ -32,8 +33,8 @@ import pytest
 from sqlalchemy import event, text
 
 from pgmemory.settings import Settings
-from pgmemory.store.records import MemoryHit, MemoryRecord, MemoryScope, SearchWeights
 from pgmemory.store.reads import DISTANT_FUTURE, DISTANT_PAST
+from pgmemory.store.records import MemoryHit, MemoryRecord, MemoryScope, SearchWeights
 from pgmemory.store.store import MemoryStore
 from pgmemory.text.clean import clean_query
 from pgmemory.text.terms import terms
@@ -170,10 +171,24 @@ def make_searches(
             since = NOW - timedelta(days=rng.uniform(2, 11))
             until = since + timedelta(days=rng.uniform(1, 8)) if rng.random() < 0.7 else None
         weights = rng.choice(
-            [SearchWeights(), SearchWeights(recency=0.5), SearchWeights(vector=0.5, text=2.0, recency=1.0, pool=7)]
+            [
+                SearchWeights(),
+                SearchWeights(recency=0.5),
+                SearchWeights(vector=0.5, text=2.0, recency=1.0, pool=7),
+            ]
         )
         searches.append(
-            Search(scope, mode, rng.randint(1, 12), query, vector, since, until, weights, rng.random() < 0.2)
+            Search(
+                scope,
+                mode,
+                rng.randint(1, 12),
+                query,
+                vector,
+                since,
+                until,
+                weights,
+                rng.random() < 0.2,
+            )
         )
     return searches
 
@@ -212,7 +227,9 @@ def bm25(rows: list[Row], query: str) -> list[tuple[float, Row]]:
     return ranked
 
 
-def reference(rows: list[Row], search: Search, query_vector: np.ndarray | None) -> tuple[list[tuple[uuid.UUID, float]], bool]:
+def reference(
+    rows: list[Row], search: Search, query_vector: np.ndarray | None
+) -> tuple[list[tuple[uuid.UUID, float]], bool]:
     """The expected ranking (id, score), best first, and whether near-ties make it ambiguous."""
     pool = eligible(rows, search)
     sims: dict[uuid.UUID, float] = {}
@@ -234,20 +251,32 @@ def reference(rows: list[Row], search: Search, query_vector: np.ndarray | None) 
                             (w.recency, [r.id for r in by_time])):  # fmt: skip
         for rank, i in enumerate(ranking[:size], start=1):
             score[i] += weight / (w.rrf_k + rank)
-    fused = sorted(((i, float(np.float32(s))) for i, s in score.items() if s > 0), key=lambda x: (-x[1], x[0]))
+    fused = sorted(
+        ((i, float(np.float32(s))) for i, s in score.items() if s > 0), key=lambda x: (-x[1], x[0])
+    )
     # Ranks decide hybrid scores: a near-tie (float32 in the server, float64 here) may swap two.
     gaps = np.diff(sorted(-sims[r.id] for r in by_vector[: size + 1]))
     relevances = [rel for rel, _ in text_ranking[: size + 1]]
-    text_gaps = [a - b for a, b in zip(relevances, relevances[1:]) if a != b]
-    ambiguous = bool(np.any(gaps < 1e-5)) or any(g < 1e-9 * max(1.0, relevances[0]) for g in text_gaps)
+    text_gaps = [a - b for a, b in itertools.pairwise(relevances) if a != b]
+    ambiguous = bool(np.any(gaps < 1e-5)) or any(
+        g < 1e-9 * max(1.0, relevances[0]) for g in text_gaps
+    )
     return fused, ambiguous
 
 
-def check(hits: list[MemoryHit], expected: list[tuple[uuid.UUID, float]], ambiguous: bool, search: Search, where: str) -> None:
+def check(
+    hits: list[MemoryHit],
+    expected: list[tuple[uuid.UUID, float]],
+    ambiguous: bool,
+    search: Search,
+    where: str,
+) -> None:
     context = f"{where}, seed {SEED}: {search.describe()}"
     for hit in hits:  # isolation, whatever the ranking
         scope = hit.memory.scope
-        assert all(getattr(scope, d) == v for d, v in search.scope.items()), f"scope leak: {context}"
+        assert all(getattr(scope, d) == v for d, v in search.scope.items()), (
+            f"scope leak: {context}"
+        )
     scores = dict(expected)
     got = [(h.memory.id, h.score) for h in hits]
     assert all(i in scores for i, _ in got), f"a hit the brute force does not allow: {context}"
@@ -255,7 +284,9 @@ def check(hits: list[MemoryHit], expected: list[tuple[uuid.UUID, float]], ambigu
         assert len(got) <= search.limit, context
         return
     k = min(search.limit, len(expected))
-    assert len(got) == k and len({i for i, _ in got}) == k, f"{len(got)} hits, expected {k}: {context}"
+    assert len(got) == k and len({i for i, _ in got}) == k, (
+        f"{len(got)} hits, expected {k}: {context}"
+    )
 
     def close(a: float, b: float) -> bool:
         return abs(a - b) <= 1e-4 * max(1.0, abs(b))
@@ -272,10 +303,14 @@ def check(hits: list[MemoryHit], expected: list[tuple[uuid.UUID, float]], ambigu
 
 
 def _force_generic_plans(dbapi_connection: Any, _record: Any) -> None:
-    dbapi_connection.run_async(lambda conn: conn.execute("SET plan_cache_mode = force_generic_plan"))
+    dbapi_connection.run_async(
+        lambda conn: conn.execute("SET plan_cache_mode = force_generic_plan")
+    )
 
 
-async def _stores(database_url: str, embedder: HashEmbedder) -> AsyncIterator[tuple[str, MemoryStore]]:
+async def _stores(
+    database_url: str, embedder: HashEmbedder
+) -> AsyncIterator[tuple[str, MemoryStore]]:
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     async with MemoryStore(database_url, settings=settings, embedder=embedder) as default:
         yield "default plans", default
@@ -283,11 +318,15 @@ async def _stores(database_url: str, embedder: HashEmbedder) -> AsyncIterator[tu
         event.listen(generic.engine.sync_engine, "connect", _force_generic_plans)
         await generic.engine.dispose()
         async with generic.engine.connect() as conn:
-            assert (await conn.execute(text("SHOW plan_cache_mode"))).scalar() == "force_generic_plan"
+            assert (
+                await conn.execute(text("SHOW plan_cache_mode"))
+            ).scalar() == "force_generic_plan"
         yield "generic plans", generic
 
 
-async def run_property(database_url: str, *, dimensions: int, rows: int, searches: int, ann: bool) -> None:
+async def run_property(
+    database_url: str, *, dimensions: int, rows: int, searches: int, ann: bool
+) -> None:
     rng = random.Random(f"{SEED}-{dimensions}")
     embedder = HashEmbedder(dimensions)
     collection = unique(f"iso{dimensions}")
@@ -296,10 +335,14 @@ async def run_property(database_url: str, *, dimensions: int, rows: int, searche
     ambiguous_count = 0
     async for where, store in _stores(database_url, embedder):
         if where == "default plans":
-            await store.create_collection(collection, dimensions=dimensions, embedding_model=embedder.model_id)
+            await store.create_collection(
+                collection, dimensions=dimensions, embedding_model=embedder.model_id
+            )
             ids: list[uuid.UUID] = []
             for start in range(0, len(records), 500):
-                ids += await store.add(collection, records[start : start + 500], allow_unscoped=True)
+                ids += await store.add(
+                    collection, records[start : start + 500], allow_unscoped=True
+                )
             assert len(ids) == len(records)
             table = [
                 Row(
@@ -319,7 +362,9 @@ async def run_property(database_url: str, *, dimensions: int, rows: int, searche
         for search in plan:
             query_vector = search.vector
             if search.query is not None and search.mode != "text":
-                query_vector = embedder.vector(clean_query(search.query, max_chars=store.settings.max_text_chars))
+                query_vector = embedder.vector(
+                    clean_query(search.query, max_chars=store.settings.max_text_chars)
+                )
             hits = await store.search(
                 collection, MemoryScope(**search.scope), query=search.query, vector=search.vector,
                 limit=search.limit, mode=search.mode, weights=search.weights, since=search.since,
@@ -331,16 +376,22 @@ async def run_property(database_url: str, *, dimensions: int, rows: int, searche
         if ann and where == "generic plans":
             await store.disable_ann(collection, drop_index=True)
     hybrids = sum(s.mode == "hybrid" for s in plan) * 2
-    assert ambiguous_count <= max(2, hybrids // 4), f"{ambiguous_count} of {hybrids} hybrid searches unchecked"
+    assert ambiguous_count <= max(2, hybrids // 4), (
+        f"{ambiguous_count} of {hybrids} hybrid searches unchecked"
+    )
 
 
 @pytest.mark.parametrize(("dimensions", "ann"), [(16, True), (700, False)])
-async def test_scoped_search_matches_brute_force(database_url: str, dimensions: int, ann: bool) -> None:
+async def test_scoped_search_matches_brute_force(
+    database_url: str, dimensions: int, ann: bool
+) -> None:
     await run_property(database_url, dimensions=dimensions, rows=500, searches=100, ann=ann)
 
 
 @pytest.mark.reliability
-@pytest.mark.parametrize(("dimensions", "ann"), [(16, True), (16, False), (700, True), (700, False)])
+@pytest.mark.parametrize(
+    ("dimensions", "ann"), [(16, True), (16, False), (700, True), (700, False)]
+)
 async def test_scoped_search_matches_brute_force_at_scale(
     request: pytest.FixtureRequest, database_url: str, dimensions: int, ann: bool
 ) -> None:

@@ -62,7 +62,9 @@ def _migrate_at_once(url: str, processes: int) -> None:
         for child in children:
             if child.poll() is None:
                 child.kill()
-    failures = [err for child, (_out, err) in zip(children, outcomes) if child.returncode != 0]
+    failures = [
+        err for child, (_out, err) in zip(children, outcomes, strict=True) if child.returncode != 0
+    ]
     assert not failures, f"{len(failures)} of {processes} failed; first:\n{failures[0]}"
     assert [out.strip() for out, _err in outcomes] == ["0"] * processes
     assert migrate.current(url) == migrate.head_revision()
@@ -79,13 +81,15 @@ def test_a_migration_waits_for_the_migration_lock(fresh_database: str) -> None:
     def upgrade() -> None:
         try:
             migrate.upgrade(fresh_database)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             failures.append(exc)
 
     worker = threading.Thread(target=upgrade)
     try:
         with admin.connect() as holder:
-            holder.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": migrate.MIGRATION_LOCK_KEY})
+            holder.execute(
+                sa.text("SELECT pg_advisory_lock(:key)"), {"key": migrate.MIGRATION_LOCK_KEY}
+            )
             holder.commit()
             worker.start()
             deadline = time.monotonic() + 60
@@ -93,8 +97,12 @@ def test_a_migration_waits_for_the_migration_lock(fresh_database: str) -> None:
                 assert worker.is_alive(), f"the migration did not wait for the lock: {failures}"
                 assert time.monotonic() < deadline, "the migration never asked for the lock"
                 time.sleep(0.05)
-            assert migrate.current(fresh_database) is None, "nothing migrated while the lock is held"
-            holder.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": migrate.MIGRATION_LOCK_KEY})
+            assert migrate.current(fresh_database) is None, (
+                "nothing migrated while the lock is held"
+            )
+            holder.execute(
+                sa.text("SELECT pg_advisory_unlock(:key)"), {"key": migrate.MIGRATION_LOCK_KEY}
+            )
             holder.commit()
         worker.join(timeout=300)
         assert not worker.is_alive() and not failures, failures
@@ -115,5 +123,7 @@ def _waiting_for_advisory_lock(conn: sa.Connection) -> bool:
 
 
 @pytest.mark.reliability
-def test_eight_processes_migrate_one_fresh_database_at_once(heavy: None, fresh_database: str) -> None:
+def test_eight_processes_migrate_one_fresh_database_at_once(
+    heavy: None, fresh_database: str
+) -> None:
     _migrate_at_once(fresh_database, 8)

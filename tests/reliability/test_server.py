@@ -110,7 +110,9 @@ def _postmaster(data_dir: Path) -> psutil.Process:
     pid = int((data_dir / "postmaster.pid").read_text().split()[0])
     process = psutil.Process(pid)
     assert process.name() == "postgres", f"pid {pid} is not a postgres server"
-    assert any(str(data_dir) in part for part in process.cmdline()), f"pid {pid} serves another directory"
+    assert any(str(data_dir) in part for part in process.cmdline()), (
+        f"pid {pid} serves another directory"
+    )
     return process
 
 
@@ -191,7 +193,9 @@ async def test_closing_one_of_two_stores_leaves_the_server_to_the_other(data_dir
     _wait_stopped(data_dir)
 
 
-async def test_a_reopened_store_keeps_the_server_after_another_process_exits(data_dir: Path) -> None:
+async def test_a_reopened_store_keeps_the_server_after_another_process_exits(
+    data_dir: Path,
+) -> None:
     holder = await asyncio.to_thread(_holder, data_dir)
     try:
         first = await MemoryStore(settings=_settings(data_dir)).open()
@@ -237,7 +241,9 @@ async def test_the_pool_heals_after_a_restart(data_dir: Path) -> None:
             await asyncio.to_thread(_restart_server, data_dir)
             await store.create_collection("after", dimensions=3, embedding_model="test")
             listed = await asyncio.gather(*(store.list_collections() for _ in range(4)))
-            assert all(sorted(info.name for info in names) == ["after", "before"] for names in listed)
+            assert all(
+                sorted(info.name for info in names) == ["after", "before"] for names in listed
+            )
     finally:
         await asyncio.to_thread(server.stop)
     _wait_stopped(data_dir)
@@ -271,13 +277,17 @@ async def test_many_processes_opening_and_closing_stores_never_lose_the_server(
 ) -> None:
     async with MemoryStore(settings=_settings(data_dir)) as store:
         children = [
-            subprocess.Popen([sys.executable, "-c", CHURN, str(data_dir), "8"], stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-c", CHURN, str(data_dir), "8"], stderr=subprocess.PIPE, text=True
+            )
             for _ in range(4)
         ]
         while any(child.poll() is None for child in children):
             assert await store.list_collections() == []
             await asyncio.sleep(0.05)
-        failures = [child.stderr.read() for child in children if child.returncode != 0 and child.stderr]
+        failures = [
+            child.stderr.read() for child in children if child.returncode != 0 and child.stderr
+        ]
         assert not failures, failures[0]
     _wait_stopped(data_dir)
 

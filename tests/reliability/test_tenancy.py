@@ -55,9 +55,10 @@ async def counts(store: MemoryStore, collection: str, user_id: str) -> dict[str,
     """Everything stored for, or recalled about, one user."""
     async with store.engine.connect() as conn:
         row = (
-            await conn.execute(
-                sql(
-                    """
+            (
+                await conn.execute(
+                    sql(
+                        """
                     SELECT
                       (SELECT count(*) FROM pgmemory_memories
                         WHERE collection = :c AND user_id = :u) AS memories,
@@ -65,10 +66,13 @@ async def counts(store: MemoryStore, collection: str, user_id: str) -> dict[str,
                       (SELECT count(*) FROM pgmemory_facts WHERE user_id = :u) AS facts,
                       (SELECT count(*) FROM pgmemory_recall_audit WHERE user_id = :u) AS recalls
                     """
-                ),
-                {"c": collection, "u": user_id},
+                    ),
+                    {"c": collection, "u": user_id},
+                )
             )
-        ).mappings().one()
+            .mappings()
+            .one()
+        )
     return dict(row)
 
 
@@ -115,7 +119,10 @@ async def test_a_tampered_session_dict_reads_and_writes_nothing_of_bob(
     assert len(openai_server.requests) == requests_before
     assert await counts(store, collection, bob) == bob_before
     assert await counts(store, collection, alice) == {
-        "memories": 0, "history": 0, "facts": 0, "recalls": 0
+        "memories": 0,
+        "history": 0,
+        "facts": 0,
+        "recalls": 0,
     }
 
 

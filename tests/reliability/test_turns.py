@@ -138,9 +138,7 @@ async def test_a_failed_commit_rolls_back_every_provider(
     openai_server.queue(text("ok"))
     with pytest.raises(AfterRunError) as info:
         await agent.run("hello", session)
-    assert [(source, type(exc)) for source, exc in info.value.errors] == [
-        ("late", ConnectionError)
-    ]
+    assert [(source, type(exc)) for source, exc in info.value.errors] == [("late", ConnectionError)]
     assert await store.count_history(session.session_id, user_id=session.state["user_id"]) == 0
 
 

@@ -11,8 +11,7 @@ import pytest
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from pgmemory.errors import InvalidInputError
-from pgmemory.errors import ToolLoopLimitError
+from pgmemory.errors import InvalidInputError, ToolLoopLimitError
 from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate
 from pgmemory.runtime.messages import Message
 from pgmemory.runtime.openai_client import OpenAIChatClient
@@ -253,7 +252,7 @@ async def test_a_failing_after_run_does_not_skip_later_providers(
     from pgmemory.runtime.providers import ContextProvider
 
     class Broken(ContextProvider):
-        async def after_run(self, **kwargs) -> None:  # noqa: ANN003
+        async def after_run(self, **kwargs) -> None:
             raise RuntimeError("provider down")
 
     history = InMemoryHistoryProvider("h")
@@ -272,7 +271,9 @@ async def test_a_failing_after_run_does_not_skip_later_providers(
 
 
 @pytest.mark.parametrize("bad", [0, -3, True, "2"])
-async def test_per_run_max_tool_iterations_is_checked(chat_client: OpenAIChatClient, bad: object) -> None:
+async def test_per_run_max_tool_iterations_is_checked(
+    chat_client: OpenAIChatClient, bad: object
+) -> None:
     agent = Agent(chat_client)
     with pytest.raises(InvalidInputError, match=r"max_tool_iterations=.* must be an integer >= 1"):
         await agent.run("x", max_tool_iterations=bad)  # type: ignore[arg-type]

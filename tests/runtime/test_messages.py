@@ -80,7 +80,9 @@ def test_bad_values_are_named() -> None:
         Message("user", "x").with_source("somewhere")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="not valid JSON"):
         FunctionCallContent("c", "f", "{oops").parse_arguments()
-    with pytest.raises(InvalidInputError, match="item 0 is of type int; pass a str, a Message, a mapping"):
+    with pytest.raises(
+        InvalidInputError, match="item 0 is of type int; pass a str, a Message, a mapping"
+    ):
         as_messages([3])  # type: ignore[list-item]
 
 

@@ -9,10 +9,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from pgmemory.errors import InvalidInputError
+from pgmemory.errors import InvalidInputError, StructuredOutputError
 from pgmemory.runtime.chat import ChatResponse
 from pgmemory.runtime.messages import FunctionCallContent, FunctionResultContent, Message
-from pgmemory.errors import StructuredOutputError
 from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.runtime.tools import tool
 from tests.openai_server import OpenAIServer, call, error, json_reply, text, tool_calls
@@ -199,7 +198,10 @@ async def test_the_test_server_rejects_what_the_real_api_rejects(openai_server) 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     bad = [
         [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c1", "content": "x"}],
-        [{"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "user", "content": "next"}],
+        [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "user", "content": "next"},
+        ],
     ]
     for messages in bad:
         with pytest.raises(openai.BadRequestError):

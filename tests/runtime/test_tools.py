@@ -9,8 +9,7 @@ import pytest
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from pgmemory.errors import InvalidInputError
-from pgmemory.errors import ToolArgumentsError
+from pgmemory.errors import InvalidInputError, ToolArgumentsError
 from pgmemory.runtime.tools import Tool, as_tools, tool
 
 

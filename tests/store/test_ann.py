@@ -9,8 +9,9 @@ from sqlalchemy import text
 
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, queries
+from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE
+from pgmemory.store.reads import DISTANT_PAST as _DISTANT_PAST
 from pgmemory.store.records import MemoryRecord, MemoryScope
-from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE, DISTANT_PAST as _DISTANT_PAST
 from pgmemory.store.store import MemoryStore
 
 DIM = 16
@@ -24,10 +25,17 @@ async def big_store(fresh_database: str):
         await store.create_collection(NAME, dimensions=DIM, embedding_model="test")
         rng = np.random.default_rng(11)
         centres = rng.standard_normal((8, DIM))
-        vectors = (centres[rng.integers(0, 8, 3000)] + 0.3 * rng.standard_normal((3000, DIM))).astype(np.float32)
-        records = [MemoryRecord(content=f"big {i}", scope=MemoryScope(user_id="big"), embedding=v) for i, v in enumerate(vectors)]
-        records += [MemoryRecord(content=f"small {i}", scope=MemoryScope(user_id="small"), embedding=v)
-                    for i, v in enumerate(vectors[:50])]
+        vectors = (
+            centres[rng.integers(0, 8, 3000)] + 0.3 * rng.standard_normal((3000, DIM))
+        ).astype(np.float32)
+        records = [
+            MemoryRecord(content=f"big {i}", scope=MemoryScope(user_id="big"), embedding=v)
+            for i, v in enumerate(vectors)
+        ]
+        records += [
+            MemoryRecord(content=f"small {i}", scope=MemoryScope(user_id="small"), embedding=v)
+            for i, v in enumerate(vectors[:50])
+        ]
         await store.import_records(NAME, records)
         yield store, vectors
 
@@ -35,7 +43,12 @@ async def big_store(fresh_database: str):
 async def test_large_scopes_take_the_index_small_ones_stay_exact(big_store) -> None:
     store, vectors = big_store
     status = await store.enable_ann(NAME, min_scope_rows=1000)
-    assert status.enabled and status.probed_scopes == 1 and status.recall is not None and status.recall >= 0.99
+    assert (
+        status.enabled
+        and status.probed_scopes == 1
+        and status.recall is not None
+        and status.recall >= 0.99
+    )
     assert await store._ann_path(NAME, MemoryScope(user_id="big")) is not None
     assert await store._ann_path(NAME, MemoryScope(user_id="small")) is None
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -43,21 +56,33 @@ async def test_large_scopes_take_the_index_small_ones_stay_exact(big_store) -> N
     rng = np.random.default_rng(12)
     for query in rng.standard_normal((10, DIM)).astype(np.float32):
         truth = {f"big {i}" for i in np.argsort(-(unit @ query))[:10]}
-        hits = await store.search(NAME, MemoryScope(user_id="big"), vector=query, limit=10, audit=False)
+        hits = await store.search(
+            NAME, MemoryScope(user_id="big"), vector=query, limit=10, audit=False
+        )
         found += len(truth & {h.memory.content for h in hits})
         small = await store.search(NAME, MemoryScope(user_id="small"), vector=query, limit=5)
         assert {h.memory.scope.user_id for h in small} == {"small"}
     assert found >= 95  # approximate, and measured: at least 0.95 here, the probe said >= 0.99
     # The statement on that path really walks the collection's HNSW index.
-    statement = queries.search_memories(("user_id",), covering=False, audit=False, ann_dimensions=DIM)
+    statement = queries.search_memories(
+        ("user_id",), covering=False, audit=False, ann_dimensions=DIM
+    )
     async with store.engine.begin() as conn:
         await conn.execute(text(queries.ANN_SETTINGS), {"ef_search": 200})
         plan = "\n".join(
             (
                 await conn.execute(
                     text("EXPLAIN " + statement),
-                    {"collection": NAME, "user_id": "big", "query": vectors[0], "limit": 10, "ann_candidates": 40,
-                     "min_score": -2.0, "since": _DISTANT_PAST, "until": _DISTANT_FUTURE},
+                    {
+                        "collection": NAME,
+                        "user_id": "big",
+                        "query": vectors[0],
+                        "limit": 10,
+                        "ann_candidates": 40,
+                        "min_score": -2.0,
+                        "since": _DISTANT_PAST,
+                        "until": _DISTANT_FUTURE,
+                    },
                 )
             ).scalars()
         )
@@ -65,11 +90,15 @@ async def test_large_scopes_take_the_index_small_ones_stay_exact(big_store) -> N
 
 
 async def test_no_large_scope_means_no_approximate_path(big_store) -> None:
-    store, vectors = big_store
+    store, _vectors = big_store
     status = await store.enable_ann(NAME, min_scope_rows=5000)
     assert (status.enabled, status.probed_scopes, status.recall) == (False, 0, None)
     assert await store._ann_path(NAME, MemoryScope(user_id="big")) is None
     await store.disable_ann(NAME, drop_index=True)
     async with store.engine.begin() as conn:
-        left = (await conn.execute(text("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'pgmemory_ann_%'"))).scalar_one()
+        left = (
+            await conn.execute(
+                text("SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'pgmemory_ann_%'")
+            )
+        ).scalar_one()
     assert left == 0

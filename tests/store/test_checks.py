@@ -35,7 +35,9 @@ async def test_min_score_range_follows_the_mode(store: MemoryStore, collection: 
 async def test_a_bad_recall_floor_is_reported_as_recall_floor(
     store: MemoryStore, collection: str
 ) -> None:
-    with pytest.raises(InvalidInputError, match="recall_floor is 1.5; expected a number from 0 to 1"):
+    with pytest.raises(
+        InvalidInputError, match="recall_floor is 1.5; expected a number from 0 to 1"
+    ):
         await store.enable_ann(collection, recall_floor=1.5)
 
 

@@ -61,21 +61,22 @@ async def test_the_columns_are_the_migrated_tables(store: MemoryStore) -> None:
 
 
 async def test_the_staging_table_is_what_copy_sends(store: MemoryStore) -> None:
-    async with store.engine.connect() as conn:
-        async with conn.begin():
-            await conn.execute(text(queries.CREATE_STAGING))
-            rows = (
-                await conn.execute(
-                    text(
-                        "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute "
-                        "WHERE attrelid = 'pgmemory_import'::regclass AND attnum > 0 "
-                        "ORDER BY attnum"
-                    )
+    async with store.engine.connect() as conn, conn.begin():
+        await conn.execute(text(queries.CREATE_STAGING))
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute "
+                    "WHERE attrelid = 'pgmemory_import'::regclass AND attnum > 0 "
+                    "ORDER BY attnum"
                 )
-            ).all()
-            await conn.rollback()
+            )
+        ).all()
+        await conn.rollback()
     spelled = {"timestamp with time zone": "timestamptz"}
-    assert [(name, spelled.get(t, t)) for name, t in rows] == list(zip(STAGING_COLUMNS, STAGING_TYPES))
+    assert [(name, spelled.get(t, t)) for name, t in rows] == list(
+        zip(STAGING_COLUMNS, STAGING_TYPES, strict=True)
+    )
     assert f"pgmemory_import ({', '.join(STAGING_COLUMNS)})" in queries.COPY_STAGING
 
 
@@ -95,8 +96,9 @@ def test_read_columns_make_a_memory() -> None:
     assert {c.name for c in READ_COLUMNS if c.memory == "scope"} == set(MemoryScope.DIMENSIONS)
     row = {c.name: f"v-{c.name}" for c in READ_COLUMNS} | {"agent_id": ""}
     memory = memory_from_row(row)
-    assert memory.scope == MemoryScope(user_id="v-user_id", application_id="v-application_id",
-                                       session_id="v-session_id")
+    assert memory.scope == MemoryScope(
+        user_id="v-user_id", application_id="v-application_id", session_id="v-session_id"
+    )
     assert memory.content == "v-content" and memory.metadata == "v-metadata"
 
 

@@ -38,7 +38,9 @@ def _postgres_processes(data_dir: Path) -> list[psutil.Process]:
 def test_two_processes_share_one_server_and_it_stops(tmp_path: Path) -> None:
     data_dir = tmp_path / "pgdata"
     children = [
-        subprocess.Popen([sys.executable, "-c", CHILD, str(data_dir)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(data_dir)], stdout=subprocess.PIPE, text=True
+        )
         for _ in range(2)
     ]
     outputs = [child.communicate(timeout=120)[0].split() for child in children]

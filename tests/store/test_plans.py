@@ -33,9 +33,13 @@ def hnsw_database(fresh_database: str) -> str:
     engine = sa.create_engine(fresh_database)
     with engine.begin() as conn:
         database = conn.execute(text("SELECT current_database()")).scalar_one()
-        conn.execute(text(f"ALTER TABLE pgmemory_memories ALTER COLUMN embedding TYPE vector({DIM})"))
         conn.execute(
-            text("CREATE INDEX memories_hnsw ON pgmemory_memories USING hnsw (embedding vector_cosine_ops)")
+            text(f"ALTER TABLE pgmemory_memories ALTER COLUMN embedding TYPE vector({DIM})")
+        )
+        conn.execute(
+            text(
+                "CREATE INDEX memories_hnsw ON pgmemory_memories USING hnsw (embedding vector_cosine_ops)"
+            )
         )
         conn.execute(text(f'ALTER DATABASE "{database}" SET plan_cache_mode = force_generic_plan'))
         conn.execute(text(f'ALTER DATABASE "{database}" SET enable_sort = off'))
@@ -53,8 +57,10 @@ async def test_generic_prepared_plans_stay_exact_with_an_hnsw_index(hnsw_databas
         await store.create_collection("c", dimensions=DIM, embedding_model="test")
         ids = await store.add(
             "c",
-            [MemoryRecord(content=f"m{i}", scope=MemoryScope(user_id=o), embedding=v)
-             for i, (o, v) in enumerate(zip(owners, vectors, strict=True))],
+            [
+                MemoryRecord(content=f"m{i}", scope=MemoryScope(user_id=o), embedding=v)
+                for i, (o, v) in enumerate(zip(owners, vectors, strict=True))
+            ],
         )
         async with store.engine.begin() as conn:
             await conn.execute(text("ANALYZE pgmemory_memories"))
@@ -64,20 +70,31 @@ async def test_generic_prepared_plans_stay_exact_with_an_hnsw_index(hnsw_databas
         queries = rng.standard_normal((12, DIM)).astype(np.float32)
         for query in queries:  # > 5 runs: psycopg prepares the statement server-side
             expected = [ids[small[j]] for j in np.argsort(-(unit @ query))[:10]]
-            hits = await store.search("c", MemoryScope(user_id="small"), vector=query, limit=10, audit=False)
+            hits = await store.search(
+                "c", MemoryScope(user_id="small"), vector=query, limit=10, audit=False
+            )
             assert [h.memory.id for h in hits] == expected
             async with store.engine.begin() as conn:
                 naive = (
-                    await conn.execute(
-                        text(NAIVE), {"collection": "c", "user_id": "small", "query": query, "limit": 10}
+                    (
+                        await conn.execute(
+                            text(NAIVE),
+                            {"collection": "c", "user_id": "small", "query": query, "limit": 10},
+                        )
                     )
-                ).scalars().all()
+                    .scalars()
+                    .all()
+                )
             naive_found += len(set(naive) & set(expected))
         async with store.engine.begin() as conn:
-            prepared = (await conn.execute(text("SELECT count(*) FROM pg_prepared_statements"))).scalar_one()
+            prepared = (
+                await conn.execute(text("SELECT count(*) FROM pg_prepared_statements"))
+            ).scalar_one()
             statement = store_statement(store)
             plan = "\n".join(
-                (await conn.execute(text("EXPLAIN " + statement), explain_params(queries[0]))).scalars()
+                (
+                    await conn.execute(text("EXPLAIN " + statement), explain_params(queries[0]))
+                ).scalars()
             )
             naive_plan = "\n".join(
                 (
@@ -101,7 +118,12 @@ def store_statement(store: MemoryStore) -> str:
 
 
 def explain_params(query: np.ndarray) -> dict:
-    from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE, DISTANT_PAST as _DISTANT_PAST
+    from pgmemory.store.reads import (
+        DISTANT_FUTURE as _DISTANT_FUTURE,
+    )
+    from pgmemory.store.reads import (
+        DISTANT_PAST as _DISTANT_PAST,
+    )
 
     return {
         "collection": "c",

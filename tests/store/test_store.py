@@ -34,7 +34,9 @@ async def test_alice_and_bob_never_see_each_other(store: MemoryStore, collection
             MemoryRecord(content="I love very spicy Sichuan food", scope=MemoryScope(user_id=bob)),
         ],
     )
-    alice_hits = await store.search(collection, MemoryScope(user_id=alice), query="spicy food", limit=10)
+    alice_hits = await store.search(
+        collection, MemoryScope(user_id=alice), query="spicy food", limit=10
+    )
     bob_hits = await store.search(collection, MemoryScope(user_id=bob), query="辣", limit=10)
     assert [h.memory.content for h in alice_hits] == ["我不能吃辣，请不要点辣的菜"]
     assert [h.memory.content for h in bob_hits] == ["I love very spicy Sichuan food"]
@@ -65,15 +67,21 @@ async def test_unset_dimensions_are_not_filtered(store: MemoryStore, collection:
         collection,
         [
             MemoryRecord(content="first session", scope=MemoryScope(user_id=user, session_id="s1")),
-            MemoryRecord(content="second session", scope=MemoryScope(user_id=user, session_id="s2")),
+            MemoryRecord(
+                content="second session", scope=MemoryScope(user_id=user, session_id="s2")
+            ),
         ],
     )
     assert await store.count(collection, MemoryScope(user_id=user)) == 2
     assert await store.count(collection, MemoryScope(user_id=user, session_id="s1")) == 1
-    assert await store.count(collection, MemoryScope(session_id="s2", user_id=user, agent_id="x")) == 0
+    assert (
+        await store.count(collection, MemoryScope(session_id="s2", user_id=user, agent_id="x")) == 0
+    )
 
 
-async def test_empty_search_scope_is_refused_unless_allowed(store: MemoryStore, collection: str) -> None:
+async def test_empty_search_scope_is_refused_unless_allowed(
+    store: MemoryStore, collection: str
+) -> None:
     with pytest.raises(ScopeError, match="allow_unscoped=True"):
         await store.search(collection, MemoryScope(), query="anything")
     with pytest.raises(ScopeError, match="empty scope"):
@@ -90,13 +98,20 @@ async def test_scope_values_with_sql_metacharacters_match_literally(
     vec = rand_vectors(1, seed=3)[0]
     for value in tricky:
         await store.add(
-            collection, [MemoryRecord(content=f"note of {value}", scope=MemoryScope(user_id=value), embedding=vec)]
+            collection,
+            [
+                MemoryRecord(
+                    content=f"note of {value}", scope=MemoryScope(user_id=value), embedding=vec
+                )
+            ],
         )
     for value in tricky:
         hits = await store.search(collection, MemoryScope(user_id=value), vector=vec, limit=10)
         assert [h.memory.scope.user_id for h in hits] == [value]
     # '%' and '_' are not wildcards: "a_b" does not match "axb", "100%" does not match "1000"
-    await store.add(collection, [MemoryRecord(content="n", scope=MemoryScope(user_id="axb"), embedding=vec)])
+    await store.add(
+        collection, [MemoryRecord(content="n", scope=MemoryScope(user_id="axb"), embedding=vec)]
+    )
     assert await store.count(collection, MemoryScope(user_id="a_b")) == 1
 
 
@@ -107,22 +122,30 @@ async def test_min_score_and_time_bounds(store: MemoryStore, collection: str) ->
     await store.add(
         collection,
         [
-            MemoryRecord(content="same", scope=MemoryScope(user_id=user), embedding=base, created_at=old),
+            MemoryRecord(
+                content="same", scope=MemoryScope(user_id=user), embedding=base, created_at=old
+            ),
             MemoryRecord(content="opposite", scope=MemoryScope(user_id=user), embedding=-base),
         ],
     )
-    hits = await store.search(collection, MemoryScope(user_id=user), vector=base, limit=5, min_score=0.5)
+    hits = await store.search(
+        collection, MemoryScope(user_id=user), vector=base, limit=5, min_score=0.5
+    )
     assert [h.memory.content for h in hits] == ["same"]
     assert hits[0].score == pytest.approx(1.0, abs=1e-5)
     recent = await store.search(
         collection, MemoryScope(user_id=user), vector=base, limit=5, since=old + timedelta(days=1)
     )
     assert [h.memory.content for h in recent] == ["opposite"]
-    before = await store.search(collection, MemoryScope(user_id=user), vector=base, until=old + timedelta(seconds=1))
+    before = await store.search(
+        collection, MemoryScope(user_id=user), vector=base, until=old + timedelta(seconds=1)
+    )
     assert [h.memory.content for h in before] == ["same"]
 
 
-async def test_expired_memories_are_invisible_then_reclaimed(store: MemoryStore, collection: str) -> None:
+async def test_expired_memories_are_invisible_then_reclaimed(
+    store: MemoryStore, collection: str
+) -> None:
     user = unique("u")
     past = datetime.now(UTC) - timedelta(minutes=1)
     await store.add(
@@ -139,7 +162,9 @@ async def test_expired_memories_are_invisible_then_reclaimed(store: MemoryStore,
     async with store.engine.connect() as conn:
         ops = (
             await conn.execute(
-                text("SELECT operation, actor FROM pgmemory_memory_audit WHERE user_id = :u ORDER BY id"),
+                text(
+                    "SELECT operation, actor FROM pgmemory_memory_audit WHERE user_id = :u ORDER BY id"
+                ),
                 {"u": user},
             )
         ).all()
@@ -148,7 +173,10 @@ async def test_expired_memories_are_invisible_then_reclaimed(store: MemoryStore,
 
 async def test_list_pages_newest_first(store: MemoryStore, collection: str) -> None:
     user = unique("u")
-    await store.add(collection, [MemoryRecord(content=f"m{i}", scope=MemoryScope(user_id=user)) for i in range(5)])
+    await store.add(
+        collection,
+        [MemoryRecord(content=f"m{i}", scope=MemoryScope(user_id=user)) for i in range(5)],
+    )
     scope = MemoryScope(user_id=user)
     first = await store.list(collection, scope, limit=2)
     second = await store.list(collection, scope, limit=2, offset=2)
@@ -161,7 +189,10 @@ async def test_delete_by_ids_and_by_scope_is_audited(store: MemoryStore, collect
     alice, bob = unique("alice"), unique("bob")
     ids = await store.add(
         collection,
-        [MemoryRecord(content=f"a{i}", scope=MemoryScope(user_id=alice, session_id=f"s{i}")) for i in range(3)]
+        [
+            MemoryRecord(content=f"a{i}", scope=MemoryScope(user_id=alice, session_id=f"s{i}"))
+            for i in range(3)
+        ]
         + [MemoryRecord(content="b", scope=MemoryScope(user_id=bob))],
     )
     assert await store.delete(collection, ids=[ids[0]], actor="alice-request") == 1
@@ -180,11 +211,17 @@ async def test_delete_by_ids_and_by_scope_is_audited(store: MemoryStore, collect
                 {"u": alice},
             )
         ).all()
-    assert [(r.operation, r.actor) for r in rows] == [("delete", "alice-request"), ("delete", "gdpr"), ("delete", "gdpr")]
+    assert [(r.operation, r.actor) for r in rows] == [
+        ("delete", "alice-request"),
+        ("delete", "gdpr"),
+        ("delete", "gdpr"),
+    ]
     assert rows[0].memory_id == ids[0]
 
 
-async def test_every_write_is_audited_in_the_same_transaction(store: MemoryStore, collection: str) -> None:
+async def test_every_write_is_audited_in_the_same_transaction(
+    store: MemoryStore, collection: str
+) -> None:
     user = unique("u")
     ids = await store.add(
         collection,
@@ -193,7 +230,9 @@ async def test_every_write_is_audited_in_the_same_transaction(store: MemoryStore
     )
     async with store.engine.connect() as conn:
         mem_xmin = (
-            await conn.execute(text("SELECT xmin::text FROM pgmemory_memories WHERE id = :id"), {"id": ids[0]})
+            await conn.execute(
+                text("SELECT xmin::text FROM pgmemory_memories WHERE id = :id"), {"id": ids[0]}
+            )
         ).scalar_one()
         audit = (
             await conn.execute(
@@ -205,7 +244,9 @@ async def test_every_write_is_audited_in_the_same_transaction(store: MemoryStore
             )
         ).one()
     assert str(audit.txid) == mem_xmin
-    assert audit.content_sha256 == "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+    assert (
+        audit.content_sha256 == "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+    )
     assert (audit.actor, audit.collection, audit.session_id) == ("svc", collection, "s")
 
 
@@ -213,8 +254,10 @@ async def test_recall_is_audited_with_ids_and_scores(store: MemoryStore, collect
     user = unique("u")
     ids = await store.add(
         collection,
-        [MemoryRecord(content="likes tea", scope=MemoryScope(user_id=user)),
-         MemoryRecord(content="hates coffee", scope=MemoryScope(user_id=user))],
+        [
+            MemoryRecord(content="likes tea", scope=MemoryScope(user_id=user)),
+            MemoryRecord(content="hates coffee", scope=MemoryScope(user_id=user)),
+        ],
     )
     hits = await store.search(
         collection,
@@ -226,16 +269,24 @@ async def test_recall_is_audited_with_ids_and_scores(store: MemoryStore, collect
     await store.search(collection, MemoryScope(user_id=user), query="not audited", audit=False)
     async with store.engine.connect() as conn:
         rows = (
-            await conn.execute(
-                text("SELECT * FROM pgmemory_recall_audit WHERE user_id = :u"), {"u": user}
+            (
+                await conn.execute(
+                    text("SELECT * FROM pgmemory_recall_audit WHERE user_id = :u"), {"u": user}
+                )
             )
-        ).mappings().all()
+            .mappings()
+            .all()
+        )
     assert len(rows) == 1
     row = rows[0]
     assert row["memory_ids"] == [h.memory.id for h in hits]
     assert set(row["memory_ids"]) == set(ids)
     assert row["scores"] == pytest.approx([h.score for h in hits], rel=1e-5)
-    assert (row["provider"], row["mode"], row["requesting_session_id"]) == ("p1", "before_ai_invoke", "sess-9")
+    assert (row["provider"], row["mode"], row["requesting_session_id"]) == (
+        "p1",
+        "before_ai_invoke",
+        "sess-9",
+    )
     assert row["query_text"] is None and len(row["query_sha256"]) == 64
 
 
@@ -246,12 +297,22 @@ async def test_collections_of_different_sizes_coexist(store: MemoryStore) -> Non
     user = unique("u")
     rng = np.random.default_rng(5)
     v384, v1536 = rng.standard_normal(384), rng.standard_normal(1536)
-    await store.add(small, [MemoryRecord(content="s", scope=MemoryScope(user_id=user), embedding=v384)])
-    await store.add(large, [MemoryRecord(content="l", scope=MemoryScope(user_id=user), embedding=v1536)])
-    assert (await store.search(large, MemoryScope(user_id=user), vector=v1536))[0].score == pytest.approx(1.0, abs=1e-5)
-    assert (await store.search(small, MemoryScope(user_id=user), vector=v384))[0].memory.content == "s"
+    await store.add(
+        small, [MemoryRecord(content="s", scope=MemoryScope(user_id=user), embedding=v384)]
+    )
+    await store.add(
+        large, [MemoryRecord(content="l", scope=MemoryScope(user_id=user), embedding=v1536)]
+    )
+    assert (await store.search(large, MemoryScope(user_id=user), vector=v1536))[
+        0
+    ].score == pytest.approx(1.0, abs=1e-5)
+    assert (await store.search(small, MemoryScope(user_id=user), vector=v384))[
+        0
+    ].memory.content == "s"
     with pytest.raises(CollectionError, match="1536 dimensions; this collection holds 384"):
-        await store.add(small, [MemoryRecord(content="x", scope=MemoryScope(user_id=user), embedding=v1536)])
+        await store.add(
+            small, [MemoryRecord(content="x", scope=MemoryScope(user_id=user), embedding=v1536)]
+        )
     # Same name, another model: refused.
     with pytest.raises(CollectionError, match="exists with 384 dimensions"):
         await store.create_collection(small, dimensions=384, embedding_model="other-model")
@@ -279,23 +340,34 @@ async def test_large_batches_are_chunked_and_copy_import_is_audited(
     vectors = rand_vectors(250, seed=6)
     ids = await store.add(
         collection,
-        [MemoryRecord(content=f"r{i}", scope=MemoryScope(user_id=user), embedding=v) for i, v in enumerate(vectors)],
+        [
+            MemoryRecord(content=f"r{i}", scope=MemoryScope(user_id=user), embedding=v)
+            for i, v in enumerate(vectors)
+        ],
     )
     assert len(set(ids)) == 250
     imported = await store.import_records(
         collection,
-        (MemoryRecord(content=f"imp{i}", scope=MemoryScope(user_id=user, session_id="bulk"), embedding=v)
-         for i, v in enumerate(vectors)),
+        (
+            MemoryRecord(
+                content=f"imp{i}", scope=MemoryScope(user_id=user, session_id="bulk"), embedding=v
+            )
+            for i, v in enumerate(vectors)
+        ),
         batch_rows=64,
     )
     assert imported == 250
     assert await store.count(collection, MemoryScope(user_id=user)) == 500
-    hits = await store.search(collection, MemoryScope(user_id=user, session_id="bulk"), vector=vectors[17], limit=1)
+    hits = await store.search(
+        collection, MemoryScope(user_id=user, session_id="bulk"), vector=vectors[17], limit=1
+    )
     assert hits[0].memory.content == "imp17"
     async with store.engine.connect() as conn:
         audited = (
             await conn.execute(
-                text("SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u AND operation = 'insert'"),
+                text(
+                    "SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u AND operation = 'insert'"
+                ),
                 {"u": user},
             )
         ).scalar_one()
@@ -325,7 +397,9 @@ async def test_a_failure_inside_a_later_chunk_writes_nothing(
             )
         )
     try:
-        records = [MemoryRecord(content=f"ok{i}", scope=MemoryScope(user_id=user)) for i in range(25)]
+        records = [
+            MemoryRecord(content=f"ok{i}", scope=MemoryScope(user_id=user)) for i in range(25)
+        ]
         records.append(MemoryRecord(content="poison", scope=MemoryScope(user_id=user)))
         with pytest.raises(Exception, match="poisoned row"):
             await store.add(collection, records)
@@ -336,14 +410,19 @@ async def test_a_failure_inside_a_later_chunk_writes_nothing(
     assert await store.count(collection, MemoryScope(user_id=user)) == 0
     async with store.engine.connect() as conn:
         audited = (
-            await conn.execute(text("SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u"), {"u": user})
+            await conn.execute(
+                text("SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u"), {"u": user}
+            )
         ).scalar_one()
     assert audited == 0
 
 
 async def test_chat_history_is_ordered_deduplicated_and_paginated(store: MemoryStore) -> None:
     session = unique("s")
-    msgs = [{"message_id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant", "text": f"t{i}"} for i in range(5)]
+    msgs = [
+        {"message_id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant", "text": f"t{i}"}
+        for i in range(5)
+    ]
     assert await store.append_history(session, msgs[:3]) == 3
     assert await store.append_history(session, msgs[2:]) == 2  # m2 is already there
     rows = await store.read_history(session)
@@ -361,21 +440,32 @@ async def test_concurrent_history_appends_do_not_collide(store: MemoryStore) -> 
 
     session = unique("s")
     await asyncio.gather(
-        *[store.append_history(session, [{"message_id": f"w{w}-{i}", "role": "user"} for i in range(5)]) for w in range(4)]
+        *[
+            store.append_history(
+                session, [{"message_id": f"w{w}-{i}", "role": "user"} for i in range(5)]
+            )
+            for w in range(4)
+        ]
     )
     rows = await store.read_history(session)
     assert len(rows) == 20 and len({r.seq for r in rows}) == 20
 
 
-async def test_keyword_search_matches_chinese_and_english(store: MemoryStore, collection: str) -> None:
+async def test_keyword_search_matches_chinese_and_english(
+    store: MemoryStore, collection: str
+) -> None:
     user = unique("u")
     await store.add(
         collection,
         [
             MemoryRecord(content="上次点了辣椒炒肉和清炒菜心", scope=MemoryScope(user_id=user)),
             MemoryRecord(content="我不能吃辣", scope=MemoryScope(user_id=user)),
-            MemoryRecord(content="Order number 4711 was delivered late", scope=MemoryScope(user_id=user)),
-            MemoryRecord(content="辣椒炒肉 for somebody else", scope=MemoryScope(user_id=unique("other"))),
+            MemoryRecord(
+                content="Order number 4711 was delivered late", scope=MemoryScope(user_id=user)
+            ),
+            MemoryRecord(
+                content="辣椒炒肉 for somebody else", scope=MemoryScope(user_id=unique("other"))
+            ),
         ],
     )
     scope = MemoryScope(user_id=user)
@@ -386,7 +476,9 @@ async def test_keyword_search_matches_chinese_and_english(store: MemoryStore, co
     assert await store.search(collection, scope, query="the of and", mode="text") == []
 
 
-async def test_hybrid_fuses_keywords_similarity_and_recency(store: MemoryStore, collection: str) -> None:
+async def test_hybrid_fuses_keywords_similarity_and_recency(
+    store: MemoryStore, collection: str
+) -> None:
     from pgmemory.store.records import SearchWeights
 
     user = unique("u")
@@ -394,15 +486,27 @@ async def test_hybrid_fuses_keywords_similarity_and_recency(store: MemoryStore, 
     old = datetime(2025, 1, 1, tzinfo=UTC)
     await store.add(
         collection,
-        [MemoryRecord(content=f"filler note {i} about the weather", scope=scope, created_at=old + timedelta(days=i))
-         for i in range(8)]
-        + [MemoryRecord(content="Invoice code ZX-93 is unpaid", scope=scope, created_at=old),
-           MemoryRecord(content="newest entry: went jogging", scope=scope)],
+        [
+            MemoryRecord(
+                content=f"filler note {i} about the weather",
+                scope=scope,
+                created_at=old + timedelta(days=i),
+            )
+            for i in range(8)
+        ]
+        + [
+            MemoryRecord(content="Invoice code ZX-93 is unpaid", scope=scope, created_at=old),
+            MemoryRecord(content="newest entry: went jogging", scope=scope),
+        ],
     )
     hybrid = await store.search(collection, scope, query="ZX-93", mode="hybrid", limit=3)
     assert hybrid[0].memory.content == "Invoice code ZX-93 is unpaid"
     recent = await store.search(
-        collection, scope, query="weather", mode="hybrid", limit=1,
+        collection,
+        scope,
+        query="weather",
+        mode="hybrid",
+        limit=1,
         weights=SearchWeights(vector=0.0, text=0.0, recency=1.0),
     )
     assert recent[0].memory.content == "newest entry: went jogging"
@@ -415,7 +519,9 @@ async def test_facts_merge_overwrite_remove_and_audit(store: MemoryStore) -> Non
     scope = MemoryScope(user_id=user)
     assert await store.get_facts("profile", scope) == {}
     assert await store.merge_facts("profile", scope, {"name": "Alice"}) == {"name": "Alice"}
-    merged = await store.merge_facts("profile", scope, {"age": 30, "name": "Alice"}, actor="extractor")
+    merged = await store.merge_facts(
+        "profile", scope, {"age": 30, "name": "Alice"}, actor="extractor"
+    )
     assert merged == {"name": "Alice", "age": 30}
     assert await store.merge_facts("profile", scope, {"age": 31}) == {"name": "Alice", "age": 31}
     assert await store.merge_facts("profile", scope, {"name": None}) == {"age": 31}
@@ -423,12 +529,17 @@ async def test_facts_merge_overwrite_remove_and_audit(store: MemoryStore) -> Non
     async with store.engine.begin() as conn:
         rows = (
             await conn.execute(
-                text("SELECT key, old_value, new_value FROM pgmemory_fact_audit WHERE user_id = :u ORDER BY id"),
+                text(
+                    "SELECT key, old_value, new_value FROM pgmemory_fact_audit WHERE user_id = :u ORDER BY id"
+                ),
                 {"u": user},
             )
         ).all()
     assert [tuple(r) for r in rows] == [
-        ("name", None, "Alice"), ("age", None, 30), ("age", 30, 31), ("name", "Alice", None)
+        ("name", None, "Alice"),
+        ("age", None, 30),
+        ("age", 30, 31),
+        ("name", "Alice", None),
     ]
     assert await store.delete_facts(scope) == 1
     with pytest.raises(ScopeError):
@@ -442,16 +553,32 @@ async def test_erase_user_removes_everything_personal_in_one_go(store: MemorySto
         name = unique("c")
         await store.create_collection(name)
         names.append(name)
-        await store.add(name, [MemoryRecord(content="alice's secret", scope=MemoryScope(user_id=alice)),
-                               MemoryRecord(content="bob's note", scope=MemoryScope(user_id=bob))])
+        await store.add(
+            name,
+            [
+                MemoryRecord(content="alice's secret", scope=MemoryScope(user_id=alice)),
+                MemoryRecord(content="bob's note", scope=MemoryScope(user_id=bob)),
+            ],
+        )
     await store.merge_facts("profile", MemoryScope(user_id=alice), {"name": "Alice"})
     await store.merge_facts("profile", MemoryScope(user_id=alice, session_id="s"), {"age": 3})
-    await store.append_history("s1", [{"message_id": "m", "role": "user", "text": "hi"}], user_id=alice)
-    await store.search(names[0], MemoryScope(user_id=alice), query="secret",
-                       trace=RecallTrace(include_query_text=True))
+    await store.append_history(
+        "s1", [{"message_id": "m", "role": "user", "text": "hi"}], user_id=alice
+    )
+    await store.search(
+        names[0],
+        MemoryScope(user_id=alice),
+        query="secret",
+        trace=RecallTrace(include_query_text=True),
+    )
     counts = await store.erase_user(alice, actor="dpo")
-    assert counts == {"memories": 2, "facts": 2, "history_messages": 1,
-                      "fact_audit_rows_redacted": 2, "recall_audit_rows_redacted": 1}
+    assert counts == {
+        "memories": 2,
+        "facts": 2,
+        "history_messages": 1,
+        "fact_audit_rows_redacted": 2,
+        "recall_audit_rows_redacted": 1,
+    }
     for name in names:
         assert await store.count(name, MemoryScope(user_id=alice)) == 0
         assert await store.count(name, MemoryScope(user_id=bob)) == 1
@@ -469,7 +596,9 @@ async def test_erase_user_removes_everything_personal_in_one_go(store: MemorySto
         ).scalar_one()
         deletes = (
             await conn.execute(
-                text("SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u AND operation = 'delete' AND actor = 'dpo'"),
+                text(
+                    "SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u AND operation = 'delete' AND actor = 'dpo'"
+                ),
                 {"u": alice},
             )
         ).scalar_one()
@@ -479,41 +608,79 @@ async def test_erase_user_removes_everything_personal_in_one_go(store: MemorySto
 async def test_a_message_is_stored_once_per_scope(store: MemoryStore, collection: str) -> None:
     user = unique("u")
     scope = MemoryScope(user_id=user, session_id="s")
-    first = await store.add(collection, [MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
-                                         MemoryRecord(content="no id, always stored", scope=scope)])
-    again = await store.add(collection, [MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
-                                         MemoryRecord(content="new", scope=scope, message_id="m2"),
-                                         MemoryRecord(content="no id, always stored", scope=scope)])
+    first = await store.add(
+        collection,
+        [
+            MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
+            MemoryRecord(content="no id, always stored", scope=scope),
+        ],
+    )
+    again = await store.add(
+        collection,
+        [
+            MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
+            MemoryRecord(content="new", scope=scope, message_id="m2"),
+            MemoryRecord(content="no id, always stored", scope=scope),
+        ],
+    )
     assert len(first) == 2 and len(again) == 2
     other_session = await store.add(
-        collection, [MemoryRecord(content="I like tea", scope=MemoryScope(user_id=user, session_id="t"), message_id="m1")]
+        collection,
+        [
+            MemoryRecord(
+                content="I like tea",
+                scope=MemoryScope(user_id=user, session_id="t"),
+                message_id="m1",
+            )
+        ],
     )
     assert len(other_session) == 1  # the same id in another scope is another memory
     imported = await store.import_records(
-        collection, [MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
-                     MemoryRecord(content="fresh", scope=scope, message_id="m3")]
+        collection,
+        [
+            MemoryRecord(content="I like tea", scope=scope, message_id="m1"),
+            MemoryRecord(content="fresh", scope=scope, message_id="m3"),
+        ],
     )
     assert imported == 1
-    contents = sorted(m.content for m in await store.list(collection, MemoryScope(user_id=user, session_id="s")))
-    assert contents == ["I like tea", "fresh", "new", "no id, always stored", "no id, always stored"]
+    contents = sorted(
+        m.content for m in await store.list(collection, MemoryScope(user_id=user, session_id="s"))
+    )
+    assert contents == [
+        "I like tea",
+        "fresh",
+        "new",
+        "no id, always stored",
+        "no id, always stored",
+    ]
 
 
-async def test_keyword_ranking_is_bm25_rare_terms_weigh_more(store: MemoryStore, collection: str) -> None:
+async def test_keyword_ranking_is_bm25_rare_terms_weigh_more(
+    store: MemoryStore, collection: str
+) -> None:
     user = unique("u")
     scope = MemoryScope(user_id=user)
-    common = [MemoryRecord(content=f"the weather report number {i} says sunny weather", scope=scope) for i in range(6)]
+    common = [
+        MemoryRecord(content=f"the weather report number {i} says sunny weather", scope=scope)
+        for i in range(6)
+    ]
     await store.add(
         collection,
-        common
-        + [
+        [
+            *common,
             MemoryRecord(content="my passport expires in march", scope=scope),
-            MemoryRecord(content="weather weather weather weather and also a passport", scope=scope),
+            MemoryRecord(
+                content="weather weather weather weather and also a passport", scope=scope
+            ),
         ],
     )
     hits = await store.search(collection, scope, query="weather passport", mode="text", limit=8)
     contents = [h.memory.content for h in hits]
     # both passport memories beat every weather-only one: 'passport' is rare in the scope
-    assert set(contents[:2]) == {"my passport expires in march", "weather weather weather weather and also a passport"}
+    assert set(contents[:2]) == {
+        "my passport expires in march",
+        "weather weather weather weather and also a passport",
+    }
     assert len(contents) == 8 and all(h.score > 0 for h in hits)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
@@ -527,7 +694,10 @@ async def test_bulk_import_is_not_cut_by_the_statement_timeout(database_url: str
         await strict.create_collection(name, dimensions=8, embedding_model="m")
         rng = np.random.default_rng(3)
         imported = await strict.import_records(
-            name, [MemoryRecord(content=f"r{i}", scope=MemoryScope(user_id="u"), embedding=v)
-                   for i, v in enumerate(rng.standard_normal((3000, 8)))]
+            name,
+            [
+                MemoryRecord(content=f"r{i}", scope=MemoryScope(user_id="u"), embedding=v)
+                for i, v in enumerate(rng.standard_normal((3000, 8)))
+            ],
         )
         assert imported == 3000

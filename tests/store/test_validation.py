@@ -22,10 +22,14 @@ def good(user: str, content: str = "fine") -> MemoryRecord:
 async def _rows(store: MemoryStore, user: str) -> tuple[int, int]:
     async with store.engine.connect() as conn:
         memories = (
-            await conn.execute(text("SELECT count(*) FROM pgmemory_memories WHERE user_id = :u"), {"u": user})
+            await conn.execute(
+                text("SELECT count(*) FROM pgmemory_memories WHERE user_id = :u"), {"u": user}
+            )
         ).scalar_one()
         audit = (
-            await conn.execute(text("SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u"), {"u": user})
+            await conn.execute(
+                text("SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u"), {"u": user}
+            )
         ).scalar_one()
     return memories, audit
 
@@ -58,17 +62,23 @@ async def test_a_bad_record_fails_the_whole_batch(
     assert await _rows(store, user) == (0, 0)
 
 
-async def test_text_over_the_cap_names_the_setting(database_url: str, embedder, collection: str) -> None:
+async def test_text_over_the_cap_names_the_setting(
+    database_url: str, embedder, collection: str
+) -> None:
     settings = Settings(_env_file=None, max_text_chars=10)  # type: ignore[call-arg]
     async with MemoryStore(database_url, settings=settings, embedder=embedder) as small:
-        with pytest.raises(InvalidInputError, match=r"11 characters.*limit is 10.*PGMEMORY_MAX_TEXT_CHARS"):
+        with pytest.raises(
+            InvalidInputError, match=r"11 characters.*limit is 10.*PGMEMORY_MAX_TEXT_CHARS"
+        ):
             await small.add(collection, [good(unique("u"), "x" * 11)])
         # A query is never refused for its length: it is cut to its head (max_text_chars).
         assert await small.search(collection, MemoryScope(user_id="u"), query="y" * 11) == []
 
 
 async def test_unknown_collection(store: MemoryStore) -> None:
-    with pytest.raises(CollectionError, match=r"unknown collection 'nope'.*create_collection\('nope'\)"):
+    with pytest.raises(
+        CollectionError, match=r"unknown collection 'nope'.*create_collection\('nope'\)"
+    ):
         await store.add("nope", [good("u")])
     with pytest.raises(CollectionError, match="unknown collection"):
         await store.search("nope", MemoryScope(user_id="u"), query="x")

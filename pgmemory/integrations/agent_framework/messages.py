@@ -40,9 +40,7 @@ def _json_native(value: Any) -> Any:
         return None
 
 
-def to_pgmemory(
-    message: FrameworkMessage, *, history_sources: Iterable[str] = ()
-) -> Message:
+def to_pgmemory(message: FrameworkMessage, *, history_sources: Iterable[str] = ()) -> Message:
     """A framework message as a pgmemory :class:`~pgmemory.Message`.
 
     Args:
@@ -67,11 +65,13 @@ def to_pgmemory(
             contents.append(TextContent(content.text or ""))
         elif content.type == "function_call":
             arguments = content.arguments
+            if isinstance(arguments, Mapping):
+                arguments = json.dumps(dict(arguments), ensure_ascii=False)
             contents.append(
                 FunctionCallContent(
                     call_id=str(content.call_id),
                     name=str(content.name),
-                    arguments=arguments if isinstance(arguments, str | Mapping) else "{}",
+                    arguments=arguments if isinstance(arguments, str) else "{}",
                 )
             )
         elif content.type == "function_result":

@@ -25,19 +25,19 @@ from typing import Any
 
 import agent_framework as af
 
-from pgmemory.memory.chat_history import ChatHistoryMemoryProvider as _ChatHistoryMemory
-from pgmemory.memory.chat_history import ChatHistoryMemoryProviderOptions
-from pgmemory.memory.facts import FactMemoryProvider as _FactMemory
-from pgmemory.runtime.agent import AgentResponse
-from pgmemory.runtime.providers import ContextProvider as _CoreProvider
-from pgmemory.runtime.providers import SessionContext
-from pgmemory.runtime.session import AgentSession
 from pgmemory.integrations.agent_framework.messages import (
     to_framework,
     to_framework_tool,
     to_pgmemory,
 )
+from pgmemory.memory.chat_history import ChatHistoryMemoryProvider as _ChatHistoryMemory
+from pgmemory.memory.chat_history import ChatHistoryMemoryProviderOptions
+from pgmemory.memory.facts import FactMemoryProvider as _FactMemory
 from pgmemory.memory.postgres_history import PostgresHistoryProvider as _PostgresHistory
+from pgmemory.runtime.agent import AgentResponse
+from pgmemory.runtime.providers import ContextProvider as _CoreProvider
+from pgmemory.runtime.providers import SessionContext
+from pgmemory.runtime.session import AgentSession
 
 
 class FrameworkSession(AgentSession):
@@ -49,7 +49,7 @@ class FrameworkSession(AgentSession):
 
     __slots__ = ("framework_session",)
 
-    def __init__(self, session: af.AgentSession) -> None:  # noqa: D107 - shares, never copies
+    def __init__(self, session: af.AgentSession) -> None:
         self.session_id = session.session_id
         self.state = session.state
         self.framework_session = session
@@ -70,7 +70,9 @@ class _Bridge:
         history = _history_sources(agent)
         ours = SessionContext(
             session_id=context.session_id,
-            input_messages=[to_pgmemory(m, history_sources=history) for m in context.input_messages],
+            input_messages=[
+                to_pgmemory(m, history_sources=history) for m in context.input_messages
+            ],
         )
         for source_id, messages in context.context_messages.items():
             for message in messages:
@@ -78,7 +80,9 @@ class _Bridge:
                 ours.extend_messages(source_id, converted, source_type=converted.source_type)
         if context.response is not None:
             ours.response = AgentResponse(
-                messages=[to_pgmemory(m, history_sources=history) for m in context.response.messages],
+                messages=[
+                    to_pgmemory(m, history_sources=history) for m in context.response.messages
+                ],
                 session_id=context.session_id,
             )
         return ours
@@ -107,7 +111,9 @@ class _Bridge:
             context.extend_instructions(owner.source_id, ours.instructions)
         for message in ours.get_messages()[known:]:
             context.extend_messages(
-                owner, [to_framework(message)], origin_session_ids=list(message.origin_session_ids) or None
+                owner,
+                [to_framework(message)],
+                origin_session_ids=list(message.origin_session_ids) or None,
             )
         if ours.tools:
             context.extend_tools(owner.source_id, [to_framework_tool(t) for t in ours.tools])

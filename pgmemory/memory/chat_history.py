@@ -200,9 +200,9 @@ class ChatHistoryMemoryProvider(ContextProvider):
         if self.options.search_time == "on_demand_function_calling":
             context.extend_tools(self, self._search_tool(scopes, session))
             return
-        query = self._query(
-            "\n".join(m.text for m in self.search_messages(context) if m.text.strip())
-        )
+        # The store cleans and truncates a query as it does stored text: no message is too long
+        # or too odd to recall with.
+        query = "\n".join(m.text for m in self.search_messages(context) if m.text.strip()).strip()
         memories, recent = await self._recall(scopes, session, query or None)
         if not memories and not recent:
             return
@@ -278,14 +278,6 @@ class ChatHistoryMemoryProvider(ContextProvider):
         return self.store.shared_transaction()
 
     # --- recall ----------------------------------------------------------------------------
-
-    def _query(self, text: str) -> str:
-        """The recall query for ``text``: at most ``max_text_chars`` characters (its head),
-        without NUL, so no user message is too long (or too odd) to recall with.
-
-        To be removed once :meth:`MemoryStore.search` normalises queries itself.
-        """
-        return text.replace("\x00", "").strip()[: self.store.settings.max_text_chars].strip()
 
     async def _recall(
         self, scopes: State, session: AgentSession, query: str | None
@@ -394,7 +386,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
             userQuestion: Annotated[str, "The question to search previous chat history for."],
         ) -> str:
             # The question is model-generated: it is only ever a bound parameter and embedded text.
-            question = self._query(userQuestion)
+            question = userQuestion.strip()
             memories, recent = await self._recall(scopes, session, question or None)
             if not memories and not recent:
                 return "No related memories found."

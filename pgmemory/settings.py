@@ -124,6 +124,14 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy/libpq URL of a PostgreSQL server with pgvector; unset = embedded server.",
     )
+    embedded: bool = Field(
+        default=True,
+        description=(
+            "With no database_url, start (or reuse) the embedded server; false makes a missing "
+            "URL an error. Set it to false in production, where a misspelled URL must not send "
+            "users' memories to a local data directory."
+        ),
+    )
     data_dir: Path = Field(
         default_factory=_default_data_dir, description="Data directory of the embedded server."
     )

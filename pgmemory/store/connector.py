@@ -75,6 +75,34 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
     return engine
 
 
+def adopt_engine(engine: AsyncEngine) -> AsyncEngine:
+    """Prepare an application's own engine for pgmemory, as :func:`make_engine` prepares its own.
+
+    Every new connection learns pgvector's types, checkouts replace connections whose server
+    went away, and errors stop carrying statement parameters. The pool, timeouts and
+    connection options stay the application's.
+
+    Args:
+        engine: an async engine on the ``postgresql+psycopg`` dialect, not connected yet.
+
+    Returns:
+        The same engine.
+
+    Raises:
+        InvalidInputError: the engine uses another driver than psycopg 3.
+    """
+    if engine.dialect.driver != "psycopg":
+        raise InvalidInputError(
+            f"the engine uses the {engine.dialect.name}+{engine.dialect.driver} driver; pgmemory "
+            "needs psycopg 3: create it with a 'postgresql+psycopg://' URL"
+        )
+    engine.sync_engine.hide_parameters = True
+    for name, hook in (("connect", _register_vector), ("checkout", _replace_if_gone)):
+        if not event.contains(engine.sync_engine, name, hook):
+            event.listen(engine.sync_engine, name, hook)
+    return engine
+
+
 def _replace_if_gone(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
     """Pool checkout hook: have the pool replace a connection whose server went away.
 

@@ -36,9 +36,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
 
+from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate as migrations
-from pgmemory.store.connector import check_database, make_engine
+from pgmemory.store.connector import adopt_engine, check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 
 logger = logging.getLogger(__name__)
@@ -56,12 +57,26 @@ class Database:
     Args:
         url: A libpq or SQLAlchemy URL; None to use the embedded server under
             ``settings.data_dir``.
-        settings: Pool sizes, timeouts, the data directory.
+        settings: Pool sizes, timeouts, the data directory, whether an embedded server may start.
         migrate: Upgrade the schema to head when opening.
+        engine: An application's own async engine to use instead of a URL (it stays the
+            application's: closing the store does not dispose of it).
     """
 
-    def __init__(self, url: str | None, *, settings: Settings, migrate: bool) -> None:
+    def __init__(
+        self,
+        url: str | None,
+        *,
+        settings: Settings,
+        migrate: bool,
+        engine: AsyncEngine | None = None,
+    ) -> None:
+        if url is not None and engine is not None:
+            raise InvalidInputError("pass a database URL or an engine, not both")
         self.settings = settings
+        self._given_engine = engine
+        if engine is not None:
+            url = engine.url.render_as_string(hide_password=False)
         self._url = url
         #: The URL in use once open (the embedded server's when no URL was given).
         self._resolved_url: str | None = url
@@ -85,13 +100,27 @@ class Database:
             return
         url = self._url
         if url is None:
+            if not self.settings.embedded:
+                raise DatabaseNotReadyError(
+                    "no database URL is set and the embedded server is switched off "
+                    "(PGMEMORY_EMBEDDED=false): set PGMEMORY_DATABASE_URL, or pass a URL or an engine"
+                )
             self._server = EmbeddedServer(self.settings.data_dir)
+            logger.warning(
+                "no database URL is set: using the embedded PostgreSQL server with data in %s "
+                "(set PGMEMORY_DATABASE_URL for your own server, PGMEMORY_EMBEDDED=false to "
+                "make a missing URL an error)",
+                self.settings.data_dir,
+            )
             url = await asyncio.to_thread(self._server.start)
         self._resolved_url = url
         try:
             if self._migrate:
                 await asyncio.to_thread(migrations.upgrade, url)
-            self._engine = make_engine(url, self.settings)
+            if self._given_engine is not None:
+                self._engine = adopt_engine(self._given_engine)
+            else:
+                self._engine = make_engine(url, self.settings)
             await check_database(self._engine, expected_revision=migrations.head_revision())
         except BaseException:
             await self.close()
@@ -103,7 +132,7 @@ class Database:
         A server that died (crashed, killed) is fine: there is nothing left to stop.
         """
         engine, self._engine = self._engine, None
-        if engine is not None:
+        if engine is not None and engine is not self._given_engine:
             await engine.dispose()
         server, self._server = self._server, None
         if server is not None:

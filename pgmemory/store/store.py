@@ -54,6 +54,13 @@ class MemoryStore:
         embedder: Embeds texts passed without a vector (default: :func:`pgmemory.make_embedder`
             of the settings, built on first use).
         migrate: Upgrade the schema to this version's head when opening.
+        engine: The application's own async engine (``postgresql+psycopg``), instead of a URL.
+            pgmemory teaches its new connections pgvector's types and hides statement
+            parameters in its errors; its pool and timeouts stay the application's, and
+            closing the store leaves it open.
+        embedded: Whether a missing URL may start the embedded server (default:
+            ``Settings.embedded``, i.e. ``PGMEMORY_EMBEDDED``, true). When it does, the store
+            logs one WARNING naming the data directory.
     """
 
     def __init__(
@@ -63,12 +70,16 @@ class MemoryStore:
         settings: Settings | None = None,
         embedder: Embedder | None = None,
         migrate: bool = False,
+        engine: AsyncEngine | None = None,
+        embedded: bool | None = None,
     ) -> None:
         self.settings = settings or Settings()
-        if url is None and self.settings.database_url is not None:
+        if embedded is not None:
+            self.settings = self.settings.model_copy(update={"embedded": embedded})
+        if url is None and engine is None and self.settings.database_url is not None:
             url = self.settings.database_url.get_secret_value()
         self._embedder = embedder
-        self._db = Database(url, settings=self.settings, migrate=migrate)
+        self._db = Database(url, settings=self.settings, migrate=migrate, engine=engine)
         self._catalogue = Catalogue(self._db, lambda: self.embedder)
         self._ann = AnnPaths(self._db, self._catalogue, self._search_on_path)
 

@@ -17,7 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
 from pgmemory.store import erasure, facts, history, reads, recall, writes
-from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS, ANN_RECALL_FLOOR, AnnPath, AnnPaths
+from pgmemory.store.ann import (
+    ANN_EF_SEARCH,
+    ANN_MIN_SCOPE_ROWS,
+    ANN_RECALL_FLOOR,
+    AnnPath,
+    AnnPaths,
+)
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database, retried_read
 from pgmemory.store.records import (

@@ -519,7 +519,7 @@ class MemoryStore:
     async def user_sessions(
         self, user_id: str, *, limit: int | None = None
     ) -> Sequence[browse.SessionSummary]:
-        """A user's chat-history sessions, most recently active first (at most ``limit``, 1..200)."""
+        """A user's chat-history sessions, most recently active first (``limit``: 1..200)."""
         from pgmemory.store import browse
 
         return await browse.user_sessions(self, user_id, limit=limit)

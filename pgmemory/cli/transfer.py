@@ -296,7 +296,7 @@ async def _import(store: MemoryStore, args: argparse.Namespace) -> int:
         print_json({"collection": info.name, "file": name, "read": read, "imported": imported})
     else:
         skipped = read - imported
-        extra = f" ({skipped} already stored messages skipped)" if skipped else ""
+        extra = f" ({skipped} skipped: their messages were already stored)" if skipped else ""
         print(f"imported {imported} of {read} memories into {info.name!r}{extra}")
     return 0
 

@@ -154,6 +154,15 @@ class Settings(BaseSettings):
         default=32_000, ge=1, description="Longest memory text accepted, in characters."
     )
 
+    ui_token: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Token the audit web page (`pgmemory ui`) demands of every request; required when "
+            "it binds beyond loopback or allows writes (unset: the page runs open, read-only, "
+            "on loopback only)."
+        ),
+    )
+
     embedder: Literal["use", "minilm", "openai"] = Field(
         default="use", description="Which embedder make_embedder() builds."
     )

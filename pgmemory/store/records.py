@@ -128,7 +128,12 @@ def check_search_scope(scope: object, *, allow_unscoped: bool) -> MemoryScope:
 
 @dataclass(kw_only=True, slots=True)
 class MemoryRecord:
-    """A memory to store. Leave ``embedding`` unset to have the store's embedder make it."""
+    """A memory to store. Leave ``embedding`` unset to have the store's embedder make it.
+
+    Leave ``id`` unset for a new memory (the store gives it a time-ordered UUID); set it only to
+    restore a memory under the id it had (e.g. importing an export), which fails if the user
+    already has a memory of that id.
+    """
 
     content: str
     scope: MemoryScope
@@ -141,6 +146,7 @@ class MemoryRecord:
     created_at: datetime | None = None
     expires_at: datetime | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

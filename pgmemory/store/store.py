@@ -39,7 +39,10 @@ from pgmemory.store.records import (
 )
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from pgmemory.embedders.base import Embedder
+    from pgmemory.store import browse
 
 
 class MemoryStore:
@@ -504,6 +507,144 @@ class MemoryStore:
     async def delete_facts(self, scope: MemoryScope, *, namespace: str | None = None) -> int:
         """Erase the scope's facts (one namespace, or all); returns rows deleted."""
         return await facts.delete(self._db, scope, namespace=namespace)
+
+    # --- operators: browsing what is kept about a user, and audit retention ----------------
+    # Fronts over pgmemory.store.browse (bounded pages for the CLI and the audit page).
+
+    async def prune_audit(
+        self,
+        older_than: timedelta | datetime,
+        *,
+        actor: str | None = None,
+        recall_audit: bool = True,
+        memory_audit: bool = True,
+        fact_audit: bool = True,
+    ) -> dict[str, int]:
+        """Delete audit rows older than a cutoff, in ONE transaction (audit retention).
+
+        The default retention is to keep everything: pgmemory never deletes audit rows on its
+        own. Call this (or run ``pgmemory prune-audit --older-than 90d`` on a schedule) to keep
+        the recall audit, the memory write/delete audit and the fact audit bounded. Memories,
+        facts and chat history are untouched. The prune records itself (cutoff, counts, actor)
+        in the fact audit, and later prunes keep those records.
+
+        Args:
+            older_than: An age (rows older than now minus it go) or an aware datetime cutoff.
+            actor: Who asked, kept in the prune's own record.
+            recall_audit: Prune ``pgmemory_recall_audit``.
+            memory_audit: Prune ``pgmemory_memory_audit``.
+            fact_audit: Prune ``pgmemory_fact_audit``.
+
+        Returns:
+            Rows deleted per table: ``recall_audit``, ``memory_audit``, ``fact_audit``.
+
+        Raises:
+            InvalidInputError: A negative age or a naive datetime.
+        """
+        from pgmemory.store import browse
+
+        return await browse.prune_audit(
+            self, older_than, actor=actor, recall_audit=recall_audit,
+            memory_audit=memory_audit, fact_audit=fact_audit,
+        )  # fmt: skip
+
+    async def list_users(self, *, after: str = "", limit: int | None = None) -> browse.UserPage:
+        """A page of users found in any table, in id order, with memory and recall counts.
+
+        Args:
+            after: List the users whose id sorts after this one ('' = from the start).
+            limit: Users per page (clamped to 1..200).
+        """
+        from pgmemory.store import browse
+
+        return await browse.list_users(self, after=after, limit=limit)
+
+    async def user_scopes(
+        self, user_id: str, *, limit: int | None = None
+    ) -> Sequence[browse.ScopeSummary]:
+        """The scopes a user's memories live in (one per collection, application, agent and
+        session), most recently written first, with their row counts (at most ``limit``, 1..200).
+        """
+        from pgmemory.store import browse
+
+        return await browse.user_scopes(self, user_id, limit=limit)
+
+    async def user_sessions(
+        self, user_id: str, *, limit: int | None = None
+    ) -> Sequence[browse.SessionSummary]:
+        """A user's chat-history sessions, most recently active first (``limit``: 1..200)."""
+        from pgmemory.store import browse
+
+        return await browse.user_sessions(self, user_id, limit=limit)
+
+    async def user_memories(
+        self,
+        user_id: str,
+        collection: str,
+        *,
+        session_id: str | None = None,
+        before: browse.Cursor | None = None,
+        after: browse.Cursor | None = None,
+        limit: int | None = None,
+    ) -> browse.Page[Memory]:
+        """A page of a user's memories in a collection, newest first (expired ones included
+        until :meth:`expire` reclaims them); walk it with the page's ``older``/``newer`` cursors.
+
+        Args:
+            user_id: The user.
+            collection: The collection (an unknown one has no memories).
+            session_id: Only this session's memories (None: every session).
+            before: The memories older than this cursor (a page's ``older``).
+            after: The memories newer than this cursor (a page's ``newer``).
+            limit: Memories per page (clamped to 1..200).
+        """
+        from pgmemory.store import browse
+
+        return await browse.user_memories(
+            self, user_id, collection, session_id=session_id, before=before, after=after,
+            limit=limit,
+        )  # fmt: skip
+
+    async def user_recalls(
+        self,
+        user_id: str,
+        *,
+        before: browse.Cursor | None = None,
+        limit: int | None = None,
+        preview: int = 10,
+    ) -> browse.Page[browse.Recall]:
+        """A page of a user's recalls (the recall audit), newest first, each with the first
+        ``preview`` memories it returned and their scores ("which memories went into that answer").
+
+        Args:
+            user_id: The user.
+            before: The recalls older than this cursor (a page's ``older``).
+            limit: Recalls per page (clamped to 1..200).
+            preview: Returned memories joined per recall.
+        """
+        from pgmemory.store import browse
+
+        return await browse.user_recalls(
+            self, user_id, before=before, limit=limit, preview=preview
+        )
+
+    async def user_memory_audit(
+        self, user_id: str, *, before: browse.Cursor | None = None, limit: int | None = None
+    ) -> browse.Page[browse.MemoryAuditEntry]:
+        """A page of a user's memory writes, deletes and expiries (the memory audit), newest
+        first; walk it with the page's ``older`` cursor (``limit`` clamped to 1..200)."""
+        from pgmemory.store import browse
+
+        return await browse.user_memory_audit(self, user_id, before=before, limit=limit)
+
+    async def user_fact_history(
+        self, user_id: str, *, before: browse.Cursor | None = None, limit: int | None = None
+    ) -> browse.Page[browse.FactChange]:
+        """A page of a user's fact changes (the fact audit), newest first; walk it with the
+        page's ``older`` cursor (``limit`` clamped to 1..200)."""
+        from pgmemory.store import browse
+
+        return await browse.user_fact_history(self, user_id, before=before, limit=limit)
 
     # --- last, because its name shadows the builtin `list` in annotations after it ----------
 

@@ -236,7 +236,7 @@ def _row(
     content = check_text(record.content, what=f"{where}.content", max_chars=max_chars, clean=True)
     # Checked in this order, so that of two faults the same one is always reported.
     row = {
-        "id": uuid7(),
+        "id": uuid7() if record.id is None else _given_id(record.id, where),
         **record.scope.column_values(),
         "role": check_choice(record.role, what=f"{where}.role", choices=ROLES),
         "author_name": None
@@ -300,3 +300,12 @@ async def _driver_connection(conn: AsyncConnection) -> Any:
     """The psycopg AsyncConnection under a SQLAlchemy connection (for COPY)."""
     raw = await conn.get_raw_connection()
     return raw.driver_connection
+
+
+def _given_id(value: object, where: str) -> uuid.UUID:
+    """A record's own id (a restored memory keeps the id it was exported with)."""
+    if not isinstance(value, uuid.UUID):
+        raise InvalidInputError(
+            f"{where}.id is a {type(value).__name__}; pass a uuid.UUID, or None for a new id"
+        )
+    return value

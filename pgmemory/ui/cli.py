@@ -1,20 +1,26 @@
 """``pgmemory ui``: the command line of the audit page (argparse only; imports stay light).
 
-Hook it into the main command line with::
+``pgmemory ui`` is hooked into the main command line (:mod:`pgmemory.cli`) with::
 
     ui_cli.add_parser(commands)            # where the sub-commands are defined
     if args.command == "ui": return ui_cli.run(args)
+
+The token comes from the settings (``PGMEMORY_UI_TOKEN`` in the environment or the settings
+file, :attr:`pgmemory.settings.Settings.ui_token`).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pgmemory.ui.server import DEFAULT_HOST, DEFAULT_PORT, TOKEN_ENV
+# The same values as pgmemory.ui.server's (a test checks), repeated so that building the
+# parser (`pgmemory --help`) does not import the server module and asyncio.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+TOKEN_ENV = "PGMEMORY_UI_TOKEN"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -26,44 +32,64 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     Returns:
         The new ``ui`` parser.
     """
-    parser = subparsers.add_parser(
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         "ui",
-        help="serve the audit web page (what is remembered about a user, and which recalls used it)",
+        help="serve the audit web page (what is remembered about a user, and which recalls "
+        "used it)",
         description=(
             "Serve the audit web page. Read-only unless --allow-writes. Beyond loopback, or "
             f"with --allow-writes, it needs a token in {TOKEN_ENV}."
         ),
     )
     parser.add_argument(
-        "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})"
-    )
+        "--url", default=argparse.SUPPRESS,
+        help="database URL (default: PGMEMORY_DATABASE_URL, else the embedded server)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST,
+        help=f"address to bind (default {DEFAULT_HOST}; any other needs the token)",
+    )  # fmt: skip
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
     )
     parser.add_argument(
-        "--allow-writes",
-        action="store_true",
-        help="offer erasure of a user or scope (needs the token)",
-    )
+        "--allow-writes", action="store_true",
+        help="offer erasure of a user or scope, behind a confirmation (needs the token)",
+    )  # fmt: skip
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve the page as parsed by :func:`add_parser` (uses ``args.url`` when present).
+    """Serve the page as parsed by :func:`add_parser`.
+
+    The database is ``args.url`` when present, else the settings' (else the embedded server);
+    the settings also read ``args.env_file`` when present, and give the token.
 
     Args:
         args: the parsed arguments.
 
     Returns:
-        The exit status (2 when a token is needed but missing).
+        The exit status (2 when a token is needed but missing, or a setting is unusable).
     """
+    import logging
+
+    from pgmemory.errors import InvalidInputError
+    from pgmemory.settings import Settings
     from pgmemory.ui.server import serve
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin set-up chatter
     try:
-        serve(args.host, args.port, allow_writes=args.allow_writes, url=getattr(args, "url", None))
-    except ValueError as exc:
-        print(f"pgmemory ui: error: {exc}", file=sys.stderr)
+        env_file = getattr(args, "env_file", None)
+        settings = Settings.from_env_file(env_file) if env_file else Settings()
+        token = settings.ui_token.get_secret_value() if settings.ui_token is not None else None
+        serve(
+            args.host, args.port, allow_writes=args.allow_writes, token=token,
+            url=getattr(args, "url", None), settings=settings,
+        )  # fmt: skip
+    except ValueError as exc:  # a token is needed, or InvalidInputError (a ValueError too)
+        prefix = "pgmemory: error" if isinstance(exc, InvalidInputError) else "pgmemory ui: error"
+        print(f"{prefix}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass
@@ -71,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point: ``python -m pgmemory.ui [--url URL] [--host H] [--port P] [--allow-writes]``.
+    """Standalone entry point: ``python -m pgmemory.ui [--url URL] [--host H] [--port P] ...``.
 
     Args:
         argv: the arguments (default: ``sys.argv[1:]``).
@@ -81,6 +107,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="pgmemory")
     commands = parser.add_subparsers(dest="command", required=True)
-    ui = add_parser(commands)
-    ui.add_argument("--url", help="database URL (default: PGMEMORY_DATABASE_URL, else embedded)")
+    add_parser(commands)  # it takes --url itself
     return run(parser.parse_args(["ui", *(argv if argv is not None else sys.argv[1:])]))

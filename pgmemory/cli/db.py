@@ -1,0 +1,310 @@
+"""``pgmemory db``: the schema's migrations (alembic, version table ``pgmemory_alembic_version``).
+
+``upgrade`` and ``downgrade`` apply one revision at a time and print each as it is done
+(``-> 0003 <what it does>``); an unknown revision is refused before anything runs, with the
+list of valid ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pgmemory.cli.common import (
+    CliError,
+    add_json,
+    add_yes,
+    confirm,
+    database_url,
+    print_json,
+    print_table,
+    require_consent,
+    settings_of,
+)
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+_STEP_KEYS = '[{"revision": "0003", "message": str}]'
+
+
+class Step(NamedTuple):
+    """One migration: its revision id and what it does (its docstring's first line)."""
+
+    revision: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The step for ``--json``."""
+        return {"revision": self.revision, "message": self.message}
+
+
+def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``db`` and its sub-commands.
+
+    Args:
+        commands: the top-level sub-parsers.
+        common: the parent parser of options every command takes (``--url``).
+    """
+    db = commands.add_parser(
+        "db", help="schema management (alembic; version table pgmemory_alembic_version)",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )  # fmt: skip
+    sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+
+    upgrade = sub.add_parser(
+        "upgrade", parents=[common], help="apply the migrations up to REVISION (default: head)",
+        description="Apply the migrations up to REVISION, printing each as it is applied "
+        "(`-> 0003 <what it does>`). The first one runs CREATE EXTENSION vector (superuser, "
+        "once per database).",
+    )  # fmt: skip
+    upgrade.add_argument(
+        "revision", nargs="?", default="head",
+        help="target revision: an id from `pgmemory db history`, or 'head' (default)",
+    )  # fmt: skip
+    add_json(upgrade, '{"from": "0001"|null, "to": "0003", "applied": ' + _STEP_KEYS + "}")
+    upgrade.set_defaults(handler=upgrade_command)
+
+    downgrade = sub.add_parser(
+        "downgrade", parents=[common],
+        help="revert the migrations down to REVISION ('base' removes every table: asks first)",
+        description="Revert the migrations newer than REVISION, newest first, printing each "
+        "(`<- 0003 <what it did>`). 'base' drops every pgmemory table and its data. Asks for "
+        "confirmation on a terminal; needs --yes otherwise.",
+    )  # fmt: skip
+    downgrade.add_argument(
+        "revision", help="target revision: an id from `pgmemory db history`, or 'base' (nothing)"
+    )
+    add_yes(downgrade)
+    add_json(downgrade, '{"from": "0003"|null, "to": "0001"|null, "reverted": ' + _STEP_KEYS + "}")
+    downgrade.set_defaults(handler=downgrade_command)
+
+    current = sub.add_parser(
+        "current", parents=[common], help="print the database's schema revision ('none': no schema)"
+    )
+    current.set_defaults(handler=current_command)
+
+    heads = sub.add_parser("heads", help="print the newest revision this version of pgmemory ships")
+    heads.set_defaults(handler=heads_command)
+
+    history = sub.add_parser(
+        "history", help="list the revisions this version of pgmemory ships, oldest first"
+    )
+    add_json(history, '{"head": "0003", "revisions": ' + _STEP_KEYS + "}")
+    history.set_defaults(handler=history_command)
+
+
+# --- revisions ------------------------------------------------------------------------------
+
+
+def _script() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
+    from pgmemory.store import migrate
+
+    return ScriptDirectory.from_config(migrate.alembic_config())
+
+
+def _steps_oldest_first(script: ScriptDirectory) -> list[Step]:
+    return [Step(r.revision, _message(r.doc)) for r in reversed(list(script.walk_revisions()))]
+
+
+def _message(doc: str | None) -> str:
+    return (doc or "").strip().splitlines()[0].rstrip(".") if doc and doc.strip() else ""
+
+
+def revisions_hint() -> str:
+    """The valid revisions in words, for error messages.
+
+    Returns:
+        E.g. ``0001, 0002, 0003 (head); also 'head' and 'base' (see `pgmemory db history`,
+        `pgmemory db heads`)``.
+    """
+    ids = [step.revision for step in _steps_oldest_first(_script())]
+    listed = ", ".join([*ids[:-1], f"{ids[-1]} (head)"]) if ids else "none"
+    return f"{listed}; also 'head' and 'base' (see `pgmemory db history`, `pgmemory db heads`)"
+
+
+def _resolve(script: ScriptDirectory, revision: str) -> str | None:
+    """The full id of ``revision`` (None for 'base'); an unknown one is a one-line error."""
+    from alembic.util.exc import CommandError
+
+    if revision == "base":
+        return None
+    try:
+        found = script.get_revision(revision)
+    except CommandError:
+        found = None
+    if found is None:
+        raise CliError(f"unknown schema revision {revision!r}; valid: {revisions_hint()}", code=2)
+    return found.revision
+
+
+def _chain(script: ScriptDirectory, upper: str | None, lower: str | None) -> list[Step]:
+    """The revisions above ``lower`` up to ``upper``, oldest first (None: base)."""
+    if upper is None:
+        return []
+    between = script.iterate_revisions(upper, lower or "base")
+    return [Step(r.revision, _message(r.doc)) for r in reversed(list(between))]
+
+
+def _known_current(script: ScriptDirectory, current: str | None) -> str | None:
+    """The database's revision, checked to be one this version ships."""
+    from alembic.util.exc import CommandError
+
+    if current is None:
+        return None
+    try:
+        script.get_revision(current)
+    except CommandError:
+        raise CliError(
+            f"the database's schema is at revision {current!r}, which this version of "
+            f"pgmemory does not ship (it ships {revisions_hint()}): upgrade pgmemory, or use "
+            "the version that migrated the database",
+        ) from None
+    return current
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def upgrade_command(args: argparse.Namespace) -> int:
+    """``pgmemory db upgrade [REVISION] [--json]``.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+    """
+    from pgmemory.store import migrate
+
+    script = _script()
+    wanted = _resolve(script, args.revision)
+    with database_url(settings_of(args), args.url) as url:
+        current = _known_current(script, migrate.current(url))
+        below = _chain(script, current, None)
+        if wanted is None or any(step.revision == wanted for step in below):
+            plan: list[Step] = []  # already there or beyond: an upgrade never goes down
+        else:
+            plan = _chain(script, wanted, current)
+        applied = []
+        for step in plan:
+            migrate.upgrade(url, step.revision)
+            applied.append(step)
+            if not args.json:
+                print(f"-> {step.revision} {step.message}", flush=True)
+        final = migrate.current(url)
+    if args.json:
+        print_json({"from": current, "to": final, "applied": [s.as_dict() for s in applied]})
+    elif applied:
+        print(f"pgmemory schema at {final}")
+    else:
+        print(f"pgmemory schema at {final} (nothing to apply)")
+    return 0
+
+
+def downgrade_command(args: argparse.Namespace) -> int:
+    """``pgmemory db downgrade REVISION [--yes] [--json]``: asks first on a terminal.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+    """
+    from pgmemory.cli.common import mask
+    from pgmemory.store import migrate
+
+    require_consent(args, "db downgrade drops pgmemory tables and their data")
+    script = _script()
+    wanted = _resolve(script, args.revision)
+    with database_url(settings_of(args), args.url) as url:
+        current = _known_current(script, migrate.current(url))
+        if (
+            wanted is not None
+            and current is not None
+            and not any(s.revision == wanted for s in _chain(script, current, None))
+        ):
+            raise CliError(
+                f"revision {wanted} is newer than the database's {current}: "
+                f"use `pgmemory db upgrade {wanted}`",
+                code=2,
+            )
+        plan = list(reversed(_chain(script, current, wanted)))  # newest first
+        if plan:
+            undone = ", ".join(s.revision for s in plan)
+            drop = " and DROPS every pgmemory table with all its data" if wanted is None else ""
+            confirm(
+                args,
+                f"Downgrade the pgmemory schema of {mask(url)} from {current} to "
+                f"{wanted or 'base'}? This reverts {undone}{drop}.",
+            )
+        reverted = []
+        for step in plan:
+            below = script.get_revision(step.revision)
+            down = below.down_revision if below is not None else None
+            migrate.downgrade(url, down if isinstance(down, str) else "base")
+            reverted.append(step)
+            if not args.json:
+                print(f"<- {step.revision} {step.message}", flush=True)
+        final = migrate.current(url)
+    if args.json:
+        print_json({"from": current, "to": final, "reverted": [s.as_dict() for s in reverted]})
+    else:
+        print(f"pgmemory schema at {final or 'base (no pgmemory tables)'}")
+    return 0
+
+
+def current_command(args: argparse.Namespace) -> int:
+    """``pgmemory db current``: the database's revision, or ``none``.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+    """
+    from pgmemory.store import migrate
+
+    with database_url(settings_of(args), args.url) as url:
+        print(migrate.current(url) or "none")
+    return 0
+
+
+def heads_command(args: argparse.Namespace) -> int:
+    """``pgmemory db heads``: the newest revision this version ships (no database needed).
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+    """
+    from pgmemory.store import migrate
+
+    print(migrate.head_revision())
+    return 0
+
+
+def history_command(args: argparse.Namespace) -> int:
+    """``pgmemory db history [--json]``: the shipped revisions, oldest first.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+    """
+    steps = _steps_oldest_first(_script())
+    head = steps[-1].revision if steps else None
+    if args.json:
+        print_json({"head": head, "revisions": [s.as_dict() for s in steps]})
+    else:
+        print_table(
+            ["REVISION", "HEAD", "MESSAGE"],
+            [[s.revision, "head" if s.revision == head else "", s.message] for s in steps],
+        )
+    sys.stdout.flush()
+    return 0

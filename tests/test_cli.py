@@ -414,7 +414,7 @@ def test_confirmation_on_a_terminal(seeded: Seeded, capsys: pytest.CaptureFixtur
 
     status, output = on_terminal("--url", seeded.url, "forget", user, "--json", answer="y")
     assert status == 0, output
-    erased = json.loads(output[output.index("{"):])
+    erased = json.loads(output[output.index("{") :])
     assert erased["user_id"] == user and erased["erased"]["memories"] == 3
     assert cli_json(capsys, "--url", seeded.url, "memories", "--user", user)["memories"] == []
 
@@ -495,7 +495,9 @@ def test_prune_audit_deletes_only_old_rows_and_records_itself(
         def counts() -> list[int]:
             with engine.connect() as conn:
                 return [
-                    conn.execute(sa.text(f"SELECT count(*) FROM {t} WHERE user_id = :u"), {"u": user}).scalar_one()
+                    conn.execute(
+                        sa.text(f"SELECT count(*) FROM {t} WHERE user_id = :u"), {"u": user}
+                    ).scalar_one()
                     for t in tables
                 ]
 

@@ -73,4 +73,6 @@ def test_wheel_ships_migrations_and_upgrades_a_database(
     assert out.stdout.splitlines()[0].startswith(str(target))
     from pgmemory.store.migrate import head_revision
 
-    assert out.stdout.splitlines()[-1] == f"pgmemory schema at {head_revision()}"  # after "-> 0001 ..." lines
+    assert (
+        out.stdout.splitlines()[-1] == f"pgmemory schema at {head_revision()}"
+    )  # after "-> 0001 ..." lines

@@ -223,7 +223,12 @@ class MemoryStore:
             InvalidInputError: A record is unusable (the message names it); nothing is stored.
         """
         return await writes.add(
-            self._db, self._catalogue, collection, records, actor=actor, allow_unscoped=allow_unscoped
+            self._db,
+            self._catalogue,
+            collection,
+            records,
+            actor=actor,
+            allow_unscoped=allow_unscoped,
         )
 
     async def import_records(
@@ -409,7 +414,13 @@ class MemoryStore:
         ``memory_ids``; the query is kept as its sha256 unless the trace asks for the text.
         """
         await recall.record(
-            self._db, collection, scope, memory_ids=memory_ids, scores=scores, query=query, trace=trace
+            self._db,
+            collection,
+            scope,
+            memory_ids=memory_ids,
+            scores=scores,
+            query=query,
+            trace=trace,
         )
 
     async def delete(
@@ -431,7 +442,11 @@ class MemoryStore:
         )  # fmt: skip
 
     async def expire(
-        self, collection: str | None = None, *, now: datetime | None = None, actor: str | None = None
+        self,
+        collection: str | None = None,
+        *,
+        now: datetime | None = None,
+        actor: str | None = None,
     ) -> int:
         """Delete memories whose ``expires_at`` has passed (audited as 'expire'); returns count.
 
@@ -624,9 +639,7 @@ class MemoryStore:
         """
         from pgmemory.store import browse
 
-        return await browse.user_recalls(
-            self, user_id, before=before, limit=limit, preview=preview
-        )
+        return await browse.user_recalls(self, user_id, before=before, limit=limit, preview=preview)
 
     async def user_memory_audit(
         self, user_id: str, *, before: browse.Cursor | None = None, limit: int | None = None

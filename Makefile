@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS ?= embedded,use,minilm,ui,agent-framework,test,dev
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint reliability bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("pgmemory needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The heavy fault, concurrency and isolation runs (minutes); `make test` runs a fast version of each.
+reliability: $(STAMP)
+	$(PY) -m pytest -m reliability tests/reliability
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

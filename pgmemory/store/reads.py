@@ -7,6 +7,7 @@ skips expired rows. Search is exact unless the collection's approximate path tak
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from collections.abc import Sequence
@@ -153,7 +154,11 @@ async def search(
         "min_score": floor,
     }
     if audit:
-        params.update(_audit_params(scope, trace or RecallTrace(), query, query_hash))
+        # The audit names the search's mode unless the caller described its own recall mode.
+        trace = trace or RecallTrace()
+        if not trace.mode:
+            trace = dataclasses.replace(trace, mode=mode)
+        params.update(_audit_params(scope, trace, query, query_hash))
     if path is not None and chosen:
         # Too few hits (the scope filter thinned the index's candidates) or any failure: the
         # transaction rolls back (no audit row) and the exact path answers.

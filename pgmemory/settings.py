@@ -136,9 +136,15 @@ class Settings(BaseSettings):
         default_factory=_default_data_dir, description="Data directory of the embedded server."
     )
     pool_size: int = Field(default=5, ge=1, description="Connections kept open in the pool.")
-    max_overflow: int = Field(default=5, ge=0, description="Extra connections allowed above pool_size.")
-    pool_timeout_s: float = Field(default=30.0, gt=0, description="Seconds to wait for a free connection.")
-    connect_timeout_s: int = Field(default=10, ge=1, description="Seconds to wait for a new connection.")
+    max_overflow: int = Field(
+        default=5, ge=0, description="Extra connections allowed above pool_size."
+    )
+    pool_timeout_s: float = Field(
+        default=30.0, gt=0, description="Seconds to wait for a free connection."
+    )
+    connect_timeout_s: int = Field(
+        default=10, ge=1, description="Seconds to wait for a new connection."
+    )
     statement_timeout_ms: int = Field(
         default=30_000, ge=0, description="Server-side limit per statement (0 = none)."
     )

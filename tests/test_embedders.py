@@ -17,7 +17,9 @@ from pgmemory.settings import Settings
 
 
 async def test_use_is_multilingual_and_normalised(embedder: CachedEmbedder) -> None:
-    vectors = await embedder.embed(["我不能吃辣", "I can't eat spicy food", "The stock market fell today"])
+    vectors = await embedder.embed(
+        ["我不能吃辣", "I can't eat spicy food", "The stock market fell today"]
+    )
     assert vectors.shape == (3, 512) and vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.3
@@ -69,12 +71,20 @@ class _EmbeddingsServer:
                     return
                 dims = body.get("dimensions", 4)
                 data = [
-                    {"object": "embedding", "index": i, "embedding": [float(len(t))] + [1.0] * (dims - 1)}
+                    {
+                        "object": "embedding",
+                        "index": i,
+                        "embedding": [float(len(t))] + [1.0] * (dims - 1),
+                    }
                     for i, t in enumerate(body["input"])
                 ]
                 payload = json.dumps(
-                    {"object": "list", "data": data[::-1], "model": body["model"],
-                     "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+                    {
+                        "object": "list",
+                        "data": data[::-1],
+                        "model": body["model"],
+                        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                    }
                 ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
@@ -98,21 +108,32 @@ def embeddings_server() -> Iterator[_EmbeddingsServer]:
     server.close()
 
 
-async def test_openai_embedder_batches_orders_and_retries(embeddings_server: _EmbeddingsServer) -> None:
+async def test_openai_embedder_batches_orders_and_retries(
+    embeddings_server: _EmbeddingsServer,
+) -> None:
     embedder = OpenAIEmbedder(
-        model="emb-small", dimensions=6, base_url=embeddings_server.url, api_key="k", batch_size=2, max_retries=2
+        model="emb-small",
+        dimensions=6,
+        base_url=embeddings_server.url,
+        api_key="k",
+        batch_size=2,
+        max_retries=2,
     )
     vectors = await embedder.embed(["a", "bb", "ccc"])
     assert vectors.shape == (3, 6)
     assert list(vectors[:, 0]) == [1.0, 2.0, 3.0]  # order restored from `index`
     # one 503 retried, then two batches of at most 2 texts
     assert [r["input"] for r in embeddings_server.requests] == [["a", "bb"], ["a", "bb"], ["ccc"]]
-    assert all(r["dimensions"] == 6 and r["model"] == "emb-small" for r in embeddings_server.requests)
+    assert all(
+        r["dimensions"] == 6 and r["model"] == "emb-small" for r in embeddings_server.requests
+    )
     assert embedder.model_id.endswith("emb-small@6")
 
 
 async def test_openai_embedder_reports_failures(embeddings_server: _EmbeddingsServer) -> None:
-    embedder = OpenAIEmbedder(model="m", dimensions=4, base_url=embeddings_server.url, api_key="k", max_retries=0)
+    embedder = OpenAIEmbedder(
+        model="m", dimensions=4, base_url=embeddings_server.url, api_key="k", max_retries=0
+    )
     with pytest.raises(EmbeddingError, match="embedding request to model 'm' failed"):
         await embedder.embed(["x"])
 

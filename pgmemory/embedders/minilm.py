@@ -153,9 +153,7 @@ class MiniLMEmbedder:
         items = list(texts)
         for position, text in enumerate(items):
             if not isinstance(text, str):
-                raise InvalidInputError(
-                    f"texts[{position}] is {type(text).__name__}, expected str"
-                )
+                raise InvalidInputError(f"texts[{position}] is {type(text).__name__}, expected str")
         if not items:
             vectors = np.zeros((0, DIMENSIONS), dtype=np.float32)
         else:

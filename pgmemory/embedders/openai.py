@@ -86,7 +86,9 @@ class OpenAIEmbedder:
                     model=self.model, input=part, encoding_format="float", **kwargs
                 )
             except openai.OpenAIError as exc:
-                raise EmbeddingError(f"embedding request to model {self.model!r} failed: {exc}") from exc
+                raise EmbeddingError(
+                    f"embedding request to model {self.model!r} failed: {exc}"
+                ) from exc
             items = sorted(response.data, key=lambda item: item.index)
             out.extend(item.embedding for item in items)
         if not batch:

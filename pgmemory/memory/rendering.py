@@ -103,68 +103,73 @@ def fit_recall(
             lines.extend(f"- {_line(m)}" for m in recent)
         return FittedRecall("\n".join(lines), list(memories), list(recent))
 
-    fixed = estimate_tokens("\n".join(head))
+    # Costs add up line by line: the estimate of lines joined by newlines is at most the sum
+    # of theirs plus one per newline (CJK characters count alone, and neither a length nor a
+    # word-ish piece spans a newline), so the running total bounds the whole text.
+    fixed = sum(estimate_tokens(line) + 1 for line in head)
     if fixed > max_tokens:
         return FittedRecall("", [], [])
     item_cap = max(MIN_ITEM_TOKENS, (max_tokens - fixed) // 6)
+    section_cost = {
+        RELATED_HEADING: estimate_tokens(RELATED_HEADING) + 1,
+        RECENT_HEADING: estimate_tokens(RECENT_HEADING) + 1,
+    }
+    used = fixed
     related: list[tuple[tuple[Memory, float], str]] = []
     latest: list[tuple[Memory, str]] = []  # newest first
 
-    def text_of(extra_related: str | None = None, extra_recent: str | None = None) -> str:
-        rel = [line for _, line in related] + ([extra_related] if extra_related else [])
-        rec = [line for _, line in reversed(latest)]
-        if extra_recent:
-            rec.insert(0, extra_recent)
-        lines = list(head)
-        if rel:
-            lines.append(RELATED_HEADING)
-            lines.extend(rel)
-        if rec:
-            lines.append(RECENT_HEADING)
-            lines.extend(rec)
-        return "\n".join(lines)
-
-    def fitted(memory: Memory, limit: int, *, as_related: bool) -> str | None:
-        """The memory's line, shortened as needed, if the text stays within ``limit``."""
-        cap = item_cap
+    def fitted(memory: Memory, limit: int, section: str, opened: bool) -> tuple[str, int] | None:
+        """The memory's line, shortened as needed, and its cost, if ``used`` stays within
+        ``limit`` (``opened``: the section's heading is already paid for)."""
+        room = limit - used - (0 if opened else section_cost[section]) - 1
+        cap = min(item_cap, room)
         while cap >= MIN_ITEM_TOKENS:
             line = f"- {_line(memory, shorten(memory.content, cap))}"
-            candidate = text_of(line, None) if as_related else text_of(None, line)
-            over = estimate_tokens(candidate) - limit
-            if over <= 0:
-                return line
-            # Shrink by what overflows (and a little more: the estimate is not exactly linear).
-            cap = min(cap - 1, cap - over - 4)
+            cost = estimate_tokens(line)
+            if cost <= room:
+                return line, cost + 1 + (0 if opened else section_cost[section])
+            # JSON escaping made the line dearer than its content: shrink by the excess.
+            cap -= max(1, cost - room)
         return None
 
     ranked = list(memories)
     half = fixed + (max_tokens - fixed) // 2
-    while ranked and (line := fitted(ranked[0][0], half, as_related=True)) is not None:
-        related.append((ranked.pop(0), line))
+    while ranked and (got := fitted(ranked[0][0], half, RELATED_HEADING, bool(related))):
+        related.append((ranked.pop(0), got[0]))
+        used += got[1]
     for memory in reversed(recent):
-        line = fitted(memory, max_tokens, as_related=False)
-        if line is None:
+        got = fitted(memory, max_tokens, RECENT_HEADING, bool(latest))
+        if got is None:
             break
-        latest.append((memory, line))
+        latest.append((memory, got[0]))
+        used += got[1]
     if len(latest) == len(recent):
-        while ranked and (line := fitted(ranked[0][0], max_tokens, as_related=True)) is not None:
-            related.append((ranked.pop(0), line))
-    text = text_of()
+        while ranked and (got := fitted(ranked[0][0], max_tokens, RELATED_HEADING, bool(related))):
+            related.append((ranked.pop(0), got[0]))
+            used += got[1]
     if not related and not latest:
         return FittedRecall("", [], [])
-    return FittedRecall(text, [m for m, _ in related], [m for m, _ in reversed(latest)])
+    lines = list(head)
+    if related:
+        lines.append(RELATED_HEADING)
+        lines.extend(line for _, line in related)
+    if latest:
+        lines.append(RECENT_HEADING)
+        lines.extend(line for _, line in reversed(latest))
+    return FittedRecall("\n".join(lines), [m for m, _ in related], [m for m, _ in reversed(latest)])
 
 
 def shorten(text: str, max_tokens: int) -> str:
     """``text`` itself, or its head and tail around a ``[… N characters omitted …]`` marker,
-    within ``max_tokens`` estimated tokens (the marker included).
+    within ``max_tokens`` estimated tokens (the marker included) when the marker alone fits.
 
     Both ends are kept because a message's point is often in its last lines (the answer after
     the reasoning, the result after the log).
     """
-    if estimate_tokens(text) <= max_tokens:
+    # Every character costs at least a quarter token, so no more than 4 * max_tokens fit.
+    if len(text) <= 4 * max_tokens and estimate_tokens(text) <= max_tokens:
         return text
-    low, high = 0, len(text)  # characters kept: low fits (or is 0), high does not
+    low, high = 0, min(len(text), 4 * max_tokens + 1)  # characters kept: low fits, high not
     while high - low > 1:
         middle = (low + high) // 2
         if estimate_tokens(_cut(text, middle)) <= max_tokens:

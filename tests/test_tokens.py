@@ -41,3 +41,19 @@ def test_mixed_text_adds_up_and_symbols_are_not_undercounted() -> None:
     assert estimate_tokens("1234567") == 3
     # Other scripts are denser than English.
     assert estimate_tokens("Привет, как дела?") >= 8
+
+
+def test_lines_bound_the_joined_text() -> None:
+    """What the recall budget relies on: joined by newlines, lines cost at most the sum of
+    their estimates plus one per newline."""
+    import random
+
+    rng = random.Random(3)
+    alphabet = 'ab Z9_.,"\\{}[]…我不能吃辣お誕ЖéŁ😀\t'
+    for _ in range(500):
+        lines = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+            for _ in range(rng.randint(1, 6))
+        ]
+        joined = estimate_tokens("\n".join(lines))
+        assert joined <= sum(estimate_tokens(line) + 1 for line in lines), lines

@@ -32,7 +32,7 @@ from pgmemory.memory.chat_history_options import (
     ChatHistoryMemoryProviderOptions,
     redact_all,
 )
-from pgmemory.memory.rendering import DEFAULT_CONTEXT_PROMPT, format_recall, render
+from pgmemory.memory.rendering import DEFAULT_CONTEXT_PROMPT, FittedRecall, fit_recall, render
 from pgmemory.runtime.messages import Message
 from pgmemory.runtime.providers import ContextProvider, SessionContext
 from pgmemory.runtime.session import AgentSession
@@ -203,10 +203,12 @@ class ChatHistoryMemoryProvider(ContextProvider):
         # The store cleans and truncates a query as it does stored text: no message is too long
         # or too odd to recall with.
         query = "\n".join(m.text for m in self.search_messages(context) if m.text.strip()).strip()
-        memories, recent = await self._recall(scopes, session, query or None)
-        if not memories and not recent:
+        shown = await self._recall(
+            scopes, session, query or None, heading=self.options.context_prompt
+        )
+        if not shown.memories and not shown.recent:
             return
-        recalled = [m for m, _ in memories] + recent
+        recalled = [m for m, _ in shown.memories] + shown.recent
         origins = sorted(
             {
                 m.scope.session_id
@@ -216,7 +218,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
         )
         message = Message(
             "user",
-            format_recall(memories, recent, heading=self.options.context_prompt),
+            shown.text,
             origin_session_ids=origins,
             metadata={"pgmemory.memory_ids": [str(m.id) for m in recalled]},
         )
@@ -280,9 +282,10 @@ class ChatHistoryMemoryProvider(ContextProvider):
     # --- recall ----------------------------------------------------------------------------
 
     async def _recall(
-        self, scopes: State, session: AgentSession, query: str | None
-    ) -> tuple[list[tuple[Memory, float]], list[Memory]]:
-        """Similar memories (with scores) and the most recent ones, deduplicated, audited."""
+        self, scopes: State, session: AgentSession, query: str | None, *, heading: str | None
+    ) -> FittedRecall:
+        """Similar memories (with scores) and the most recent ones, deduplicated, fitted to
+        ``max_context_tokens`` under ``heading``; what is shown is audited."""
         scope = scopes.effective_search_scope
         opts = self.options
         allow = opts.allow_unscoped_search
@@ -322,6 +325,9 @@ class ChatHistoryMemoryProvider(ContextProvider):
                 if len(memories) == opts.max_results or len(hits) < fetch or fetch >= 400:
                     break
                 fetch *= 4
+        # What does not fit the budget is not shown, so neither audited nor logged as recalled.
+        fitted = fit_recall(memories, recent, heading=heading, max_tokens=opts.max_context_tokens)
+        memories, recent = fitted.memories, fitted.recent
         sensitive = opts.enable_sensitive_telemetry_data
         await self.store.record_recall(
             self.collection_name,
@@ -351,7 +357,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
                 [self._loggable(m.content) for m, _ in memories],
                 [self._loggable(m.content) for m in recent],
             )
-        return memories, recent
+        return fitted
 
     async def _recent_turns(self, scope: MemoryScope) -> list[Memory]:
         """The stored messages of the newest ``recent_turns`` turns of the scope, oldest first."""
@@ -387,10 +393,10 @@ class ChatHistoryMemoryProvider(ContextProvider):
         ) -> str:
             # The question is model-generated: it is only ever a bound parameter and embedded text.
             question = userQuestion.strip()
-            memories, recent = await self._recall(scopes, session, question or None)
-            if not memories and not recent:
+            shown = await self._recall(scopes, session, question or None, heading=None)
+            if not shown.memories and not shown.recent:
                 return "No related memories found."
-            return format_recall(memories, recent, heading=None)
+            return shown.text
 
         return tool(
             search,

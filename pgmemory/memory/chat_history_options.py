@@ -20,6 +20,10 @@ DEFAULT_TOOL_DESCRIPTION = (
 )
 
 
+#: Default budget of a recall, in estimated tokens: a small share of any model's context.
+DEFAULT_MAX_CONTEXT_TOKENS = 2000
+
+
 def redact_all(_value: str) -> str:
     """The default log redactor: hides the value entirely."""
     return "<redacted>"
@@ -71,6 +75,15 @@ class ChatHistoryMemoryProviderOptions:
     weights: SearchWeights = field(default_factory=lambda: SearchWeights(recency=0.5))
     #: Drop recalled memories whose keyword terms overlap an already kept one this much (0–1).
     near_duplicate_threshold: float = 0.9
+    #: One budget, in estimated tokens (:func:`pgmemory.text.tokens.estimate_tokens`: a CJK
+    #: character is one token, other text about four characters or one word a token), for
+    #: everything a recall shows: heading and note, similar memories and recent turns together
+    #: (and the on-demand tool's answer). Long memories and tool results are shortened (head
+    #: and tail around a ``[… N characters omitted …]`` marker); similar memories are kept in
+    #: rank order and recent messages newest first while they fit. ``None``: unbounded, every
+    #: memory in full (up to ``max_results`` plus ``recent_turns`` turns of rows of up to the
+    #: store's ``max_text_chars`` characters each).
+    max_context_tokens: int | None = DEFAULT_MAX_CONTEXT_TOKENS
 
     def __post_init__(self) -> None:
         if self.search_time not in ("before_ai_invoke", "on_demand_function_calling"):
@@ -87,11 +100,20 @@ class ChatHistoryMemoryProviderOptions:
             raise InvalidInputError(
                 f"near_duplicate_threshold is {self.near_duplicate_threshold!r}; expected (0, 1]"
             )
+        budget = self.max_context_tokens
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or budget < 100
+        ):
+            raise InvalidInputError(
+                f"max_context_tokens is {budget!r}; expected an int of at least 100, or None "
+                "(unbounded)"
+            )
         if not callable(self.redactor):
             raise InvalidInputError(f"redactor is {self.redactor!r}; pass a callable(str) -> str")
 
 
 __all__ = [
+    "DEFAULT_MAX_CONTEXT_TOKENS",
     "DEFAULT_TOOL_DESCRIPTION",
     "ChatHistoryMemoryProviderOptions",
     "SearchTime",

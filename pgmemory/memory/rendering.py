@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
 from pgmemory.runtime.messages import Message
 from pgmemory.store.records import Memory
+from pgmemory.text.tokens import estimate_tokens
 
 #: Default heading of the injected memories message.
 DEFAULT_CONTEXT_PROMPT = (
@@ -26,10 +28,25 @@ UNTRUSTED_NOTE = (
 )
 
 
+RELATED_HEADING = "Related memories (most relevant first):"
+RECENT_HEADING = "Most recent messages (oldest first):"
+#: A memory is never shortened below this many tokens: less would say nothing.
+MIN_ITEM_TOKENS = 24
+
+
+@dataclass(frozen=True)
+class FittedRecall:
+    """What a recall shows: the text, and the memories that made it in (all or a subset)."""
+
+    text: str
+    memories: list[tuple[Memory, float]]
+    recent: list[Memory]
+
+
 def format_recall(
     memories: Sequence[tuple[Memory, float]], recent: Sequence[Memory], *, heading: str | None
 ) -> str:
-    """The text the model sees for a recall.
+    """The text the model sees for a recall, unbounded (see :func:`fit_recall`).
 
     Args:
         memories: memories found for the query, most relevant first, with their scores.
@@ -41,15 +58,133 @@ def format_recall(
         The heading, a note that memories are data and not instructions, then each memory on
         its own line: time, role and content as a JSON string.
     """
-    lines = [heading] if heading else []
-    lines.append(UNTRUSTED_NOTE)
-    if memories:
-        lines.append("Related memories (most relevant first):")
-        lines.extend(f"- {_line(m)}" for m, _ in memories)
-    if recent:
-        lines.append("Most recent messages (oldest first):")
-        lines.extend(f"- {_line(m)}" for m in recent)
-    return "\n".join(lines)
+    return fit_recall(memories, recent, heading=heading, max_tokens=None).text
+
+
+def fit_recall(
+    memories: Sequence[tuple[Memory, float]],
+    recent: Sequence[Memory],
+    *,
+    heading: str | None,
+    max_tokens: int | None,
+) -> FittedRecall:
+    """The text the model sees for a recall, within ``max_tokens`` estimated tokens.
+
+    One budget is shared by the heading and note, the similar memories and the recent
+    messages (estimated with :func:`~pgmemory.text.tokens.estimate_tokens`):
+
+    1. no memory takes more than a sixth of what the heading leaves: a longer one is shortened
+       to its head and tail around a ``[… N characters omitted …]`` marker;
+    2. similar memories, in rank order, while they fit in half of the budget;
+    3. recent messages, newest first, while they fit in what is left (shown oldest first);
+    4. further similar memories, in rank order, while they fit.
+
+    Each stage stops at the first memory that does not fit even shortened to the room left
+    (to :data:`MIN_ITEM_TOKENS` at least), so ranks and recency are never skipped over. The
+    text never exceeds ``max_tokens``; when even the heading and note do not fit, nothing is
+    shown (empty text, no memories).
+
+    Args:
+        memories: memories found for the query, most relevant first, with their scores.
+        recent: the most recent messages of the search scope, oldest first.
+        heading: the first line (the injected message's heading), or ``None`` (the search
+            tool's answer).
+        max_tokens: the budget, or ``None``: everything, unshortened.
+    """
+    head = [heading] if heading else []
+    head.append(UNTRUSTED_NOTE)
+    if max_tokens is None:
+        lines = list(head)
+        if memories:
+            lines.append(RELATED_HEADING)
+            lines.extend(f"- {_line(m)}" for m, _ in memories)
+        if recent:
+            lines.append(RECENT_HEADING)
+            lines.extend(f"- {_line(m)}" for m in recent)
+        return FittedRecall("\n".join(lines), list(memories), list(recent))
+
+    # Costs add up line by line: the estimate of lines joined by newlines is at most the sum
+    # of theirs plus one per newline (CJK characters count alone, and neither a length nor a
+    # word-ish piece spans a newline), so the running total bounds the whole text.
+    fixed = sum(estimate_tokens(line) + 1 for line in head)
+    if fixed > max_tokens:
+        return FittedRecall("", [], [])
+    item_cap = max(MIN_ITEM_TOKENS, (max_tokens - fixed) // 6)
+    section_cost = {
+        RELATED_HEADING: estimate_tokens(RELATED_HEADING) + 1,
+        RECENT_HEADING: estimate_tokens(RECENT_HEADING) + 1,
+    }
+    used = fixed
+    related: list[tuple[tuple[Memory, float], str]] = []
+    latest: list[tuple[Memory, str]] = []  # newest first
+
+    def fitted(memory: Memory, limit: int, section: str, opened: bool) -> tuple[str, int] | None:
+        """The memory's line, shortened as needed, and its cost, if ``used`` stays within
+        ``limit`` (``opened``: the section's heading is already paid for)."""
+        room = limit - used - (0 if opened else section_cost[section]) - 1
+        cap = min(item_cap, room)
+        while cap >= MIN_ITEM_TOKENS:
+            line = f"- {_line(memory, shorten(memory.content, cap))}"
+            cost = estimate_tokens(line)
+            if cost <= room:
+                return line, cost + 1 + (0 if opened else section_cost[section])
+            # JSON escaping made the line dearer than its content: shrink by the excess.
+            cap -= max(1, cost - room)
+        return None
+
+    ranked = list(memories)
+    half = fixed + (max_tokens - fixed) // 2
+    while ranked and (got := fitted(ranked[0][0], half, RELATED_HEADING, bool(related))):
+        related.append((ranked.pop(0), got[0]))
+        used += got[1]
+    for memory in reversed(recent):
+        got = fitted(memory, max_tokens, RECENT_HEADING, bool(latest))
+        if got is None:
+            break
+        latest.append((memory, got[0]))
+        used += got[1]
+    if len(latest) == len(recent):
+        while ranked and (got := fitted(ranked[0][0], max_tokens, RELATED_HEADING, bool(related))):
+            related.append((ranked.pop(0), got[0]))
+            used += got[1]
+    if not related and not latest:
+        return FittedRecall("", [], [])
+    lines = list(head)
+    if related:
+        lines.append(RELATED_HEADING)
+        lines.extend(line for _, line in related)
+    if latest:
+        lines.append(RECENT_HEADING)
+        lines.extend(line for _, line in reversed(latest))
+    return FittedRecall("\n".join(lines), [m for m, _ in related], [m for m, _ in reversed(latest)])
+
+
+def shorten(text: str, max_tokens: int) -> str:
+    """``text`` itself, or its head and tail around a ``[… N characters omitted …]`` marker,
+    within ``max_tokens`` estimated tokens (the marker included) when the marker alone fits.
+
+    Both ends are kept because a message's point is often in its last lines (the answer after
+    the reasoning, the result after the log).
+    """
+    # Every character costs at least a quarter token, so no more than 4 * max_tokens fit.
+    if len(text) <= 4 * max_tokens and estimate_tokens(text) <= max_tokens:
+        return text
+    low, high = 0, min(len(text), 4 * max_tokens + 1)  # characters kept: low fits, high not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if estimate_tokens(_cut(text, middle)) <= max_tokens:
+            low = middle
+        else:
+            high = middle
+    return _cut(text, low)
+
+
+def _cut(text: str, keep: int) -> str:
+    head = keep - keep // 3  # two thirds from the start, one third from the end
+    tail = keep - head
+    omitted = len(text) - keep
+    end = text[len(text) - tail :] if tail else ""
+    return f"{text[:head]} [… {omitted:,} characters omitted …] {end}".strip()
 
 
 def render(message: Message, *, skip_call_ids: frozenset[str] | set[str] = frozenset()) -> str:
@@ -79,9 +214,19 @@ def json_text(value: Any, *, separators: tuple[str, str] | None = None) -> str:
     return encoded.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def _line(memory: Memory) -> str:
+def _line(memory: Memory, content: str | None = None) -> str:
     when = memory.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return f"[{when}] {memory.role}: {json_text(memory.content)}"
+    text = memory.content if content is None else content
+    return f"[{when}] {memory.role}: {json_text(text)}"
 
 
-__all__ = ["DEFAULT_CONTEXT_PROMPT", "UNTRUSTED_NOTE", "format_recall", "json_text", "render"]
+__all__ = [
+    "DEFAULT_CONTEXT_PROMPT",
+    "UNTRUSTED_NOTE",
+    "FittedRecall",
+    "fit_recall",
+    "format_recall",
+    "json_text",
+    "render",
+    "shorten",
+]

@@ -1,0 +1,174 @@
+"""How large is what the chat-history provider injects, unbounded (before ``max_context_tokens``)
+and with the default budget?
+
+    .venv/bin/python bench/injection.py            # ~2 min on 2 cores
+
+Two scenarios, each run once with two providers recalling the same stored memories (the
+default one stores the turns; an unbounded twin stores nothing and only injects):
+
+* ``food``: the food-delivery demo's agent and offline ``ReplayModel`` — a first order with "no
+  spicy", then 20 more "order me something different from last time"; every injection counts.
+* ``long``: 10 sessions of a ~20,000-character question and a ~30,000-character answer
+  (English, Chinese, JSON mixed), then a short question; every injection from the second
+  session on counts (two users).
+
+Prints characters and estimated tokens (:func:`pgmemory.text.tokens.estimate_tokens`) as
+p50 / p95 / max. Runs on a scratch database (created and dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import random
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scratch import Server
+
+from pgmemory import (
+    Agent,
+    AgentSession,
+    ChatResponse,
+    ContextProvider,
+    MemoryStore,
+    Message,
+    SessionContext,
+    Settings,
+)
+from pgmemory.memory import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
+from pgmemory.text.tokens import estimate_tokens
+
+_spec = importlib.util.spec_from_file_location(
+    "food_delivery", Path(__file__).resolve().parents[1] / "examples" / "food_delivery.py"
+)
+food = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(food)  # type: ignore[union-attr]
+
+
+class Record(ContextProvider):
+    """Keeps the text each watched provider injected, per provider."""
+
+    def __init__(self, *watched: ChatHistoryMemoryProvider) -> None:
+        super().__init__("record_injected")
+        self.watched = watched
+        self.sizes: dict[str, list[str]] = {p.source_id: [] for p in watched}
+
+    async def before_run(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict
+    ) -> None:
+        for provider in self.watched:
+            for message in context.get_messages(sources=[provider.source_id]):
+                self.sizes[provider.source_id].append(message.text)
+
+
+class LongModel:
+    """Answers every question with ~30,000 characters."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    async def get_response(self, messages: Sequence[Message], **_: Any) -> ChatResponse:
+        return ChatResponse(messages=[Message("assistant", "Answer: " + babble(self.rng, 30_000))])
+
+
+def babble(rng: random.Random, chars: int) -> str:
+    pieces = [
+        "I ordered two pizzas and a salad for dinner, the same as last week. ",
+        "帮我点一份外卖，一荤一素，我不能吃辣，上次点的是清蒸鲈鱼和西芹百合。",
+        '{"dish": "清蒸鲈鱼", "quantity": 1, "price": 58.0}, ',
+        "The meeting moved to Thursday at 3pm; bring the Q3 numbers. ",
+    ]
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        out.append(rng.choice(pieces))
+        size += len(out[-1])
+    return "".join(out)[:chars]
+
+
+def agent_with(client: Any, store: MemoryStore, tools: list[Any], instructions: str) -> tuple:
+    bounded = ChatHistoryMemoryProvider(
+        store, food.COLLECTION, state_initializer=food.user_scope, source_id="bounded"
+    )
+    unbounded = ChatHistoryMemoryProvider(
+        store,
+        food.COLLECTION,
+        state_initializer=food.user_scope,
+        source_id="unbounded",
+        options=ChatHistoryMemoryProviderOptions(
+            max_context_tokens=None,
+            storage_input_message_filter=lambda _: [],
+            storage_output_message_filter=lambda _: [],
+        ),
+    )
+    record = Record(unbounded, bounded)
+    agent = Agent(client, instructions, tools=tools, context_providers=[bounded, unbounded, record])
+    return agent, record
+
+
+async def food_scenario(store: MemoryStore) -> Record:
+    from pgmemory import tool
+
+    tools = [tool(food.get_menu, name="GetMenu"), tool(food.place_order, name="PlaceOrder")]
+    agent, record = agent_with(food.ReplayModel(), store, tools, food.INSTRUCTIONS)
+    for i in range(21):
+        session = agent.create_session()
+        session.state["user_id"] = "alice-bench"
+        ask = (
+            "帮我点一份外卖，一荤一素，我不能吃辣" if i == 0 else "帮我点一份外卖，和上次点的不一样"
+        )
+        await agent.run(ask, session=session)
+    return record
+
+
+async def long_scenario(store: MemoryStore) -> Record:
+    agent, record = agent_with(LongModel(1), store, [], "You help.")
+    for user in ("carol-bench", "dave-bench"):
+        rng = random.Random(user)
+        for i in range(11):
+            session = agent.create_session()
+            session.state["user_id"] = user
+            ask = "What did we decide last time?" if i == 10 else babble(rng, 20_000)
+            await agent.run(ask, session=session)
+    return record
+
+
+def row(name: str, texts: list[str]) -> str:
+    def stats(values: list[int]) -> str:
+        values = sorted(values)
+        p50 = statistics.median(values)
+        p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+        return f"{p50:>8,.0f} {p95:>8,} {max(values):>8,}"
+
+    chars = [len(t) for t in texts]
+    tokens = [estimate_tokens(t) for t in texts]
+    return f"| {name:<26} | {len(texts):>3} | {stats(chars)} | {stats(tokens)} |"
+
+
+async def main() -> None:
+    server = Server()
+    try:
+        print(server.info())
+        print(
+            "| scenario / provider        |   n |  chars p50      p95      max |"
+            " tokens p50      p95      max |"
+        )
+        print("|---|---:|---:|---:|")
+        for name, scenario in (("food", food_scenario), ("long", long_scenario)):
+            with server.scratch(f"inj_{name}") as url:
+                async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
+                    await store.create_collection(food.COLLECTION)
+                    record = await scenario(store)
+            print(row(f"{name}: before (unbounded)", record.sizes["unbounded"]))
+            print(row(f"{name}: after (default 2000)", record.sizes["bounded"]))
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -40,15 +40,28 @@ class FakeModel:
     model_id = "fake"
     dimensions = 3
 
-    def __init__(self, delay_s: float = 0.0, fail_on: str | None = None) -> None:
+    def __init__(
+        self, delay_s: float = 0.0, fail_on: str | None = None, hold_first: bool = False
+    ) -> None:
         self.delay_s = delay_s
         self.fail_on = fail_on
         self.calls: list[list[str]] = []
         self.threads: set[int] = set()
+        self.started = threading.Event()  # the first call is running
+        self.release = threading.Event()  # ... and may finish (with hold_first)
+        if not hold_first:
+            self.release.set()
+
+    async def busy(self) -> None:
+        """Wait until the model runs its first call (held until ``release`` is set)."""
+        while not self.started.is_set():
+            await asyncio.sleep(0.001)
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
         self.calls.append(list(texts))
         self.threads.add(threading.get_ident())
+        self.started.set()
+        self.release.wait(timeout=30)
         if self.delay_s:
             time.sleep(self.delay_s)
         if self.fail_on is not None and self.fail_on in texts:
@@ -115,23 +128,32 @@ async def test_concurrent_calls_keep_their_order_and_share_one_worker_thread() -
 
 
 async def test_identical_texts_in_a_batch_are_embedded_once() -> None:
-    model = FakeModel()
+    model = FakeModel(hold_first=True)
     batcher = BatchingEmbedder(model)
-    results = await asyncio.gather(
-        batcher.embed(["1:a", "2:b"]), batcher.embed(["2:b"]), batcher.embed(["1:a", "1:a"])
-    )
-    assert sorted(t for call in model.calls for t in call) == ["1:a", "2:b"]
+    busy = asyncio.ensure_future(batcher.embed(["0:busy"]))  # the next calls queue behind it
+    await model.busy()
+    calls = [
+        asyncio.ensure_future(batcher.embed(texts))
+        for texts in (["1:a", "2:b"], ["2:b"], ["1:a", "1:a"])
+    ]
+    await asyncio.sleep(0.01)
+    model.release.set()
+    results = await asyncio.gather(*calls)
+    await busy
+    assert model.calls == [["0:busy"], ["1:a", "2:b"]]
     assert [r[:, 0].tolist() for r in results] == [[1.0, 2.0], [2.0], [1.0, 1.0]]
 
 
 async def test_a_failure_reaches_every_caller_of_its_batch_and_only_them() -> None:
-    model = FakeModel(delay_s=0.02, fail_on="2:bad")
+    model = FakeModel(fail_on="2:bad", hold_first=True)
     batcher = BatchingEmbedder(model, max_batch=3)
     # The first call runs alone; the next three wait for it and then go together (and fail);
     # the last one does not fit in that batch (max_batch=3) and succeeds.
     first = asyncio.ensure_future(batcher.embed(["1:first"]))
-    await asyncio.sleep(0.005)
+    await model.busy()
     rest = [asyncio.ensure_future(batcher.embed([t])) for t in ("2:bad", "3:ok", "4:ok", "5:ok")]
+    await asyncio.sleep(0.01)
+    model.release.set()
     assert (await first)[0, 0] == 1.0
     outcomes = await asyncio.gather(*rest, return_exceptions=True)
     assert [type(o) for o in outcomes[:3]] == [EmbeddingError] * 3
@@ -142,15 +164,17 @@ async def test_a_failure_reaches_every_caller_of_its_batch_and_only_them() -> No
 
 
 async def test_a_cancelled_caller_is_dropped_and_the_others_are_served() -> None:
-    model = FakeModel(delay_s=0.03)
+    model = FakeModel(hold_first=True)
     batcher = BatchingEmbedder(model)
     running = asyncio.ensure_future(batcher.embed(["1:running"]))
-    await asyncio.sleep(0.01)  # the model is busy with it
+    await model.busy()
     queued = asyncio.ensure_future(batcher.embed(["2:queued"]))
     kept = asyncio.ensure_future(batcher.embed(["3:kept"]))
     await asyncio.sleep(0)
     queued.cancel()
     running.cancel()  # cancelled while its batch runs: the batch finishes, nobody is answered
+    await asyncio.sleep(0)
+    model.release.set()
     assert (await kept)[0, 0] == 3.0
     with pytest.raises(asyncio.CancelledError):
         await queued
@@ -229,7 +253,6 @@ def test_one_batcher_serves_several_event_loops() -> None:
     thread.start()
     thread.join()
     assert out == [9.0]
-    batcher.close()
 
 
 async def test_the_cache_in_front_survives_concurrent_eviction() -> None:

@@ -173,6 +173,22 @@ class Settings(BaseSettings):
         default="use", description="Which embedder make_embedder() builds."
     )
     embedder_threads: int = Field(default=1, ge=1, description="CPU threads of a local embedder.")
+    embed_batching: bool = Field(
+        default=True,
+        description=(
+            "Embed the texts of concurrent calls together, in one model call on one worker "
+            "thread (local embedders only)."
+        ),
+    )
+    embed_batch_max: int = Field(default=32, ge=1, description="Most texts per batched model call.")
+    embed_batch_wait_ms: float = Field(
+        default=2.0,
+        ge=0,
+        description=(
+            "Longest a call waits for others to batch with, only under concurrent load "
+            "(a lone caller never waits)."
+        ),
+    )
 
     openai_base_url: str | None = Field(
         default=None, description="Base URL of an OpenAI-compatible API (unset = api.openai.com)."

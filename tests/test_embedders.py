@@ -140,7 +140,7 @@ async def test_openai_embedder_reports_failures(embeddings_server: _EmbeddingsSe
 
 def test_make_embedder_follows_settings() -> None:
     default = make_embedder(Settings(_env_file=None))  # type: ignore[call-arg]
-    assert isinstance(default, CachedEmbedder) and isinstance(default.inner, USEEmbedder)
+    assert isinstance(default, CachedEmbedder) and default.model_id == USEEmbedder.model_id
     minilm = make_embedder(Settings(_env_file=None, embedder="minilm"), cache=False)  # type: ignore[call-arg]
     assert minilm.dimensions == 384
     with pytest.raises(ValueError, match="PGMEMORY_OPENAI_EMBEDDING_DIMENSIONS"):

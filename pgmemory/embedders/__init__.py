@@ -1,4 +1,4 @@
-"""Embedders: the protocol, the local models, OpenAI-compatible embeddings, and a cache.
+"""Embedders: the protocol, the local models, OpenAI-compatible embeddings, a cache, batching.
 
 Names are imported on first use (PEP 562), so ``from pgmemory.embedders import USEEmbedder``
 does not load the ``openai`` package, and no embedder loads its model before it is used.
@@ -10,7 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pgmemory.embedders.base import Embedder
+    from pgmemory.embedders.base import Embedder, warm_up
+    from pgmemory.embedders.batching import BatchingEmbedder
     from pgmemory.embedders.cache import CachedEmbedder
     from pgmemory.embedders.factory import make_embedder
     from pgmemory.embedders.minilm import MiniLMEmbedder
@@ -19,21 +20,25 @@ if TYPE_CHECKING:
 
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
+    "BatchingEmbedder": "pgmemory.embedders.batching",
     "CachedEmbedder": "pgmemory.embedders.cache",
     "Embedder": "pgmemory.embedders.base",
     "MiniLMEmbedder": "pgmemory.embedders.minilm",
     "OpenAIEmbedder": "pgmemory.embedders.openai",
     "USEEmbedder": "pgmemory.embedders.use",
     "make_embedder": "pgmemory.embedders.factory",
+    "warm_up": "pgmemory.embedders.base",
 }
 
 __all__ = [
+    "BatchingEmbedder",
     "CachedEmbedder",
     "Embedder",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
     "USEEmbedder",
     "make_embedder",
+    "warm_up",
 ]
 
 

@@ -63,3 +63,25 @@ def as_matrix(vectors: object, *, rows: int, dimensions: int, model_id: str) -> 
     if not np.isfinite(matrix).all():
         raise EmbeddingError(f"embedder {model_id!r} returned NaN or infinite values")
     return matrix
+
+
+async def warm_up(embedder: Embedder) -> None:
+    """Load ``embedder``'s model now, so the first real call does not pay for it.
+
+    Calls the embedder's own ``warm_up()`` when it has one (every pgmemory embedder does:
+    local models load and run one tiny batch, remote ones do nothing); any other embedder
+    embeds one short text. Call it once at start-up, e.g. in a web application's lifespan::
+
+        await warm_up(store.embedder)
+
+    Args:
+        embedder: the embedder to warm up.
+
+    Raises:
+        EmbeddingError: the model could not be loaded or run.
+    """
+    method = getattr(embedder, "warm_up", None)
+    if callable(method):
+        await method()
+    else:
+        await embedder.embed(["warm-up"])

@@ -48,22 +48,35 @@ class CachedEmbedder:
         Returns:
             A ``(len(texts), dimensions)`` float32 array, in the order of ``texts``.
         """
-        keys = [(self.model_id, hashlib.sha256(t.encode("utf-8")).digest()) for t in texts]
-        missing: dict[tuple[str, bytes], str] = {}
-        for key, text in zip(keys, texts, strict=True):
-            if key in self._cache:
+        model_id = self.model_id
+        keys = [(model_id, hashlib.sha256(t.encode("utf-8")).digest()) for t in texts]
+        out = np.empty((len(keys), self.dimensions), dtype=np.float32)
+        # Hits are copied out now: a concurrent call may evict them while this one awaits.
+        missing: dict[tuple[str, bytes], list[int]] = {}
+        texts_missing: list[str] = []
+        for i, (key, text) in enumerate(zip(keys, texts, strict=True)):
+            vector = self._cache.get(key)
+            if vector is not None:
                 self._cache.move_to_end(key)
-            elif key not in missing:
-                missing[key] = text
+                out[i] = vector
+            elif key in missing:
+                missing[key].append(i)
+            else:
+                missing[key] = [i]
+                texts_missing.append(text)
         self.misses += len(missing)
         self.hits += len(keys) - len(missing)
         if missing:
-            vectors = await self.inner.embed(list(missing.values()))
-            for key, vector in zip(missing, vectors, strict=True):
-                self._cache[key] = vector
-        out = np.empty((len(keys), self.dimensions), dtype=np.float32)
-        for i, key in enumerate(keys):
-            out[i] = self._cache[key]
-        while len(self._cache) > self.max_entries:
-            self._cache.popitem(last=False)
+            vectors = await self.inner.embed(texts_missing)
+            for (key, rows), vector in zip(missing.items(), vectors, strict=True):
+                out[rows] = vector
+                self._cache[key] = out[rows[0]].copy()  # its own row, not a view of a batch
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
         return out
+
+    async def warm_up(self) -> None:
+        """Warm the inner embedder up (see :func:`pgmemory.embedders.base.warm_up`)."""
+        from pgmemory.embedders.base import warm_up
+
+        await warm_up(self.inner)

@@ -160,6 +160,34 @@ class MiniLMEmbedder:
             vectors = await asyncio.to_thread(self._embed_sync, items)
         return as_matrix(vectors, rows=len(items), dimensions=DIMENSIONS, model_id=MODEL_ID)
 
+    def embed_sync(self, texts: list[str]) -> np.ndarray:
+        """Embed a batch on the calling thread (blocking; loads the model if needed).
+
+        For worker threads, e.g. :class:`~pgmemory.embedders.batching.BatchingEmbedder`'s;
+        from async code use :meth:`embed`. The texts are not type-checked here.
+
+        Args:
+            texts: the texts to embed.
+
+        Returns:
+            A ``(len(texts), 384)`` float32 array of unit vectors.
+
+        Raises:
+            EmbeddingError: the model could not be loaded or run.
+        """
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        vectors = self._embed_sync(list(texts))
+        return as_matrix(vectors, rows=len(texts), dimensions=DIMENSIONS, model_id=MODEL_ID)
+
+    async def warm_up(self) -> None:
+        """Load the tokenizer and the model and run one tiny batch, off the event loop.
+
+        Raises:
+            EmbeddingError: the model could not be loaded or run.
+        """
+        await asyncio.to_thread(self._embed_sync, ["warm-up"])
+
     # -- worker-thread side -------------------------------------------------------------
 
     def _load(self) -> None:

@@ -64,6 +64,9 @@ class OpenAIEmbedder:
             timeout=timeout_s,
         )
 
+    async def warm_up(self) -> None:
+        """Nothing to load: the model runs behind the endpoint (present for a uniform API)."""
+
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed a batch, ``batch_size`` texts per request.
 

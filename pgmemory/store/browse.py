@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -155,6 +155,32 @@ def _keyset(
         return "older", {"before_at": before.at, "before_id": before.id}
     top = _MAX_UUID if uuid_ids else 2**63 - 1
     return "older", {"before_at": _DISTANT_FUTURE, "before_id": top}
+
+
+async def _keyset_page(
+    source: AsyncEngine | MemoryStore,
+    statements: tuple[str, str],
+    params: Mapping[str, Any],
+    *,
+    before: Cursor | None,
+    after: Cursor | None,
+    limit: int,
+    uuid_ids: bool,
+    make: Callable[[Mapping[str, Any]], T],
+    edge: Callable[[T], Cursor],
+) -> Page[T]:
+    """One newest-first keyset page: ``statements`` reads (older, newer) rows; ``limit`` is
+    already clamped; ``make`` builds an item from a row, ``edge`` its cursor."""
+    direction, keys = _keyset(before, after, uuid_ids=uuid_ids)
+    statement = statements[0] if direction == "older" else statements[1]
+    rows = await _rows(source, statement, {**params, **keys, "limit": limit + 1})
+    return _page(
+        [make(r) for r in rows],
+        limit=limit,
+        direction=direction,
+        cursor_given=before is not None or after is not None,
+        edge=edge,
+    )
 
 
 def _engine(source: AsyncEngine | MemoryStore) -> AsyncEngine:
@@ -392,22 +418,15 @@ async def user_memories(
     Returns:
         The page.
     """
-    limit = clamp_limit(limit)
-    direction, keys = _keyset(before, after, uuid_ids=True)
-    statement = q.USER_MEMORIES_OLDER if direction == "older" else q.USER_MEMORIES_NEWER
-    params = {
-        **keys,
-        "user_id": _user(user_id),
-        "collection": collection,
-        "session_id": session_id,
-        "limit": limit + 1,
-    }
-    rows = [_memory(r) for r in await _rows(source, statement, params)]
-    return _page(
-        rows,
-        limit=limit,
-        direction=direction,
-        cursor_given=before is not None or after is not None,
+    return await _keyset_page(
+        source,
+        (q.USER_MEMORIES_OLDER, q.USER_MEMORIES_NEWER),
+        {"user_id": _user(user_id), "collection": collection, "session_id": session_id},
+        before=before,
+        after=after,
+        limit=clamp_limit(limit),
+        uuid_ids=True,
+        make=_memory,
         edge=_memory_edge,
     )
 
@@ -540,15 +559,15 @@ async def user_recalls(
         The page.
     """
     user_id = _user(user_id)
-    limit = clamp_limit(limit)
-    direction, keys = _keyset(before, after, uuid_ids=False)
-    statement = q.USER_RECALLS_OLDER if direction == "older" else q.USER_RECALLS_NEWER
-    rows = await _rows(source, statement, {**keys, "user_id": user_id, "limit": limit + 1})
-    page = _page(
-        rows,
-        limit=limit,
-        direction=direction,
-        cursor_given=before is not None or after is not None,
+    page: Page[dict[str, Any]] = await _keyset_page(
+        source,
+        (q.USER_RECALLS_OLDER, q.USER_RECALLS_NEWER),
+        {"user_id": user_id},
+        before=before,
+        after=after,
+        limit=clamp_limit(limit),
+        uuid_ids=False,
+        make=dict,
         edge=lambda r: Cursor(r["at"], r["id"]),
     )
     joined = await _recalled_memories(
@@ -668,15 +687,15 @@ async def user_memory_audit(
     Returns:
         The page.
     """
-    limit = clamp_limit(limit)
-    direction, keys = _keyset(before, after, uuid_ids=False)
-    statement = q.USER_MEMORY_AUDIT_OLDER if direction == "older" else q.USER_MEMORY_AUDIT_NEWER
-    rows = await _rows(source, statement, {**keys, "user_id": _user(user_id), "limit": limit + 1})
-    return _page(
-        [MemoryAuditEntry(**r) for r in rows],
-        limit=limit,
-        direction=direction,
-        cursor_given=before is not None or after is not None,
+    return await _keyset_page(
+        source,
+        (q.USER_MEMORY_AUDIT_OLDER, q.USER_MEMORY_AUDIT_NEWER),
+        {"user_id": _user(user_id)},
+        before=before,
+        after=after,
+        limit=clamp_limit(limit),
+        uuid_ids=False,
+        make=lambda r: MemoryAuditEntry(**r),
         edge=lambda e: Cursor(e.at, e.id),
     )
 
@@ -773,15 +792,15 @@ async def user_fact_history(
     Returns:
         The page.
     """
-    limit = clamp_limit(limit)
-    direction, keys = _keyset(before, after, uuid_ids=False)
-    statement = q.USER_FACT_AUDIT_OLDER if direction == "older" else q.USER_FACT_AUDIT_NEWER
-    rows = await _rows(source, statement, {**keys, "user_id": _user(user_id), "limit": limit + 1})
-    return _page(
-        [FactChange(**r) for r in rows],
-        limit=limit,
-        direction=direction,
-        cursor_given=before is not None or after is not None,
+    return await _keyset_page(
+        source,
+        (q.USER_FACT_AUDIT_OLDER, q.USER_FACT_AUDIT_NEWER),
+        {"user_id": _user(user_id)},
+        before=before,
+        after=after,
+        limit=clamp_limit(limit),
+        uuid_ids=False,
+        make=lambda r: FactChange(**r),
         edge=lambda c: Cursor(c.at, c.id),
     )
 

@@ -10,6 +10,7 @@ whole scope.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -340,48 +341,51 @@ def _in_session(session: str | None, *values: str) -> bool:
     return session is None or session in values
 
 
+async def _scan(
+    read: Callable[..., Awaitable[Any]],
+    keep: Callable[[Any], bool],
+    *,
+    pages: int,
+    size: int,
+    limit: int,
+) -> tuple[list[Any], bool]:
+    """Up to ``limit`` items that ``keep`` accepts, newest first, reading at most ``pages``
+    pages of ``size``; and whether more may exist."""
+    items: list[Any] = []
+    before = None
+    for _ in range(pages):
+        page = await read(before=before, limit=size)
+        items += [item for item in page.items if keep(item)]
+        before = page.older
+        if before is None or len(items) > limit:
+            break
+    return items[:limit], before is not None or len(items) > limit
+
+
 async def _audit(store: MemoryStore, args: argparse.Namespace) -> int:
     session = args.session
-    recalls: list[Recall] = []
-    writes: list[MemoryAuditEntry] = []
-    facts: list[FactChange] = []
-    more = {"recalls": False, "writes": False, "fact_changes": False}
     # Without --session each section is one page; with it, pages are filtered (a bounded scan).
-    pages = 1 if session is None else _SCAN_PAGES
-    size = args.limit if session is None else MAX_LIMIT
-
-    before = None
-    for _ in range(pages):
-        recall_page = await store.user_recalls(args.user, before=before, limit=size)
-        recalls += [
-            r for r in recall_page.items
-            if _in_session(session, r.session_id, r.requesting_session_id)
-        ]  # fmt: skip
-        before = recall_page.older
-        if before is None or len(recalls) > args.limit:
-            break
-    more["recalls"] = before is not None or len(recalls) > args.limit
-    recalls = recalls[: args.limit]
-
-    before = None
-    for _ in range(pages):
-        write_page = await store.user_memory_audit(args.user, before=before, limit=size)
-        writes += [w for w in write_page.items if _in_session(session, w.session_id)]
-        before = write_page.older
-        if before is None or len(writes) > args.limit:
-            break
-    more["writes"] = before is not None or len(writes) > args.limit
-    writes = writes[: args.limit]
-
-    before = None
-    for _ in range(pages):
-        fact_page = await store.user_fact_history(args.user, before=before, limit=size)
-        facts += [f for f in fact_page.items if _in_session(session, f.session_id)]
-        before = fact_page.older
-        if before is None or len(facts) > args.limit:
-            break
-    more["fact_changes"] = before is not None or len(facts) > args.limit
-    facts = facts[: args.limit]
+    scan = {
+        "pages": 1 if session is None else _SCAN_PAGES,
+        "size": args.limit if session is None else MAX_LIMIT,
+        "limit": args.limit,
+    }
+    recalls, more_recalls = await _scan(
+        lambda **page: store.user_recalls(args.user, **page),
+        lambda r: _in_session(session, r.session_id, r.requesting_session_id),
+        **scan,
+    )
+    writes, more_writes = await _scan(
+        lambda **page: store.user_memory_audit(args.user, **page),
+        lambda w: _in_session(session, w.session_id),
+        **scan,
+    )
+    facts, more_facts = await _scan(
+        lambda **page: store.user_fact_history(args.user, **page),
+        lambda f: _in_session(session, f.session_id),
+        **scan,
+    )
+    more = {"recalls": more_recalls, "writes": more_writes, "fact_changes": more_facts}
 
     if args.json:
         print_json(

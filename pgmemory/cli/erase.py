@@ -38,7 +38,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         help="erase everything stored about a user (memories, facts, chat history); asks first",
         description="Erase everything stored about a user in ONE transaction: memories in "
         "every collection (each deletion audited by content hash), facts and chat history; "
-        "personal values kept in the audits are blanked. Asks for confirmation on a terminal; "
+        "in the audits the user id becomes a pseudonym, kept values are blanked and the key of "
+        "the audit hashes is destroyed. Asks for confirmation on a terminal; "
         "needs --yes otherwise.",
     )  # fmt: skip
     forget.add_argument("user_id", help="the user to erase")
@@ -49,7 +50,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     add_json(
         forget,
         '{"user_id", "erased": {"memories", "facts", "history_messages", '
-        '"fact_audit_rows_redacted", "recall_audit_rows_redacted"}}',
+        '"memory_audit_rows_pseudonymised", "recall_audit_rows_pseudonymised", '
+        '"fact_audit_rows_pseudonymised"}}',
     )
     forget.set_defaults(handler=forget_command)
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from psycopg.types.json import Jsonb
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -932,23 +931,18 @@ async def prune_audit(
         raise InvalidInputError(
             f"older_than must be a timedelta or a datetime, got {type(older_than).__name__}"
         )
-    params = {"cutoff": cutoff, "retention_namespace": q.RETENTION_NAMESPACE}
-    plan = (
-        ("recall_audit", recall_audit, q.PRUNE_RECALL_AUDIT),
-        ("memory_audit", memory_audit, q.PRUNE_MEMORY_AUDIT),
-        ("fact_audit", fact_audit, q.PRUNE_FACT_AUDIT),
-    )
-    counts: dict[str, int] = {}
+    params = {
+        "cutoff": cutoff,
+        "recall_audit": recall_audit,
+        "memory_audit": memory_audit,
+        "fact_audit": fact_audit,
+        "actor": actor or "",
+    }
     async with _engine(source).begin() as conn:
         await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
-        for name, wanted, statement in plan:
-            counts[name] = (
-                int((await conn.execute(text(statement), params)).scalar_one()) if wanted else 0
-            )
-        summary = {"cutoff": cutoff.isoformat(), "deleted": counts}
-        await conn.execute(
-            text(q.RECORD_PRUNE), {**params, "summary": Jsonb(summary), "actor": actor or ""}
-        )
+        summary = (await conn.execute(text(q.PRUNE_AUDIT), params)).scalar_one()
+    deleted = summary["deleted"]
+    counts = {name: int(deleted[name]) for name in ("recall_audit", "memory_audit", "fact_audit")}
     logger.info("pruned audit rows older than %s: %s", cutoff.isoformat(), counts)
     return counts
 

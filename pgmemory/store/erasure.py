@@ -97,7 +97,14 @@ async def expire(
 
 
 async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[str, int]:
-    """Erase everything stored about a user in ONE transaction; returns counts per kind."""
+    """Erase everything stored about a user in ONE transaction; returns counts per kind.
+
+    Memories (each deletion audited), facts and chat history are deleted; then
+    ``pgmemory_erase_user_audit`` replaces the user id in every audit row by a pseudonym
+    (``erased:`` + a hash keyed with the user's secret), blanks the fact values and query texts
+    the audits kept, deletes the secret (so neither the pseudonym nor any content hash can be
+    linked to the user or confirmed by a guess again) and records the erasure.
+    """
     check_name(user_id, what="user_id")
     check_optional_name(actor, what="actor")
     params = {"user_id": user_id, "actor": actor or ""}
@@ -105,14 +112,15 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
         memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
         facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
         history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount
-        fact_audit = (await conn.execute(text(q.REDACT_USER_FACT_AUDIT), params)).rowcount
-        recall_audit = (await conn.execute(text(q.REDACT_USER_RECALL_AUDIT), params)).rowcount
+        summary = (await conn.execute(text(q.ERASE_USER_AUDIT), params)).scalar_one()
+    audit = summary["pseudonymised"]
     counts = {
         "memories": memories,
         "facts": int(facts),
         "history_messages": int(history),
-        "fact_audit_rows_redacted": int(fact_audit),
-        "recall_audit_rows_redacted": int(recall_audit),
+        "memory_audit_rows_pseudonymised": int(audit["memory_audit"]),
+        "recall_audit_rows_pseudonymised": int(audit["recall_audit"]),
+        "fact_audit_rows_pseudonymised": int(audit["fact_audit"]),
     }
     logger.info("erased a user: %s", counts)
     return counts

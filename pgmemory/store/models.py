@@ -24,6 +24,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
+    LargeBinary,
     ForeignKey,
     Identity,
     Index,
@@ -183,8 +184,11 @@ class MemoryAuditRow(Base):
     application_id: Mapped[str] = mapped_column(Text, nullable=False)
     agent_id: Mapped[str] = mapped_column(Text, nullable=False)
     session_id: Mapped[str] = mapped_column(Text, nullable=False)
+    #: ``sha256(user secret || sha256(content))`` in hex: keyed, so it cannot confirm a guess.
     content_sha256: Mapped[str] = mapped_column(Text, nullable=False)
     actor: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    #: Hex sha256 of the whole row (set by the guard trigger; ``pgmemory audit verify`` checks it).
+    row_sha256: Mapped[str] = mapped_column(Text, nullable=False)
 
     __table_args__ = (
         CheckConstraint("operation IN ('insert', 'delete', 'expire')", name="operation_known"),
@@ -212,15 +216,37 @@ class RecallAuditRow(Base):
     requesting_session_id: Mapped[str] = mapped_column(
         Text, nullable=False, server_default=text("''")
     )
+    #: The query's hash, keyed like ``pgmemory_memory_audit.content_sha256``.
     query_sha256: Mapped[str] = mapped_column(Text, nullable=False)
     query_text: Mapped[str | None] = mapped_column(Text)
     memory_ids: Mapped[list[uuid.UUID]] = mapped_column(ARRAY(UUID(as_uuid=True)), nullable=False)
     scores: Mapped[list[float]] = mapped_column(ARRAY(REAL()), nullable=False)
+    #: Hex sha256 of the whole row (set by the guard trigger; ``pgmemory audit verify`` checks it).
+    row_sha256: Mapped[str] = mapped_column(Text, nullable=False)
 
     __table_args__ = (
         Index("ix_pgmemory_recall_audit_user_at", "user_id", "at"),
         Index("ix_pgmemory_recall_audit_session", "user_id", "requesting_session_id", "at"),
     )
+
+
+class UserSecretRow(Base):
+    """One random 32-byte secret per user, keying the hashes in that user's audit rows.
+
+    Created on the user's first audited write or recall (by ``pgmemory_keyed_sha256``) and
+    deleted when the user is erased, after which the user's audit hashes and pseudonym can no
+    longer be linked to the user or to any guessed text. Only the table's owner reads it.
+    """
+
+    __tablename__ = "pgmemory_user_secrets"
+
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    secret: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+    __table_args__ = (CheckConstraint("length(secret) = 32", name="secret_length"),)
 
 
 class ChatMessageRow(Base):
@@ -286,6 +312,8 @@ class FactAuditRow(Base):
     old_value: Mapped[Any] = mapped_column(JSONB, nullable=True)
     new_value: Mapped[Any] = mapped_column(JSONB, nullable=True)
     actor: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    #: Hex sha256 of the whole row (set by the guard trigger; ``pgmemory audit verify`` checks it).
+    row_sha256: Mapped[str] = mapped_column(Text, nullable=False)
 
     __table_args__ = (Index("ix_pgmemory_fact_audit_scope", "user_id", "namespace", "at"),)
 
@@ -301,4 +329,5 @@ __all__ = [
     "MemoryAuditRow",
     "MemoryRow",
     "RecallAuditRow",
+    "UserSecretRow",
 ]

@@ -56,6 +56,11 @@ _SKIP_STORED_MESSAGES = """ON CONFLICT (collection, user_id, application_id, age
 _AUDITED = "id, user_id, collection, application_id, agent_id, session_id, content_sha256"
 
 
+#: The audit's content hash: keyed with the user's secret (created on first use), so it cannot
+#: confirm a guessed text once erasure has destroyed the secret (migration 0006).
+_KEYED_CONTENT = "pgmemory_keyed_sha256(user_id, content_sha256)"
+
+
 def _audited(change: str, operation: str) -> str:
     """``change`` (an INSERT or DELETE of memories) plus one audit row per changed memory, in
     the same statement: the audit row exists exactly when the change commits. The statement
@@ -68,7 +73,7 @@ INSERT INTO pgmemory_memory_audit
     (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
      content_sha256, actor)
 SELECT user_id, '{operation}', id, collection, application_id, agent_id, session_id,
-       content_sha256, :actor
+       {_KEYED_CONTENT}, :actor
 FROM changed
 RETURNING memory_id
 """
@@ -308,8 +313,8 @@ audit AS (
         (user_id, collection, application_id, agent_id, session_id, provider, mode,
          requesting_session_id, query_sha256, query_text, memory_ids, scores)
     SELECT :audit_user_id, :collection, :audit_application_id, :audit_agent_id,
-           :audit_session_id, :provider, :mode, :requesting_session_id, :query_sha256,
-           :query_text,
+           :audit_session_id, :provider, :mode, :requesting_session_id,
+           pgmemory_keyed_sha256(:audit_user_id, :query_sha256), :query_text,
            COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{}'),
            COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{}')
     FROM hits AS h
@@ -549,8 +554,8 @@ INSERT INTO pgmemory_recall_audit
     (user_id, collection, application_id, agent_id, session_id, provider, mode,
      requesting_session_id, query_sha256, query_text, memory_ids, scores)
 VALUES (:user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
-        :requesting_session_id, :query_sha256, :query_text, CAST(:memory_ids AS uuid[]),
-        CAST(:scores AS real[]))
+        :requesting_session_id, pgmemory_keyed_sha256(:user_id, :query_sha256), :query_text,
+        CAST(:memory_ids AS uuid[]), CAST(:scores AS real[]))
 """
 
 # --- erasure of a user ---------------------------------------------------------------------
@@ -565,17 +570,10 @@ ERASE_USER_MEMORIES = _audited(
 #: Erase every fact of a user (all namespaces and narrower scopes).
 ERASE_USER_FACTS = "DELETE FROM pgmemory_facts WHERE user_id = :user_id"
 
-#: Blank the values in a user's fact audit (the keys and times stay, the personal data goes).
-REDACT_USER_FACT_AUDIT = """
-UPDATE pgmemory_fact_audit SET old_value = NULL, new_value = NULL
-WHERE user_id = :user_id AND (old_value IS NOT NULL OR new_value IS NOT NULL)
-"""
-
-#: Blank the query texts kept in a user's recall audit (hashes stay).
-REDACT_USER_RECALL_AUDIT = """
-UPDATE pgmemory_recall_audit SET query_text = NULL
-WHERE user_id = :user_id AND query_text IS NOT NULL
-"""
+#: Pseudonymise a user's audit rows, blank the personal values they kept, destroy the user's
+#: secret and record the erasure (a SECURITY DEFINER function: the application role may not
+#: change audit rows itself). Returns {"pseudonym", "pseudonymised": {table: rows}}.
+ERASE_USER_AUDIT = "SELECT pgmemory_erase_user_audit(:user_id, :actor)"
 
 #: Erase a user's chat history in every session.
 ERASE_USER_HISTORY = "DELETE FROM pgmemory_chat_messages WHERE user_id = :user_id"
@@ -867,37 +865,15 @@ LIMIT :limit
 
 #: Namespace of the fact-audit rows that record audit prunes (kept by later prunes).
 RETENTION_NAMESPACE = "pgmemory:retention"
+#: Namespace of the fact-audit rows that record erasures (kept by prunes too; migration 0006
+#: writes both names into its functions).
+ERASURE_NAMESPACE = "pgmemory:erasure"
 
-#: Delete recall-audit rows older than the cutoff; returns how many went.
-PRUNE_RECALL_AUDIT = """
-WITH gone AS (DELETE FROM pgmemory_recall_audit WHERE at < :cutoff RETURNING 1)
-SELECT count(*) FROM gone
-"""
-
-#: Delete memory-audit rows older than the cutoff; returns how many went.
-PRUNE_MEMORY_AUDIT = """
-WITH gone AS (DELETE FROM pgmemory_memory_audit WHERE at < :cutoff RETURNING 1)
-SELECT count(*) FROM gone
-"""
-
-#: Delete fact-audit rows older than the cutoff, except the records of earlier prunes.
-PRUNE_FACT_AUDIT = """
-WITH gone AS (
-    DELETE FROM pgmemory_fact_audit
-    WHERE at < :cutoff
-      AND NOT (user_id = '' AND application_id = '' AND agent_id = '' AND session_id = ''
-               AND namespace = :retention_namespace)
-    RETURNING 1
-)
-SELECT count(*) FROM gone
-"""
-
-#: Record that a prune happened: cutoff and counts as the new value, who asked as actor.
-RECORD_PRUNE = """
-INSERT INTO pgmemory_fact_audit
-    (user_id, application_id, agent_id, session_id, namespace, key, old_value, new_value, actor)
-VALUES ('', '', '', '', :retention_namespace, 'prune_audit', NULL, :summary, :actor)
-RETURNING id, at
+#: Delete the chosen audits' rows older than the cutoff (except the records of earlier prunes
+#: and erasures) and record the prune: cutoff and counts as the new value, who asked as actor
+#: (a SECURITY DEFINER function, like ERASE_USER_AUDIT). Returns {"cutoff", "deleted"}.
+PRUNE_AUDIT = """
+SELECT pgmemory_prune_audit(:cutoff, :recall_audit, :memory_audit, :fact_audit, :actor)
 """
 
 #: The latest prune records, newest first.

@@ -457,13 +457,16 @@ class MemoryStore:
     async def erase_user(self, user_id: str, *, actor: str | None = None) -> dict[str, int]:
         """Erase everything stored about a user, in ONE transaction (right to erasure).
 
-        Deletes the user's memories in every collection (each deletion audited, by content hash
-        only), facts and chat history, and blanks the personal values kept in the fact audit and
-        the query texts kept in the recall audit.
+        Deletes the user's memories in every collection (each deletion audited, by keyed
+        content hash only), facts and chat history; in every audit row the user id becomes a
+        pseudonym (``erased:`` + hex), the fact values and query texts kept are blanked, and the
+        user's secret keying the audit hashes is destroyed, so nothing left can be linked to the
+        user or confirm a guessed text. The README's "Erasure" section lists what stays.
 
         Returns:
             Counts per kind: ``memories``, ``facts``, ``history_messages``,
-            ``fact_audit_rows_redacted``, ``recall_audit_rows_redacted``.
+            ``memory_audit_rows_pseudonymised``, ``recall_audit_rows_pseudonymised``,
+            ``fact_audit_rows_pseudonymised``.
         """
         return await erasure.erase_user(self._db, user_id, actor=actor)
 

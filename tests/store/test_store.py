@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -243,10 +244,15 @@ async def test_every_write_is_audited_in_the_same_transaction(
                 {"id": ids[0]},
             )
         ).one()
+        secret = (
+            await conn.execute(
+                text("SELECT secret FROM pgmemory_user_secrets WHERE user_id = :u"), {"u": user}
+            )
+        ).scalar_one()
     assert str(audit.txid) == mem_xmin
-    assert (
-        audit.content_sha256 == "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
-    )
+    # Keyed with the user's secret: sha256(secret || sha256("hello")), never the plain sha256.
+    plain = hashlib.sha256(b"hello").digest()
+    assert audit.content_sha256 == hashlib.sha256(secret + plain).hexdigest() != plain.hex()
     assert (audit.actor, audit.collection, audit.session_id) == ("svc", collection, "s")
 
 
@@ -576,8 +582,9 @@ async def test_erase_user_removes_everything_personal_in_one_go(store: MemorySto
         "memories": 2,
         "facts": 2,
         "history_messages": 1,
-        "fact_audit_rows_redacted": 2,
-        "recall_audit_rows_redacted": 1,
+        "memory_audit_rows_pseudonymised": 4,
+        "recall_audit_rows_pseudonymised": 1,
+        "fact_audit_rows_pseudonymised": 2,
     }
     for name in names:
         assert await store.count(name, MemoryScope(user_id=alice)) == 0
@@ -588,18 +595,18 @@ async def test_erase_user_removes_everything_personal_in_one_go(store: MemorySto
         leftovers = (
             await conn.execute(
                 text(
-                    "SELECT (SELECT count(*) FROM pgmemory_fact_audit WHERE user_id = :u AND new_value IS NOT NULL)"
-                    " + (SELECT count(*) FROM pgmemory_recall_audit WHERE user_id = :u AND query_text IS NOT NULL)"
+                    "SELECT (SELECT count(*) FROM pgmemory_fact_audit WHERE new_value IS NOT NULL AND user_id LIKE 'erased:%')"
+                    " + (SELECT count(*) FROM pgmemory_recall_audit WHERE query_text IS NOT NULL AND user_id LIKE 'erased:%')"
                 ),
-                {"u": alice},
             )
         ).scalar_one()
         deletes = (
             await conn.execute(
                 text(
-                    "SELECT count(*) FROM pgmemory_memory_audit WHERE user_id = :u AND operation = 'delete' AND actor = 'dpo'"
+                    "SELECT count(*) FROM pgmemory_memory_audit AS x WHERE x.operation = 'delete' AND x.actor = 'dpo'"
+                    " AND x.user_id = (SELECT y.new_value ->> 'pseudonym' FROM pgmemory_fact_audit AS y"
+                    " WHERE y.namespace = 'pgmemory:erasure' ORDER BY y.id DESC LIMIT 1)"
                 ),
-                {"u": alice},
             )
         ).scalar_one()
     assert leftovers == 0 and deletes == 2

@@ -138,6 +138,8 @@ async def test_prune_audit_deletes_only_old_rows_and_records_itself(
     old = datetime.now(UTC) - timedelta(days=4000)
     async with store.engine.begin() as conn:
         # Age half of this user's audit rows past the cutoff; everyone else's rows are recent.
+        # (Backdating changes audit rows: the owner's sanctioned bypass of the guard.)
+        await conn.execute(text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
         for table in ("pgmemory_recall_audit", "pgmemory_memory_audit", "pgmemory_fact_audit"):
             await conn.execute(
                 text(

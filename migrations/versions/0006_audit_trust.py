@@ -34,7 +34,9 @@ depends_on: str | Sequence[str] | None = None
 AUDIT_TABLES = ("pgmemory_memory_audit", "pgmemory_recall_audit", "pgmemory_fact_audit")
 
 #: 32 random bytes from the server's strong random source (two v4 UUIDs: 244 random bits).
-_RANDOM_SECRET = "decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')"
+_RANDOM_SECRET = (
+    "decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')"
+)
 
 _KEYED_SHA256 = f"""
 CREATE FUNCTION pgmemory_keyed_sha256(p_user_id text, p_sha256 text) RETURNS text
@@ -102,12 +104,17 @@ BEGIN
     END IF;
     pseudonym := 'erased:' || encode(sha256(s || convert_to(p_user_id, 'UTF8')), 'hex');
     PERFORM set_config('pgmemory.audit_change', 'sanctioned', true);
-    UPDATE pgmemory_memory_audit SET user_id = pseudonym WHERE user_id = p_user_id;
+    -- An actor naming the user (self-service) is pseudonymised in the user's own rows.
+    UPDATE pgmemory_memory_audit
+    SET user_id = pseudonym, actor = CASE WHEN actor = p_user_id THEN pseudonym ELSE actor END
+    WHERE user_id = p_user_id;
     GET DIAGNOSTICS n_memory = ROW_COUNT;
     UPDATE pgmemory_recall_audit SET user_id = pseudonym, query_text = NULL
     WHERE user_id = p_user_id;
     GET DIAGNOSTICS n_recall = ROW_COUNT;
-    UPDATE pgmemory_fact_audit SET user_id = pseudonym, old_value = NULL, new_value = NULL
+    UPDATE pgmemory_fact_audit
+    SET user_id = pseudonym, old_value = NULL, new_value = NULL,
+        actor = CASE WHEN actor = p_user_id THEN pseudonym ELSE actor END
     WHERE user_id = p_user_id;
     GET DIAGNOSTICS n_fact = ROW_COUNT;
     PERFORM set_config('pgmemory.audit_change', '', true);

@@ -885,3 +885,125 @@ WHERE x.user_id = '' AND x.application_id = '' AND x.agent_id = '' AND x.session
 ORDER BY x.at DESC, x.id DESC
 LIMIT :limit
 """
+
+
+# --- audit integrity (pgmemory audit verify) and the application role (pgmemory db roles) --
+# Migration 0006 guards the audit tables with a trigger and two SECURITY DEFINER functions;
+# these statements read that guard back. Table names come from AUDIT_TABLES only.
+
+#: The audit tables the guard protects.
+AUDIT_TABLES = ("pgmemory_memory_audit", "pgmemory_recall_audit", "pgmemory_fact_audit")
+#: The table of per-user secrets keying audit hashes (no role but its owner may touch it).
+SECRETS_TABLE = "pgmemory_user_secrets"
+#: The functions the guard consists of; the first three run as their owner.
+DEFINER_FUNCTIONS = (
+    "pgmemory_keyed_sha256",
+    "pgmemory_erase_user_audit",
+    "pgmemory_prune_audit",
+)
+GUARD_FUNCTION = "pgmemory_audit_guard"
+#: The guard's triggers on each audit table.
+GUARD_TRIGGERS = ("pgmemory_audit_guard", "pgmemory_audit_no_truncate")
+
+#: Row hashes are computed in UTC with shortest-exact floats (the guard function's settings).
+HASH_TIME_ZONE = "SET LOCAL \"TimeZone\" = 'UTC'"
+HASH_FLOAT_DIGITS = "SET LOCAL extra_float_digits = 1"
+
+#: The non-internal triggers of the given tables: table, name, state ('D': disabled), function,
+#: and type bits (row, before, insert, delete, update, truncate).
+AUDIT_TRIGGERS = """
+SELECT c.relname AS table_name, t.tgname AS trigger_name, t.tgenabled AS enabled,
+       p.proname AS function_name, t.tgtype AS type_bits
+FROM pg_trigger AS t
+JOIN pg_class AS c ON c.oid = t.tgrelid
+JOIN pg_proc AS p ON p.oid = t.tgfoid
+WHERE c.oid = ANY(CAST(:tables AS regclass[])) AND NOT t.tgisinternal
+"""
+
+#: The guard's functions in the current schema: owner, SECURITY DEFINER, settings, whether
+#: PUBLIC may execute them.
+AUDIT_FUNCTIONS = """
+SELECT p.proname AS name, pg_get_userbyid(p.proowner) AS owner, p.prosecdef AS definer,
+       COALESCE(p.proconfig, '{}') AS config,
+       EXISTS (SELECT 1 FROM aclexplode(COALESCE(p.proacl, acldefault('f', p.proowner))) AS a
+               WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') AS public_execute
+FROM pg_proc AS p
+WHERE p.proname = ANY(CAST(:names AS text[])) AND p.pronamespace = CAST(current_schema() AS regnamespace)
+"""
+
+#: Owners of the given tables, and every privilege held on them by another role that would
+#: let it change audit rows (UPDATE, DELETE, TRUNCATE, TRIGGER), or touch the secrets at all.
+AUDIT_GRANTS = """
+SELECT c.relname AS table_name, pg_get_userbyid(c.relowner) AS owner,
+       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END AS grantee,
+       a.privilege_type
+FROM pg_class AS c
+CROSS JOIN LATERAL aclexplode(COALESCE(c.relacl, acldefault('r', c.relowner))) AS a
+WHERE c.oid = ANY(CAST(:tables AS regclass[]))
+  AND a.grantee <> c.relowner
+  AND (c.relname = :secrets OR a.privilege_type IN ('UPDATE', 'DELETE', 'TRUNCATE', 'TRIGGER'))
+"""
+
+#: The owners of the given tables.
+TABLE_OWNERS = """
+SELECT DISTINCT pg_get_userbyid(c.relowner) FROM pg_class AS c
+WHERE c.oid = ANY(CAST(:tables AS regclass[]))
+"""
+
+#: Roles that may act as the given role (its members, directly or not) and are not superusers.
+ROLE_MEMBERS = """
+WITH RECURSIVE members AS (
+    SELECT m.member FROM pg_auth_members AS m WHERE m.roleid = CAST(:role AS regrole)
+    UNION
+    SELECT m.member FROM pg_auth_members AS m JOIN members AS x ON m.roleid = x.member
+)
+SELECT r.rolname FROM members AS x JOIN pg_roles AS r ON r.oid = x.member ORDER BY r.rolname
+"""
+
+#: The superusers (they bypass every privilege and may disable triggers).
+SUPERUSERS = "SELECT rolname FROM pg_roles WHERE rolsuper ORDER BY rolname"
+
+
+@lru_cache(maxsize=8)
+def audit_row_check(table: str) -> str:
+    """Rows of an audit table, its highest id, and the rows whose ``row_sha256`` does not match
+    their content (count and the first few ids): a full scan."""
+    if table not in AUDIT_TABLES:
+        raise ValueError(f"not an audit table: {table!r}")
+    return f"""
+SELECT count(*) AS rows, max(t.id) AS max_id,
+       count(*) FILTER (WHERE t.row_sha256 IS DISTINCT FROM pgmemory_audit_row_sha256(to_jsonb(t)))
+           AS mismatched,
+       (array_agg(t.id ORDER BY t.id)
+           FILTER (WHERE t.row_sha256 IS DISTINCT FROM pgmemory_audit_row_sha256(to_jsonb(t))))[1:5]
+           AS examples
+FROM {table} AS t
+"""
+
+
+@lru_cache(maxsize=8)
+def audit_guard_probe(table: str) -> str:
+    """A no-op UPDATE of the newest row of an audit table (run in a savepoint that is rolled
+    back): the guard must refuse it."""
+    if table not in AUDIT_TABLES:
+        raise ValueError(f"not an audit table: {table!r}")
+    return f"""
+UPDATE {table} SET user_id = user_id WHERE id = (SELECT max(id) FROM {table}) RETURNING id
+"""
+
+
+#: Pseudonyms in the audits with no erasure record (rows pseudonymised outside erasure).
+UNRECORDED_PSEUDONYMS = """
+SELECT count(*) FROM (
+    SELECT user_id FROM pgmemory_memory_audit WHERE left(user_id, 7) = 'erased:'
+    UNION
+    SELECT user_id FROM pgmemory_recall_audit WHERE left(user_id, 7) = 'erased:'
+    UNION
+    SELECT user_id FROM pgmemory_fact_audit WHERE left(user_id, 7) = 'erased:'
+) AS u
+WHERE NOT EXISTS (
+    SELECT 1 FROM pgmemory_fact_audit AS r
+    WHERE r.user_id = '' AND r.application_id = '' AND r.agent_id = '' AND r.session_id = ''
+      AND r.namespace = :erasure_namespace AND r.new_value ->> 'pseudonym' = u.user_id
+)
+"""

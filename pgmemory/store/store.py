@@ -16,7 +16,7 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
-from pgmemory.store import erasure, facts, history, reads, recall, writes
+from pgmemory.store import erasure, facts, history, integrity, reads, recall, writes
 from pgmemory.store.ann import (
     ANN_EF_SEARCH,
     ANN_MIN_SCOPE_ROWS,
@@ -469,6 +469,16 @@ class MemoryStore:
             ``fact_audit_rows_pseudonymised``.
         """
         return await erasure.erase_user(self._db, user_id, actor=actor)
+
+    async def verify_audit(self) -> integrity.AuditReport:
+        """Check that the audit is intact: its guard (triggers, functions, grants) and every
+        audit row's hash. Reads only; a full scan of the audit tables.
+
+        Returns:
+            The report: ``report.ok``, and each failed check naming the problem. See
+            :mod:`pgmemory.store.integrity` for what it can and cannot detect.
+        """
+        return await integrity.verify(self._db)
 
     # --- chat history ----------------------------------------------------------------------
 

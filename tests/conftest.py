@@ -73,6 +73,45 @@ def database_url(server_url: str) -> Iterator[str]:
         yield url
 
 
+#: Set (to anything non-empty) to run the tests' stores as a least-privilege application role
+#: (``MemoryStore.create_app_role``) instead of the owner that migrated the database.
+APP_ROLE_ENV = "PGMEMORY_TEST_APP_ROLE"
+APP_ROLE_PASSWORD = "app-role-password-for-tests"
+
+
+@pytest.fixture(scope="session")
+def app_role_url(database_url: str) -> Iterator[str]:
+    """The session database's URL as a new application role (dropped at the end)."""
+    import asyncio
+
+    role = f"pgmemory_app_{uuid.uuid4().hex[:8]}"
+
+    async def create() -> None:
+        async with MemoryStore(database_url) as owner:
+            await owner.create_app_role(role, APP_ROLE_PASSWORD)
+
+    asyncio.run(create())
+    url = make_url(database_url).set(username=role, password=APP_ROLE_PASSWORD)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        owner_engine = sa.create_engine(database_url)
+        with owner_engine.begin() as conn:
+            conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
+            conn.execute(sa.text(f'DROP ROLE "{role}"'))
+        owner_engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def store_url(request: pytest.FixtureRequest, database_url: str) -> str:
+    """The URL the ``store`` fixture opens: the owner's, or the application role's when
+    PGMEMORY_TEST_APP_ROLE is set."""
+    if os.environ.get(APP_ROLE_ENV):
+        url: str = request.getfixturevalue("app_role_url")
+        return url
+    return database_url
+
+
 @pytest.fixture(scope="session")
 def embedder() -> CachedEmbedder:
     """The default local embedder (multilingual USE), shared by all tests."""
@@ -86,10 +125,11 @@ def settings() -> Settings:
 
 @pytest_asyncio.fixture
 async def store(
-    database_url: str, embedder: CachedEmbedder, settings: Settings
+    store_url: str, embedder: CachedEmbedder, settings: Settings
 ) -> AsyncIterator[MemoryStore]:
-    """An open store on the session database."""
-    async with MemoryStore(database_url, settings=settings, embedder=embedder) as opened:
+    """An open store on the session database (as the application role under
+    PGMEMORY_TEST_APP_ROLE)."""
+    async with MemoryStore(store_url, settings=settings, embedder=embedder) as opened:
         yield opened
 
 

@@ -1007,3 +1007,57 @@ WHERE NOT EXISTS (
       AND r.namespace = :erasure_namespace AND r.new_value ->> 'pseudonym' = u.user_id
 )
 """
+
+# The application role. Role, database and schema names are DDL identifiers (never parameters):
+# the role name is checked against ROLE_NAME_PATTERN and every name is quoted with the dialect's
+# identifier quoting before it fills a {placeholder}; the password goes in only as the SCRAM
+# verifier libpq computes from it, checked against PASSWORD_VERIFIER_PATTERN.
+
+#: What a role name passed to ``pgmemory db roles`` may look like (lower case, no quoting needed).
+ROLE_NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
+#: A SCRAM-SHA-256 verifier (base64 parts): the only form a password reaches the server in.
+PASSWORD_VERIFIER_PATTERN = r"SCRAM-SHA-256\$[0-9]+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+"
+
+#: Whether the role exists and what it may do beyond its grants.
+ROLE_ATTRIBUTES = """
+SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls OR rolreplication AS powerful
+FROM pg_roles WHERE rolname = :name
+"""
+
+#: The database and schema the store works in, and whether PUBLIC may create objects there.
+ROLE_CONTEXT = """
+SELECT current_database() AS database, current_schema() AS schema,
+       EXISTS (SELECT 1 FROM pg_namespace AS n
+               CROSS JOIN LATERAL aclexplode(COALESCE(n.nspacl, acldefault('n', n.nspowner))) AS a
+               WHERE n.nspname = current_schema() AND a.grantee = 0
+                 AND a.privilege_type = 'CREATE') AS public_create
+"""
+
+#: Create the application role: it may log in and nothing else beyond its grants.
+CREATE_APP_ROLE = (
+    "CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+    "PASSWORD '{verifier}'"
+)
+#: Reset an existing application role to the same attributes and a new password.
+ALTER_APP_ROLE = (
+    "ALTER ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+    "PASSWORD '{verifier}'"
+)
+
+_DATA_TABLES = "pgmemory_collections, pgmemory_memories, pgmemory_chat_messages, pgmemory_facts"
+_AUDIT_TABLE_LIST = ", ".join(AUDIT_TABLES)
+
+#: The application role's privileges, in order: first anything a re-run must take back.
+APP_ROLE_GRANTS = (
+    f"REVOKE UPDATE, DELETE, TRUNCATE, TRIGGER, REFERENCES ON {_AUDIT_TABLE_LIST} FROM {{role}}",
+    f"REVOKE ALL ON {SECRETS_TABLE} FROM {{role}}",
+    "REVOKE CREATE ON SCHEMA {schema} FROM {role}",
+    "GRANT CONNECT, TEMPORARY ON DATABASE {database} TO {role}",
+    "GRANT USAGE ON SCHEMA {schema} TO {role}",
+    f"GRANT SELECT, INSERT, UPDATE, DELETE ON {_DATA_TABLES} TO {{role}}",
+    f"GRANT SELECT, INSERT ON {_AUDIT_TABLE_LIST} TO {{role}}",
+    "GRANT SELECT ON pgmemory_alembic_version TO {role}",
+    "GRANT EXECUTE ON FUNCTION pgmemory_keyed_sha256(text, text), "
+    "pgmemory_erase_user_audit(text, text), "
+    "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text) TO {role}",
+)

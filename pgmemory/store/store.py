@@ -16,7 +16,7 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
-from pgmemory.store import erasure, facts, history, integrity, reads, recall, writes
+from pgmemory.store import erasure, facts, history, integrity, reads, recall, roles, writes
 from pgmemory.store.ann import (
     ANN_EF_SEARCH,
     ANN_MIN_SCOPE_ROWS,
@@ -479,6 +479,22 @@ class MemoryStore:
             :mod:`pgmemory.store.integrity` for what it can and cannot detect.
         """
         return await integrity.verify(self._db)
+
+    async def create_app_role(self, name: str, password: str) -> roles.RoleReport:
+        """Create (or reset) a least-privilege application role for this store's schema.
+
+        It may read and write the data tables, only INSERT and SELECT the audits, erase and
+        prune through pgmemory's functions, and create nothing. Run as the schema's owner; the
+        password reaches the server only as a SCRAM verifier. See :mod:`pgmemory.store.roles`.
+
+        Args:
+            name: the role's name: 1-63 of a-z, 0-9 and _ (e.g. ``pgmemory_app``).
+            password: its password, 12 characters at least.
+
+        Returns:
+            What was done (statements run, with the password masked, and any warnings).
+        """
+        return await roles.create_app_role(self._db, name, password)
 
     # --- chat history ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from pgmemory.embedders import CachedEmbedder
+from pgmemory.errors import InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate
 from pgmemory.store.records import MemoryRecord, MemoryScope, RecallTrace
@@ -187,3 +188,77 @@ async def test_verify_names_a_disabled_trigger_and_a_row_the_owner_changed(
         report = await store.verify_audit()
         assert [c.name for c in report.problems] == ["row hashes"]
         assert "pgmemory_memory_audit: 1 row(s)" in report.problems[0].detail
+
+
+async def test_the_application_role_writes_erases_and_prunes_but_cannot_touch_the_audit(
+    app_role_url: str, embedder: CachedEmbedder, settings: Settings
+) -> None:
+    async with MemoryStore(app_role_url, settings=settings, embedder=embedder) as app:
+        name = unique("c")
+        await app.create_collection(name)
+        user = unique("erin@example.com")
+        await _seed(app, name, user)
+        assert (await app.read_history("s1", user_id=user)) == []
+        refused = {
+            "DELETE FROM pgmemory_memory_audit": "permission denied",
+            "UPDATE pgmemory_recall_audit SET query_text = NULL": "permission denied",
+            "TRUNCATE pgmemory_fact_audit": "permission denied",
+            "SELECT secret FROM pgmemory_user_secrets": "permission denied",
+            "CREATE TABLE pgmemory_rogue (id int)": "permission denied for schema",
+            "DROP TABLE pgmemory_memory_audit": "must be owner",
+            "ALTER TABLE pgmemory_memory_audit DISABLE TRIGGER pgmemory_audit_guard": "must be owner",
+        }
+        for statement, error in refused.items():
+            with pytest.raises(DBAPIError, match=error):
+                async with app.engine.begin() as conn:
+                    # Even with the guard's switch set: privileges refuse first.
+                    await conn.execute(text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
+                    await conn.execute(text(statement))
+        # The sanctioned paths work as the application role.
+        counts = await app.erase_user(user, actor="dpo")
+        assert counts["memories"] == 1 and counts["memory_audit_rows_pseudonymised"] == 2
+        pruned = await app.prune_audit(timedelta(days=3650), actor="retention")
+        assert set(pruned) == {"recall_audit", "memory_audit", "fact_audit"}
+        report = await app.verify_audit()
+        assert report.ok, report.problems
+        assert "privileges refused the probe" in next(
+            c.detail for c in report.checks if c.name == "guard probe"
+        )
+
+
+async def test_create_app_role_sends_only_a_verifier_and_refuses_bad_names(
+    store: MemoryStore, database_url: str
+) -> None:
+    import base64
+    import hmac
+
+    password = "correct horse battery staple"
+    role = f"pgmemory_app_{unique('r').split('-')[1]}"
+    async with MemoryStore(database_url, embedder=store.embedder) as owner:
+        report = await owner.create_app_role(role, password)
+        again = await owner.create_app_role(role, password + "!")  # a re-run resets it
+        assert report.created and not again.created
+        assert all(password not in s for s in report.statements)
+        async with owner.engine.begin() as conn:
+            stored = (
+                await conn.execute(
+                    text("SELECT rolpassword FROM pg_authid WHERE rolname = :r"), {"r": role}
+                )
+            ).scalar_one()
+            await conn.execute(text(f'DROP OWNED BY "{role}"'))
+            await conn.execute(text(f'DROP ROLE "{role}"'))
+        # SCRAM-SHA-256$<iterations>:<salt>$<stored key>:<server key>, of the newest password.
+        method, rest = stored.split("$", 1)
+        iterations_salt, keys = rest.split("$")
+        iterations, salt = iterations_salt.split(":")
+        salted = hashlib.pbkdf2_hmac(
+            "sha256", (password + "!").encode(), base64.b64decode(salt), int(iterations)
+        )
+        client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+        assert method == "SCRAM-SHA-256"
+        assert keys.split(":")[0] == base64.b64encode(hashlib.sha256(client_key).digest()).decode()
+        for bad in ('x"; DROP TABLE t; --', "Robert", "pg_app", "", "a" * 64, "1abc"):
+            with pytest.raises(InvalidInputError, match="role name must be"):
+                await owner.create_app_role(bad, password)
+        with pytest.raises(InvalidInputError, match="shorter than 12"):
+            await owner.create_app_role("pgmemory_short", "short")

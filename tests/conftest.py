@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.embedders import CachedEmbedder, USEEmbedder
 from pgmemory.runtime.openai_client import OpenAIChatClient
@@ -131,6 +132,14 @@ async def store(
     PGMEMORY_TEST_APP_ROLE)."""
     async with MemoryStore(store_url, settings=settings, embedder=embedder) as opened:
         yield opened
+
+
+@pytest_asyncio.fixture
+async def owner_engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """The session database as the owner that migrated it: for the setup and inspection an
+    application role may not do (reading secrets, DDL), whatever role ``store`` runs as."""
+    async with MemoryStore(database_url) as owner:
+        yield owner.engine
 
 
 @pytest_asyncio.fixture

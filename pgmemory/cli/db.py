@@ -1,4 +1,5 @@
-"""``pgmemory db``: the schema's migrations (alembic, version table ``pgmemory_alembic_version``).
+"""``pgmemory db``: the schema's migrations (alembic, version table ``pgmemory_alembic_version``)
+and the least-privilege application role (``db roles``).
 
 ``upgrade`` and ``downgrade`` apply one revision at a time and print each as it is done
 (``-> 0003 <what it does>``); an unknown revision is refused before anything runs, with the
@@ -21,12 +22,17 @@ from pgmemory.cli.common import (
     print_table,
     require_consent,
     settings_of,
+    with_store,
 )
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
+    from pgmemory.store.store import MemoryStore
+
 _STEP_KEYS = '[{"revision": "0003", "message": str}]'
+#: Where ``db roles`` reads the application role's password from by default.
+PASSWORD_ENV = "PGMEMORY_APP_ROLE_PASSWORD"
 
 
 class Step(NamedTuple):
@@ -87,6 +93,31 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 
     heads = sub.add_parser("heads", help="print the newest revision this version of pgmemory ships")
     heads.set_defaults(handler=heads_command)
+
+    roles = sub.add_parser(
+        "roles", parents=[common],
+        help="create (or reset) a least-privilege application role for pgmemory",
+        description="Create, or reset, a login role the application connects as: it may read "
+        "and write memories, chat history and facts, only INSERT and SELECT the audit tables, "
+        "erase users and prune audits through pgmemory's functions, and create nothing (no "
+        "DDL); it cannot read the per-user secrets. Run as the role that ran `pgmemory db "
+        "upgrade` (the owner). The password is read from the environment variable named by "
+        "--password-env, else asked for on a terminal; it is never echoed, and reaches the "
+        "server only as a SCRAM-SHA-256 verifier. Migrations and enable_ann still need the "
+        "owner.",
+    )  # fmt: skip
+    roles.add_argument("name", help="the role's name: 1-63 of a-z, 0-9 and _ (e.g. pgmemory_app)")
+    roles.add_argument(
+        "--password-env", default=PASSWORD_ENV, metavar="VAR",
+        help=f"environment variable holding the role's password (default: {PASSWORD_ENV}); "
+        "when unset, the password is asked for on a terminal",
+    )  # fmt: skip
+    add_json(
+        roles,
+        '{"role", "created": bool, "database", "schema", "statements": [str] (password '
+        'masked), "warnings": [str]}',
+    )
+    roles.set_defaults(handler=roles_command)
 
     history = sub.add_parser(
         "history", help="list the revisions this version of pgmemory ships, oldest first"
@@ -307,4 +338,55 @@ def history_command(args: argparse.Namespace) -> int:
             [[s.revision, "head" if s.revision == head else "", s.message] for s in steps],
         )
     sys.stdout.flush()
+    return 0
+
+
+def roles_command(args: argparse.Namespace) -> int:
+    """``pgmemory db roles NAME [--password-env VAR] [--json]``.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+    """
+    from pgmemory.store.roles import check_role_name
+
+    check_role_name(args.name)  # before asking for a password
+    password = _password(args.password_env, args.name)
+    return with_store(args, lambda store, a: _roles(store, a, password))
+
+
+def _password(variable: str, role: str) -> str:
+    """The password from ``variable``, else asked twice on a terminal (never echoed)."""
+    import getpass
+    import os
+
+    value = os.environ.get(variable)
+    if value:
+        return value
+    if not sys.stdin.isatty():
+        raise CliError(
+            f"no password: set the environment variable {variable} (or name another with "
+            "--password-env), or run on a terminal to be asked",
+            code=2,
+        )
+    first = getpass.getpass(f"password for role {role}: ")
+    if getpass.getpass("again: ") != first:
+        raise CliError("the two passwords differ; run the command again", code=2)
+    return first
+
+
+async def _roles(store: MemoryStore, args: argparse.Namespace, password: str) -> int:
+    report = await store.create_app_role(args.name, password)
+    if args.json:
+        print_json(report.as_dict())
+        return 0
+    verb = "created" if report.created else "reset (attributes, password, grants)"
+    print(f"role {report.role} {verb} for database {report.database}, schema {report.schema}:")
+    for statement in report.statements:
+        print(f"  {statement}")
+    for warning in report.warnings:
+        print(f"warning: {warning}")
+    print(f"connect the application as {report.role} (e.g. PGMEMORY_DATABASE_URL with its user)")
     return 0

@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pgmemory.cli import audit as audit_cli
 from pgmemory.cli.common import (
     MAX_LIMIT,
     SCORE_HELP,
     SCORE_TITLES,
+    CliError,
     add_json,
     clip,
     known_collection,
@@ -146,7 +148,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "into an answer, with their scores), then the writes, deletes and expiries of memories, "
         "then fact changes. " + SCORE_HELP + ".",
     )  # fmt: skip
-    audit.add_argument("--user", required=True, help="the user id")
+    audit.add_argument("--user", help="the user id (required unless a sub-command is given)")
     audit.add_argument(
         "--session",
         help="only this session: recalls of it or requested from it, writes and facts in it",
@@ -168,7 +170,10 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         '"old_value", "new_value", "application_id", "agent_id", "session_id", "actor"}], '
         '"more": {"recalls", "writes", "fact_changes"} (true: older entries exist)}',
     )
-    audit.set_defaults(handler=lambda args: with_store(args, _audit))
+    audit.set_defaults(handler=_audit_command)
+    # `pgmemory audit verify` (cli/audit.py); without a sub-command, the user's audit above.
+    actions = audit.add_subparsers(dest="audit_command", metavar="verify")
+    audit_cli.add_verify(actions, common)
 
     recall = commands.add_parser(
         "recall", parents=[common],
@@ -360,6 +365,16 @@ async def _scan(
         if before is None or len(items) > limit:
             break
     return items[:limit], before is not None or len(items) > limit
+
+
+def _audit_command(args: argparse.Namespace) -> int:
+    if not args.user:
+        raise CliError(
+            "audit needs --user USER (a user's audit), or the sub-command verify "
+            "(`pgmemory audit verify`: check the audit is intact)",
+            code=2,
+        )
+    return with_store(args, _audit)
 
 
 async def _audit(store: MemoryStore, args: argparse.Namespace) -> int:

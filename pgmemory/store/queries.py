@@ -1016,7 +1016,9 @@ WHERE NOT EXISTS (
 #: What a role name passed to ``pgmemory db roles`` may look like (lower case, no quoting needed).
 ROLE_NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
 #: A SCRAM-SHA-256 verifier (base64 parts): the only form a password reaches the server in.
-PASSWORD_VERIFIER_PATTERN = r"SCRAM-SHA-256\$[0-9]+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+"
+PASSWORD_VERIFIER_PATTERN = (
+    r"SCRAM-SHA-256\$[0-9]+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+"
+)
 
 #: Whether the role exists and what it may do beyond its grants.
 ROLE_ATTRIBUTES = """

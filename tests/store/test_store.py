@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.errors import CollectionError, ScopeError
 from pgmemory.store.records import MemoryRecord, MemoryScope, RecallTrace
@@ -221,7 +222,7 @@ async def test_delete_by_ids_and_by_scope_is_audited(store: MemoryStore, collect
 
 
 async def test_every_write_is_audited_in_the_same_transaction(
-    store: MemoryStore, collection: str
+    store: MemoryStore, collection: str, owner_engine: AsyncEngine
 ) -> None:
     user = unique("u")
     ids = await store.add(
@@ -229,7 +230,7 @@ async def test_every_write_is_audited_in_the_same_transaction(
         [MemoryRecord(content="hello", scope=MemoryScope(user_id=user, session_id="s"))],
         actor="svc",
     )
-    async with store.engine.connect() as conn:
+    async with owner_engine.connect() as conn:
         mem_xmin = (
             await conn.execute(
                 text("SELECT xmin::text FROM pgmemory_memories WHERE id = :id"), {"id": ids[0]}
@@ -381,14 +382,14 @@ async def test_large_batches_are_chunked_and_copy_import_is_audited(
 
 
 async def test_a_failure_inside_a_later_chunk_writes_nothing(
-    store: MemoryStore, collection: str, monkeypatch: pytest.MonkeyPatch
+    store: MemoryStore, collection: str, owner_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A database-side failure in the third chunk rolls back the first two as well."""
     import pgmemory.store.writes as store_module
 
     monkeypatch.setattr(store_module, "INSERT_CHUNK_ROWS", 10)
     user = unique("u")
-    async with store.engine.begin() as conn:
+    async with owner_engine.begin() as conn:
         await conn.execute(
             text(
                 "CREATE OR REPLACE FUNCTION pg_temp_poison() RETURNS trigger LANGUAGE plpgsql AS $$ "
@@ -410,7 +411,7 @@ async def test_a_failure_inside_a_later_chunk_writes_nothing(
         with pytest.raises(Exception, match="poisoned row"):
             await store.add(collection, records)
     finally:
-        async with store.engine.begin() as conn:
+        async with owner_engine.begin() as conn:
             await conn.execute(text("DROP TRIGGER poison ON pgmemory_memories"))
             await conn.execute(text("DROP FUNCTION pg_temp_poison()"))
     assert await store.count(collection, MemoryScope(user_id=user)) == 0

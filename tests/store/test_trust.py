@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.errors import InvalidInputError
@@ -25,8 +26,8 @@ def _sha(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
-async def _secret(store: MemoryStore, user: str) -> bytes | None:
-    async with store.engine.connect() as conn:
+async def _secret(owner: AsyncEngine, user: str) -> bytes | None:
+    async with owner.connect() as conn:
         found = await conn.execute(
             text("SELECT secret FROM pgmemory_user_secrets WHERE user_id = :u"), {"u": user}
         )
@@ -41,7 +42,7 @@ async def _seed(store: MemoryStore, collection: str, user: str) -> None:
 
 
 async def test_erase_user_leaves_no_user_id_and_no_confirmable_hash(
-    store: MemoryStore, collection: str
+    store: MemoryStore, collection: str, owner_engine: AsyncEngine
 ) -> None:
     user = unique("alice@example.com")
     await _seed(store, collection, user)
@@ -55,7 +56,7 @@ async def test_erase_user_leaves_no_user_id_and_no_confirmable_hash(
                 text(f"SELECT count(*) FROM {table} WHERE {column} = :h"), {"h": _sha(GUESS)}
             )
             assert plain.scalar_one() == 0
-    assert await _secret(store, user) is not None
+    assert await _secret(owner_engine, user) is not None
 
     counts = await store.erase_user(user, actor="dpo")
     assert counts["memories"] == 1 and counts["facts"] == 1
@@ -99,19 +100,19 @@ async def test_erase_user_leaves_no_user_id_and_no_confirmable_hash(
     # A guess of the erased text, hashed plainly or with the user id as key, confirms nothing.
     for candidate in (GUESS, user + GUESS, GUESS + user):
         assert _sha(candidate) not in hashes
-    assert await _secret(store, user) is None
+    assert await _secret(owner_engine, user) is None
     assert pseudonym != "erased:" + _sha(user)
 
 
 async def test_a_write_after_erasure_gets_a_fresh_secret(
-    store: MemoryStore, collection: str
+    store: MemoryStore, collection: str, owner_engine: AsyncEngine
 ) -> None:
     user = unique("bob@example.com")
     await _seed(store, collection, user)
-    before = await _secret(store, user)
+    before = await _secret(owner_engine, user)
     await store.erase_user(user)
     await store.add(collection, [MemoryRecord(content=GUESS, scope=MemoryScope(user_id=user))])
-    after = await _secret(store, user)
+    after = await _secret(owner_engine, user)
     assert before is not None and after is not None and len(after) == 32 and after != before
     async with store.engine.connect() as conn:
         # The new audit row is keyed with the new secret, so it cannot be matched to the old.
@@ -125,7 +126,7 @@ async def test_a_write_after_erasure_gets_a_fresh_secret(
 
 
 async def test_audit_rows_refuse_update_delete_and_truncate(
-    store: MemoryStore, collection: str
+    store: MemoryStore, collection: str, owner_engine: AsyncEngine
 ) -> None:
     await _seed(store, collection, unique("carol"))
     for statement in (
@@ -134,8 +135,9 @@ async def test_audit_rows_refuse_update_delete_and_truncate(
         "TRUNCATE {t}",
     ):
         for table in AUDITS:
+            # The owner (the application role's privileges refuse before the guard is asked).
             with pytest.raises(DBAPIError, match="audit rows are append-only"):
-                async with store.engine.begin() as conn:
+                async with owner_engine.begin() as conn:
                     await conn.execute(text(statement.format(t=table)))
 
 

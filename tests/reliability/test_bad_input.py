@@ -92,7 +92,14 @@ async def test_a_query_over_the_text_limit_is_cut_not_refused(
                 {"u": user},
             )
         ).one()
-    assert row == (hashlib.sha256(used.encode()).hexdigest(), store.settings.max_text_chars)
+        secret = (
+            await conn.execute(
+                text("SELECT secret FROM pgmemory_user_secrets WHERE user_id = :u"), {"u": user}
+            )
+        ).scalar_one()
+    # The audit's query hash is keyed with the user's secret (see the README's Security section).
+    keyed = hashlib.sha256(secret + hashlib.sha256(used.encode()).digest()).hexdigest()
+    assert row == (keyed, store.settings.max_text_chars)
 
 
 async def test_a_long_query_is_embedded_from_its_head(

@@ -251,16 +251,26 @@ async def test_erasure_needs_confirmation_and_csrf_and_is_audited(
         done = await client.post("/user/erase", data={**base, "confirm": "yes"})
         assert done.status_code == 200 and "Erased" in done.text
     assert (await browse.user_memories(store, seeded.user, seeded.collection)).items == []
-    audit = await browse.user_memory_audit(store, seeded.user)
-    assert [(e.operation, e.actor) for e in audit.items[:3]] == [("delete", ACTOR)] * 3
+    # The audit keeps the deletions under the erasure's pseudonym, not the user id.
+    assert (await browse.user_memory_audit(store, seeded.user)).items == []
     async with store.engine.connect() as conn:
+        pseudonym = (
+            await conn.execute(
+                text(
+                    "SELECT new_value ->> 'pseudonym' FROM pgmemory_fact_audit WHERE user_id = '' "
+                    "AND namespace = 'pgmemory:erasure' ORDER BY id DESC LIMIT 1"
+                )
+            )
+        ).scalar_one()
         texts = await conn.execute(
             text(
                 "SELECT count(*) FROM pgmemory_recall_audit WHERE user_id = :u AND query_text IS NOT NULL"
             ),
-            {"u": seeded.user},
+            {"u": pseudonym},
         )
         assert texts.scalar_one() == 0
+    audit = await browse.user_memory_audit(store, pseudonym)
+    assert [(e.operation, e.actor) for e in audit.items[:3]] == [("delete", ACTOR)] * 3
 
 
 async def test_erasing_one_scope_leaves_the_rest(store: MemoryStore, seeded: Seeded) -> None:

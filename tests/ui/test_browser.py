@@ -15,9 +15,11 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import uvicorn
+from sqlalchemy import text
 
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.settings import Settings
@@ -202,7 +204,19 @@ async def test_erase_a_user_with_confirmation(
         tab.get_by_text("No memories here.").or_(tab.get_by_text("There is no collection yet."))
     ).to_be_visible()
     await tab.get_by_role("link", name="Write/delete audit").click()
+    # The audit no longer names the user: its rows now carry the erasure's pseudonym.
+    await expect(tab.locator("tr", has_text="pgmemory-ui")).to_have_count(0)
+    assert (await browse.user_memories(store, seeded.user, seeded.collection)).items == []
+    async with store.engine.connect() as conn:
+        pseudonym = (
+            await conn.execute(
+                text(
+                    "SELECT new_value ->> 'pseudonym' FROM pgmemory_fact_audit WHERE user_id = '' "
+                    "AND namespace = 'pgmemory:erasure' ORDER BY id DESC LIMIT 1"
+                )
+            )
+        ).scalar_one()
+    await tab.goto(f"{ui_server.url}/user/audit?user={quote(pseudonym)}")
     erased_rows = tab.locator("tr", has_text="pgmemory-ui").filter(has_text="delete")
     await expect(erased_rows).to_have_count(3)
-    assert (await browse.user_memories(store, seeded.user, seeded.collection)).items == []
     assert tab.dialogs == []  # type: ignore[attr-defined]

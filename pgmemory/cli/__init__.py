@@ -3,9 +3,10 @@
 Built on the same API the library exposes. With no ``PGMEMORY_DATABASE_URL`` it works on the
 embedded server under ``PGMEMORY_DATA_DIR``. Commands, one module per group:
 
-* :mod:`pgmemory.cli.db` - ``db upgrade|downgrade|current|heads|history``;
+* :mod:`pgmemory.cli.db` - ``db upgrade|downgrade|current|heads|history|roles``;
 * :mod:`pgmemory.cli.listing` - ``collections``, ``users``, ``memories``, ``sessions``,
   ``audit``, ``recall``;
+* :mod:`pgmemory.cli.audit` - ``audit verify``;
 * :mod:`pgmemory.cli.transfer` - ``export``, ``import``;
 * :mod:`pgmemory.cli.erase` - ``forget``, ``prune-audit``;
 * :mod:`pgmemory.ui.cli` - ``ui`` (the audit web page).

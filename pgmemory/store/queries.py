@@ -909,3 +909,21 @@ WHERE x.user_id = '' AND x.application_id = '' AND x.agent_id = '' AND x.session
 ORDER BY x.at DESC, x.id DESC
 LIMIT :limit
 """
+
+# --- read replicas -------------------------------------------------------------------------
+
+#: The primary's WAL insert position, read right after a write commits (read-your-writes).
+WAL_POSITION = "SELECT pg_current_wal_insert_lsn()::text"
+
+#: Whether a read replica still replays WAL, how far it has, and how many seconds it lags (0
+#: when it has replayed all it received).
+REPLICA_HEALTH = """
+SELECT pg_is_in_recovery() AS standby,
+       pg_last_wal_replay_lsn()::text AS replayed,
+       CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0.0
+            ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0.0)::float8
+       END AS lag_s
+"""
+
+#: How far a read replica has replayed the primary's WAL (NULL on a server that is no replica).
+REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn()::text"

@@ -6,6 +6,7 @@
     python bench/scale.py --rows 100000 --hnsw                # + before/after store.enable_ann()
     python bench/scale.py --rows 100000 --json bench/results/scale-100k.json
     python bench/scale.py --rows 100000 --partitions 16   # + the same, memories hash-partitioned
+    python bench/scale.py --rows 100000 --partitions 16 --partitioned-first   # the other order
 
 Data (precomputed with numpy from ``--seed``, cached under bench/.cache/, so embedding time is
 excluded and every system reads the very same vectors):
@@ -494,17 +495,15 @@ END $$
 
 def partition_memories(url: str, partitions: int) -> None:
     """Hash-partition the scratch database's empty memories table by user_id."""
-    import sqlalchemy as sa
+    import psycopg
 
-    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        # The DO block takes no parameters; the count is an int checked by argparse.
-        conn.exec_driver_sql(PARTITION_MEMORIES.replace("{partitions}", str(int(partitions))))
-        made = conn.exec_driver_sql(
+    # The DO block takes no parameters; the count is an int from argparse.
+    with psycopg.connect(h.libpq_url(url), autocommit=True) as conn:
+        conn.execute(PARTITION_MEMORIES.replace("{partitions}", str(int(partitions))).encode())
+        made = conn.execute(
             "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgmemory_memories'::regclass"
-        ).scalar_one()
-    engine.dispose()
-    assert made == partitions, made
+        ).fetchone()
+    assert made is not None and made[0] == partitions, made
 
 
 def measure_pgmemory(
@@ -572,6 +571,11 @@ def main() -> None:
         default=0,
         help="then measure again with the memories table hash-partitioned by user_id into N",
     )
+    p.add_argument(
+        "--partitioned-first",
+        action="store_true",
+        help="with --partitions: measure the partitioned table first (run both orders)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args()
@@ -590,6 +594,9 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         print(server.info(), f"| {os.cpu_count()} CPUs")
+        parted: dict | None = None
+        if args.partitions and args.partitioned_first:  # the other order, against drift
+            parted = measure_pgmemory(server, data_path, args, False, args.partitions)
         mine = measure_pgmemory(server, data_path, args, args.hnsw)
         results.update(json_figures(mine))
         results["detail"] = mine
@@ -597,7 +604,8 @@ def main() -> None:
         if "ann" in mine:
             print_ann(mine)
         if args.partitions:
-            parted = measure_pgmemory(server, data_path, args, False, args.partitions)
+            if parted is None:
+                parted = measure_pgmemory(server, data_path, args, False, args.partitions)
             print_main(f"pgmemory, memories hash-partitioned into {args.partitions}", parted, meta)
             print_partitioned(mine, parted, args.partitions)
             results["partitioned"] = {**json_figures(parted), "partitions": args.partitions,

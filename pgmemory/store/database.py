@@ -249,7 +249,7 @@ class Database:
 
         A replica serves it when it is reachable, not lagging, and has replayed the user's
         latest write through this database (waiting at most ``replica_wait_ms``); otherwise,
-        or without replicas, the primary does. Use :meth:`on_replica` to tell which.
+        or without replicas, the primary does.
 
         Args:
             user: The user the read is confined to; None for a read that may cover several
@@ -270,10 +270,6 @@ class Database:
                     yield conn
             else:
                 yield await conn.execution_options(isolation_level="AUTOCOMMIT")
-
-    def on_replica(self, conn: AsyncConnection) -> bool:
-        """Whether ``conn`` (from :meth:`reading`) is a replica's."""
-        return conn.engine is not self.engine
 
     @contextlib.asynccontextmanager
     async def shared_transaction(self) -> AsyncIterator[None]:

@@ -5,6 +5,8 @@
     python bench/scale.py --rows 100000 --peers langchain-pgvector,langgraph --peer-rows 20000
     python bench/scale.py --rows 100000 --hnsw                # + before/after store.enable_ann()
     python bench/scale.py --rows 100000 --json bench/results/scale-100k.json
+    python bench/scale.py --rows 100000 --partitions 16   # + the same, memories hash-partitioned
+    python bench/scale.py --rows 100000 --partitions 16 --partitioned-first   # the other order
 
 Data (precomputed with numpy from ``--seed``, cached under bench/.cache/, so embedding time is
 excluded and every system reads the very same vectors):
@@ -373,6 +375,31 @@ def print_main(label: str, r: dict, meta: dict) -> None:
           f"turns/s (turn p50 {r['turn_p50_ms_8']:.2f} ms, p95 {r['turn_p95_ms_8']:.2f} ms)")  # fmt: skip
 
 
+def print_partitioned(plain: dict, parted: dict, partitions: int) -> None:
+    """One table: the plain memories table beside the hash-partitioned one (same run, data)."""
+    print(f"\nplain table vs {partitions} hash partitions by user_id (same data, same run):")
+    rows = [
+        ("import rows/s", plain["import_rows_per_s"], parted["import_rows_per_s"], ",.0f"),
+        ("VACUUM ANALYZE s", plain["analyze_s"], parted["analyze_s"], ".2f"),
+        *[
+            (
+                f"{b} recall p{q} ms",
+                plain[b][f"recall_p{q}_ms"],
+                parted[b][f"recall_p{q}_ms"],
+                ".2f",
+            )
+            for b in h.BUCKETS
+            if b in plain and b in parted
+            for q in (50, 95)
+        ],
+        ("turn p50 ms", plain["turn_p50_ms"], parted["turn_p50_ms"], ".2f"),
+        ("turns/s, 8 sessions", plain["turns_per_s_8"], parted["turns_per_s_8"], ",.0f"),
+    ]
+    print(f"{'figure':<22} {'plain':>10} {'partitioned':>12} {'ratio':>7}")
+    for name, a, b, spec in rows:
+        print(f"{name:<22} {fmt(a, spec):>10} {fmt(b, spec):>12} {fmt(b / a if a else None):>7}")
+
+
 def print_ann(r: dict) -> None:
     """Before/after table of store.enable_ann (the approximate path for large scopes)."""
     ann = r["ann"]
@@ -434,9 +461,58 @@ def json_figures(r: dict) -> dict:
 # --- main --------------------------------------------------------------------------------------
 
 
-def measure_pgmemory(server: Server, data_path: Path, args: argparse.Namespace, hnsw: bool) -> dict:
+#: Turn the (empty) memories table into one hash-partitioned by user_id, keeping every column,
+#: default, check, key, foreign key and index (by name): what an opt-in migration would do.
+PARTITION_MEMORIES = """
+DO $$
+DECLARE
+    item record;
+    indexes text[] := ARRAY(
+        SELECT indexdef FROM pg_indexes
+        WHERE tablename = 'pgmemory_memories'
+          AND indexname NOT IN (SELECT conname FROM pg_constraint
+                                WHERE conrelid = 'pgmemory_memories'::regclass));
+    keys text[] := ARRAY(
+        SELECT format('ALTER TABLE pgmemory_memories ADD CONSTRAINT %I %s', conname,
+                      pg_get_constraintdef(oid))
+        FROM pg_constraint
+        WHERE conrelid = 'pgmemory_memories'::regclass AND contype IN ('p', 'u', 'f'));
+    statement text;
+BEGIN
+    ALTER TABLE pgmemory_memories RENAME TO pgmemory_memories_plain;
+    CREATE TABLE pgmemory_memories (LIKE pgmemory_memories_plain
+        INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE) PARTITION BY HASH (user_id);
+    DROP TABLE pgmemory_memories_plain;
+    FOR i IN 0 .. {partitions} - 1 LOOP
+        EXECUTE format('CREATE TABLE pgmemory_memories_p%s PARTITION OF pgmemory_memories '
+                       'FOR VALUES WITH (MODULUS {partitions}, REMAINDER %s)', i, i);
+    END LOOP;
+    FOREACH statement IN ARRAY keys LOOP EXECUTE statement; END LOOP;
+    FOREACH statement IN ARRAY indexes LOOP EXECUTE statement; END LOOP;
+END $$
+"""
+
+
+def partition_memories(url: str, partitions: int) -> None:
+    """Hash-partition the scratch database's empty memories table by user_id."""
+    import psycopg
+
+    # The DO block takes no parameters; the count is an int from argparse.
+    with psycopg.connect(h.libpq_url(url), autocommit=True) as conn:
+        conn.execute(PARTITION_MEMORIES.replace("{partitions}", str(int(partitions))).encode())
+        made = conn.execute(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgmemory_memories'::regclass"
+        ).fetchone()
+    assert made is not None and made[0] == partitions, made
+
+
+def measure_pgmemory(
+    server: Server, data_path: Path, args: argparse.Namespace, hnsw: bool, partitions: int = 0
+) -> dict:
     data = h.load(data_path)
     with server.scratch("pgm", pgmemory_schema=True) as url:
+        if partitions:
+            partition_memories(url, partitions)
         adapter = PgmemoryAdapter(url, data)
 
         async def extra(a: PgmemoryAdapter) -> dict[str, Any]:
@@ -489,6 +565,17 @@ def main() -> None:
         action="store_true",
         help="then store.enable_ann() (HNSW path for large scopes) and measure again",
     )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="then measure again with the memories table hash-partitioned by user_id into N",
+    )
+    p.add_argument(
+        "--partitioned-first",
+        action="store_true",
+        help="with --partitions: measure the partitioned table first (run both orders)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args()
@@ -507,12 +594,23 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         print(server.info(), f"| {os.cpu_count()} CPUs")
+        parted: dict | None = None
+        if args.partitions and args.partitioned_first:  # the other order, against drift
+            parted = measure_pgmemory(server, data_path, args, False, args.partitions)
         mine = measure_pgmemory(server, data_path, args, args.hnsw)
         results.update(json_figures(mine))
         results["detail"] = mine
         print_main("pgmemory", mine, meta)
         if "ann" in mine:
             print_ann(mine)
+        if args.partitions:
+            if parted is None:
+                parted = measure_pgmemory(server, data_path, args, False, args.partitions)
+            print_main(f"pgmemory, memories hash-partitioned into {args.partitions}", parted, meta)
+            print_partitioned(mine, parted, args.partitions)
+            results["partitioned"] = {**json_figures(parted), "partitions": args.partitions,
+                                      "analyze_s": parted["analyze_s"]}  # fmt: skip
+            results["analyze_s"] = mine["analyze_s"]
         if peers:
             peer_rows = args.peer_rows or args.rows
             peer_path, peer_meta, base = data_path, meta, mine

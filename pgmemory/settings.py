@@ -124,6 +124,31 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy/libpq URL of a PostgreSQL server with pgvector; unset = embedded server.",
     )
+    read_urls: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Comma-separated URLs of hot standbys of database_url that serve reads (search, "
+            "list, count, history); writes and recall audit rows always go to the primary. "
+            "Unset: every read goes to the primary."
+        ),
+    )
+    replica_wait_ms: float = Field(
+        default=50.0,
+        ge=0,
+        description=(
+            "Longest a read waits for a replica to replay the reading user's own latest "
+            "write before it is served by the primary instead."
+        ),
+    )
+    replica_max_lag_s: float = Field(
+        default=5.0, gt=0, description="A replica further behind than this is skipped."
+    )
+    replica_retry_s: float = Field(
+        default=5.0, gt=0, description="How long an unreachable replica is skipped for."
+    )
+    replica_check_interval_s: float = Field(
+        default=1.0, ge=0, description="How often each replica's lag is checked."
+    )
     embedded: bool = Field(
         default=True,
         description=(
@@ -216,3 +241,9 @@ class Settings(BaseSettings):
     openai_max_retries: int = Field(
         default=4, ge=0, description="Retries with exponential backoff on transient API errors."
     )
+
+    def read_url_list(self) -> list[str]:
+        """The read replicas' URLs (``read_urls`` split at commas; empty when unset)."""
+        if self.read_urls is None:
+            return []
+        return [url.strip() for url in self.read_urls.get_secret_value().split(",") if url.strip()]

@@ -125,6 +125,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     add_json(history, '{"head": "0003", "revisions": ' + _STEP_KEYS + "}")
     history.set_defaults(handler=history_command)
 
+    add_distribute_parser(sub, common)
+
 
 # --- revisions ------------------------------------------------------------------------------
 
@@ -389,4 +391,65 @@ async def _roles(store: MemoryStore, args: argparse.Namespace, password: str) ->
     for warning in report.warnings:
         print(f"warning: {warning}")
     print(f"connect the application as {report.role} (e.g. PGMEMORY_DATABASE_URL with its user)")
+    return 0
+
+
+# --- distribute (Citus) ---------------------------------------------------------------------
+
+
+def add_distribute_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``db distribute``.
+
+    Args:
+        sub: the ``db`` sub-parsers.
+        common: the parent parser of options every command takes (``--url``).
+    """
+    distribute = sub.add_parser(
+        "distribute", parents=[common],
+        help="distribute the tables by user_id over Citus (needs the citus extension)",
+        description="On a Citus coordinator: make pgmemory_collections a reference table and "
+        "distribute every per-user table by user_id, co-located with pgmemory_memories "
+        "(create_reference_table, create_distributed_table). Run after `pgmemory db upgrade`; "
+        "tables Citus already manages are left as they are. Without the citus extension it "
+        "says so and changes nothing.",
+    )  # fmt: skip
+    add_json(distribute, '{"distributed": [str], "reference": [str], "unchanged": [str]}')
+    distribute.set_defaults(handler=distribute_command)
+
+
+def distribute_command(args: argparse.Namespace) -> int:
+    """``pgmemory db distribute [--json]``.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+
+    Raises:
+        CliError: the citus extension is not installed (nothing changed).
+    """
+    from pgmemory.errors import DatabaseNotReadyError
+    from pgmemory.store import routing
+
+    with database_url(settings_of(args), args.url) as url:
+        try:
+            done = routing.distribute(url)
+        except DatabaseNotReadyError as exc:
+            raise CliError(str(exc)) from None
+    if args.json:
+        print_json(
+            {
+                "distributed": done.distributed,
+                "reference": done.reference,
+                "unchanged": done.unchanged,
+            }
+        )
+        return 0
+    for table in done.reference:
+        print(f"reference table: {table}")
+    for table in done.distributed:
+        print(f"distributed by {routing.DISTRIBUTION_COLUMN}: {table}")
+    for table in done.unchanged:
+        print(f"already managed by Citus: {table}")
     return 0

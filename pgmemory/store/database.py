@@ -20,6 +20,12 @@ its connection was lost.
 A :meth:`Database.shared_transaction` block makes every :meth:`Database.transaction` of the
 current task (and of tasks it starts) join one transaction, so several writers commit together
 or not at all.
+
+With read replicas (``Settings.read_urls``), :meth:`Database.reading` is where reads are
+routed: it hands out a connection to a hot standby when one is healthy and has replayed the
+reading user's own latest write (see :mod:`pgmemory.store.replicas`), else to the primary.
+For that, every committed :meth:`Database.transaction` notes the primary's WAL position for
+the users it names (``users=``; unnamed: for everyone).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import contextlib
 import contextvars
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from sqlalchemy import text
@@ -39,8 +45,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransactio
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate as migrations
+from pgmemory.store import queries as q
 from pgmemory.store.connector import adopt_engine, check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
+from pgmemory.store.replicas import ReplicaSet, parse_lsn
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +69,8 @@ class Database:
         migrate: Upgrade the schema to head when opening.
         engine: An application's own async engine to use instead of a URL (it stays the
             application's: closing the store does not dispose of it).
+        read_urls: URLs of hot standbys of the primary that serve reads (see
+            :meth:`reading`); empty: the primary serves every read.
     """
 
     def __init__(
@@ -70,6 +80,7 @@ class Database:
         settings: Settings,
         migrate: bool,
         engine: AsyncEngine | None = None,
+        read_urls: Sequence[str] = (),
     ) -> None:
         if url is not None and engine is not None:
             raise InvalidInputError("pass a database URL or an engine, not both")
@@ -83,6 +94,8 @@ class Database:
         self._migrate = migrate
         self._server: EmbeddedServer | None = None
         self._engine: AsyncEngine | None = None
+        self._read_urls = tuple(read_urls)
+        self._replicas: ReplicaSet | None = None
         #: The shared transaction the current task's writes join, if any.
         self._shared: contextvars.ContextVar[_SharedTransaction | None] = contextvars.ContextVar(
             f"pgmemory_shared_transaction_{id(self)}", default=None
@@ -122,6 +135,8 @@ class Database:
             else:
                 self._engine = make_engine(url, self.settings)
             await check_database(self._engine, expected_revision=migrations.head_revision())
+            if self._read_urls:
+                self._replicas = ReplicaSet(self._read_urls, self.settings)
         except BaseException:
             await self.close()
             raise
@@ -132,6 +147,9 @@ class Database:
         A server that died (crashed, killed) is fine: there is nothing left to stop.
         """
         engine, self._engine = self._engine, None
+        replicas, self._replicas = self._replicas, None
+        if replicas is not None:
+            await replicas.close()
         if engine is not None and engine is not self._given_engine:
             await engine.dispose()
         server, self._server = self._server, None
@@ -162,19 +180,35 @@ class Database:
             raise RuntimeError("the store is not open: use `async with MemoryStore(...)`")
         return self._engine
 
-    def transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+    @property
+    def replicas(self) -> ReplicaSet | None:
+        """The read replicas, when ``read_urls`` named any (None before opening)."""
+        return self._replicas
+
+    def transaction(
+        self, *, users: Iterable[str] | None = None
+    ) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
         """A connection in one transaction: committed when the block ends, rolled back on error.
 
         Inside a :meth:`shared_transaction` block it is a savepoint of the shared transaction
         instead: its work commits (or rolls back) with the rest of the block.
+
+        Args:
+            users: The users whose data the transaction writes, for read-your-writes on
+                replicas (``()`` for writes no read needs to see at once, such as recall
+                audit rows). None, the safe default: it may write anyone's, so every read
+                waits for it.
         """
+        named = None if users is None else frozenset(users)
         shared = self._shared.get()
         if shared is not None:
-            return shared.join()
-        return self._own_transaction()
+            return shared.join(named)
+        return self._own_transaction(named)
 
     @contextlib.asynccontextmanager
-    async def _own_transaction(self) -> AsyncIterator[AsyncConnection]:
+    async def _own_transaction(
+        self, users: frozenset[str] | None
+    ) -> AsyncIterator[AsyncConnection]:
         """A connection of its own in one transaction (see :meth:`transaction`)."""
         async with contextlib.AsyncExitStack() as stack:
             conn = await self.connect()
@@ -188,6 +222,54 @@ class Database:
                 if committing:
                     setattr(exc, _COMMIT_OUTCOME_UNKNOWN, True)
                 raise
+            await self.note_write(conn, users)
+
+    async def note_write(self, conn: AsyncConnection, users: frozenset[str] | None) -> None:
+        """After a commit on ``conn``: remember the primary's WAL position for ``users``' reads.
+
+        Only with replicas, and only for transactions that name users or none (see
+        :meth:`transaction`); one round trip, in autocommit. If the position cannot be read,
+        reads go to the primary for ``replica_max_lag_s`` seconds.
+        """
+        if self._replicas is None or users == frozenset():
+            return
+        try:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            position = (await conn.execute(text(q.WAL_POSITION))).scalar_one()
+        except DBAPIError:
+            self._replicas.marks.note_unknown(self.settings.replica_max_lag_s)
+            return
+        self._replicas.marks.note(users, parse_lsn(position))
+
+    @contextlib.asynccontextmanager
+    async def reading(
+        self, user: str | None, *, transaction: bool = False
+    ) -> AsyncIterator[AsyncConnection]:
+        """A connection for a read of ``user``'s data: on a replica when one may serve it.
+
+        A replica serves it when it is reachable, not lagging, and has replayed the user's
+        latest write through this database (waiting at most ``replica_wait_ms``); otherwise,
+        or without replicas, the primary does.
+
+        Args:
+            user: The user the read is confined to; None for a read that may cover several
+                users (it waits for the latest write of anyone).
+            transaction: Run the block in one transaction (committed at the end), for reads
+                that need ``SET LOCAL``; otherwise the connection is in autocommit.
+        """
+        conn = None
+        if self._replicas is not None:
+            conn = await self._replicas.acquire(user)
+        if conn is None:
+            conn = await self.connect()
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_exit(conn)
+            if transaction:
+                conn = await conn.execution_options(isolation_level="READ COMMITTED")
+                async with conn.begin():
+                    yield conn
+            else:
+                yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextlib.asynccontextmanager
     async def shared_transaction(self) -> AsyncIterator[None]:
@@ -311,6 +393,8 @@ class _SharedTransaction:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        #: The users the joined writes named (None once one named none: everyone).
+        self._users: frozenset[str] | None = frozenset()
         self._conn: AsyncConnection | None = None
         self._outer: AsyncTransaction | None = None
         self._lock = asyncio.Lock()
@@ -318,8 +402,13 @@ class _SharedTransaction:
         self._closed = False
 
     @contextlib.asynccontextmanager
-    async def join(self) -> AsyncIterator[AsyncConnection]:
-        """The shared connection inside a savepoint (released on success, rolled back on error)."""
+    async def join(self, users: frozenset[str] | None) -> AsyncIterator[AsyncConnection]:
+        """The shared connection inside a savepoint (released on success, rolled back on error).
+
+        ``users`` as for :meth:`Database.transaction`: noted for read-your-writes at the commit.
+        """
+        if self._users is not None:
+            self._users = None if users is None else self._users | users
         task = asyncio.current_task()
         if task is not None and task is self._owner:  # a write nested in this task's write
             assert self._conn is not None
@@ -360,6 +449,7 @@ class _SharedTransaction:
                     # transaction; the memories committed with it must be durable.
                     await conn.execute(text("SET LOCAL synchronous_commit TO DEFAULT"))
                     await outer.commit()
+                    await self._db.note_write(conn, self._users)
                 else:
                     with contextlib.suppress(Exception):
                         await outer.rollback()

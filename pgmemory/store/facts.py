@@ -54,7 +54,7 @@ async def merge(
     check_optional_name(actor, what="actor")
     clean = check_metadata(updates, what="fact updates")
     params = _params(namespace, scope)
-    async with db.transaction() as conn:
+    async with db.transaction(users=(params["user_id"],)) as conn:
         await conn.execute(text(q.ENSURE_FACTS), params)
         current = dict((await conn.execute(text(q.GET_FACTS_FOR_UPDATE), params)).scalar() or {})
         merged = dict(current)
@@ -89,7 +89,7 @@ async def delete(db: Database, scope: MemoryScope, *, namespace: str | None) -> 
     """Erase the scope's facts in one namespace, or in all (None); returns the rows deleted."""
     params: dict[str, Any] = _params(namespace or "-", scope)
     params["namespace"] = namespace
-    async with db.transaction() as conn:
+    async with db.transaction(users=(params["user_id"],)) as conn:
         return int((await conn.execute(text(q.DELETE_FACTS), params)).rowcount)
 
 

@@ -1063,3 +1063,42 @@ APP_ROLE_GRANTS = (
     "pgmemory_erase_user_audit(text, text), "
     "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text) TO {role}",
 )
+
+# --- read replicas -------------------------------------------------------------------------
+
+#: The primary's WAL insert position, read right after a write commits (read-your-writes).
+WAL_POSITION = "SELECT pg_current_wal_insert_lsn()::text"
+
+#: Whether a read replica still replays WAL, how far it has, and how many seconds it lags (0
+#: when it has replayed all it received).
+REPLICA_HEALTH = """
+SELECT pg_is_in_recovery() AS standby,
+       pg_last_wal_replay_lsn()::text AS replayed,
+       CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0.0
+            ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0.0)::float8
+       END AS lag_s
+"""
+
+#: How far a read replica has replayed the primary's WAL (NULL on a server that is no replica).
+REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn()::text"
+
+# --- distribution over Citus (see pgmemory.store.routing) ----------------------------------
+
+#: The database connected to (for messages).
+CURRENT_DATABASE = "SELECT current_database()"
+
+#: Whether the citus extension is installed in this database.
+CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+
+#: How Citus manages a table already ('distributed', 'reference'; NULL: not at all).
+CITUS_TABLE_TYPE = """
+SELECT citus_table_type FROM citus_tables WHERE table_name = CAST(:table AS regclass)
+"""
+
+#: Make a table a reference table (copied to every node).
+CITUS_REFERENCE_TABLE = "SELECT create_reference_table(CAST(:table AS regclass))"
+
+#: Distribute a table by a column, co-located with another table ('default': Citus's choice).
+CITUS_DISTRIBUTE_TABLE = """
+SELECT create_distributed_table(CAST(:table AS regclass), :column, colocate_with => :colocate_with)
+"""

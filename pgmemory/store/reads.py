@@ -3,6 +3,10 @@
 Every read is confined to a scope (see :func:`pgmemory.store.records.check_search_scope`) and
 skips expired rows. Search is exact unless the collection's approximate path takes it (see
 :mod:`pgmemory.store.ann`), and writes its recall audit row in the same statement.
+
+With read replicas, reads go through :meth:`pgmemory.store.database.Database.reading` (a
+replica when one may serve the scope's user); a search then runs without its audit part and
+its recall audit row is inserted on the primary afterwards (:func:`pgmemory.store.recall.insert`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
@@ -24,6 +29,7 @@ from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+from pgmemory.store.recall import insert as insert_recall
 from pgmemory.store.recall import relax_audit_commit
 from pgmemory.store.records import (
     Memory,
@@ -128,11 +134,14 @@ async def search(
         windowed = since is not None or until is not None
         path = await ann.route(collection, scope) if mode == "vector" and not windowed else None
 
+    # With replicas, the search statement only reads; its audit row is inserted separately.
+    replicated = db.replicas is not None
+
     def statement(on: AnnPath | None) -> str:
         return q.search_memories(
             tuple(scope.as_dict()),
             covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
-            audit=audit,
+            audit=audit and not replicated,
             mode=mode,
             ann_dimensions=info.dimensions if on is not None else None,
         )
@@ -159,26 +168,45 @@ async def search(
         if not trace.mode:
             trace = dataclasses.replace(trace, mode=mode)
         params.update(_audit_params(scope, trace, query, query_hash))
+    run = _run_replicated if replicated else _run
+    rows: Sequence[Any] | None = None
     if path is not None and chosen:
         # Too few hits (the scope filter thinned the index's candidates) or any failure: the
         # transaction rolls back (no audit row) and the exact path answers.
         wanted = limit if min_score is None else 0
         try:
-            rows = await _run(db, statement(path), params, audit=audit, path=path, wanted=wanted)
+            rows = await run(
+                db, statement(path), params, audit=audit, path=path, wanted=wanted, scope=scope
+            )
         except Exception as exc:
             logger.warning(
                 "approximate path of collection %s not used for a search (%s); searched exactly",
                 collection,
                 type(exc).__name__,
             )
-        else:
-            return _hits(rows)
         path = None
-    return _hits(await _run(db, statement(path), params, audit=audit, path=path, wanted=0))
+    if rows is None:
+        rows = await run(db, statement(path), params, audit=audit, path=path, wanted=0, scope=scope)
+    if audit and replicated:
+        await insert_recall(
+            db,
+            {
+                **{name: params[f"audit_{name}"] for name in MemoryScope.DIMENSIONS},
+                **{name: params[name] for name in _AUDIT_TRACE},
+                "collection": collection,
+                "memory_ids": [row["id"] for row in rows],
+                "scores": [float(row["score"]) for row in rows],
+            },
+        )
+    return _hits(rows)
 
 
 class _TooFewHits(Exception):
     """The approximate path returned fewer hits than asked for (its transaction rolls back)."""
+
+
+#: The recall audit row's parameters that describe the recall rather than the scope.
+_AUDIT_TRACE = ("provider", "mode", "requesting_session_id", "query_sha256", "query_text")
 
 
 async def _run(
@@ -189,16 +217,45 @@ async def _run(
     audit: bool,
     path: AnnPath | None,
     wanted: int,
+    scope: MemoryScope,
 ) -> Sequence[Any]:
     """Run a search statement on ``path``; fewer than ``wanted`` rows raise _TooFewHits."""
-    async with db.transaction() if audit or path else db.autocommit() as conn:
+    async with db.transaction(users=()) if audit or path else db.autocommit() as conn:
         if audit:
             await relax_audit_commit(conn, db.settings)
-        if path is not None:
-            await conn.execute(text(q.ANN_SETTINGS), {"ef_search": path.ef_search})
-        rows = (await conn.execute(text(statement), params)).mappings().all()
-        if len(rows) < wanted:
-            raise _TooFewHits(f"{len(rows)} of {wanted} hits")
+        return await _execute(conn, statement, params, path=path, wanted=wanted)
+
+
+async def _run_replicated(
+    db: Database,
+    statement: str,
+    params: dict[str, Any],
+    *,
+    audit: bool,
+    path: AnnPath | None,
+    wanted: int,
+    scope: MemoryScope,
+) -> Sequence[Any]:
+    """As :func:`_run`, for a statement without its audit part, on a connection from
+    :meth:`Database.reading` (a replica when one may serve the scope's user)."""
+    async with db.reading(scope.user_id, transaction=path is not None) as conn:
+        return await _execute(conn, statement, params, path=path, wanted=wanted)
+
+
+async def _execute(
+    conn: AsyncConnection,
+    statement: str,
+    params: dict[str, Any],
+    *,
+    path: AnnPath | None,
+    wanted: int,
+) -> Sequence[Any]:
+    """Run a search statement (with the approximate path's settings when on it)."""
+    if path is not None:
+        await conn.execute(text(q.ANN_SETTINGS), {"ef_search": path.ef_search})
+    rows = (await conn.execute(text(statement), params)).mappings().all()
+    if len(rows) < wanted:
+        raise _TooFewHits(f"{len(rows)} of {wanted} hits")
     return rows
 
 
@@ -251,7 +308,7 @@ async def page(
         "limit": limit,
         "offset": offset,
     }
-    async with db.autocommit() as conn:
+    async with db.reading(scope.user_id) as conn:
         rows = (await conn.execute(text(statement), params)).mappings().all()
     return [memory_from_row(row) for row in rows]
 
@@ -263,7 +320,7 @@ async def count(
     check_search_scope(scope, allow_unscoped=allow_unscoped)
     await catalogue.get(collection)
     statement = q.count_memories(tuple(scope.as_dict()))
-    async with db.autocommit() as conn:
+    async with db.reading(scope.user_id) as conn:
         result = await conn.execute(text(statement), {**scope.as_dict(), "collection": collection})
         return int(result.scalar_one())
 

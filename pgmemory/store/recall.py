@@ -1,6 +1,7 @@
 """The recall audit: which memories went into an answer, for whom, and for what query.
 
-A :func:`pgmemory.store.reads.search` writes its own audit row in the search statement; a
+A :func:`pgmemory.store.reads.search` writes its own audit row in the search statement (or,
+with read replicas, through :func:`insert` after the search); a
 caller that puts an answer's memories together from several reads records them with
 :func:`record`. Queries are kept as their sha256 unless the trace asks for the text; either is
 of the query as search uses it (cleaned and cut, see :func:`pgmemory.text.clean.clean_query`).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -68,6 +70,15 @@ async def record(
         "memory_ids": list(memory_ids),
         "scores": [float(x) for x in scores],
     }
-    async with db.transaction() as conn:
+    await insert(db, params)
+
+
+async def insert(db: Database, params: dict[str, Any]) -> None:
+    """Insert one recall audit row (``q.RECORD_RECALL``'s parameters) on the primary.
+
+    Its own transaction, committed without waiting for the disk flush (see
+    :func:`relax_audit_commit`); no read waits for it on a replica.
+    """
+    async with db.transaction(users=()) as conn:
         await relax_audit_commit(conn, db.settings)
         await conn.execute(text(q.RECORD_RECALL), params)

@@ -70,6 +70,11 @@ class MemoryStore:
         embedded: Whether a missing URL may start the embedded server (default:
             ``Settings.embedded``, i.e. ``PGMEMORY_EMBEDDED``, true). When it does, the store
             logs one WARNING naming the data directory.
+        read_urls: URLs of hot standbys of the primary that serve searches, lists, counts and
+            history reads (default: ``Settings.read_urls``, i.e. ``PGMEMORY_READ_URLS``,
+            comma-separated). A user's reads wait (up to ``replica_wait_ms``) for a replica
+            to replay that user's own writes, else go to the primary; writes and recall
+            audit rows always go to the primary. See the README's scaling section.
     """
 
     def __init__(
@@ -81,6 +86,7 @@ class MemoryStore:
         migrate: bool = False,
         engine: AsyncEngine | None = None,
         embedded: bool | None = None,
+        read_urls: Sequence[str] | None = None,
     ) -> None:
         self.settings = settings or Settings()
         if embedded is not None:
@@ -88,7 +94,11 @@ class MemoryStore:
         if url is None and engine is None and self.settings.database_url is not None:
             url = self.settings.database_url.get_secret_value()
         self._embedder = embedder
-        self._db = Database(url, settings=self.settings, migrate=migrate, engine=engine)
+        if read_urls is None:
+            read_urls = self.settings.read_url_list()
+        self._db = Database(
+            url, settings=self.settings, migrate=migrate, engine=engine, read_urls=read_urls
+        )
         self._catalogue = Catalogue(self._db, lambda: self.embedder)
         self._ann = AnnPaths(self._db, self._catalogue, self._search_on_path)
 

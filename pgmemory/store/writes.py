@@ -82,7 +82,7 @@ async def add(
     # then two batches of the same messages claim them in one order and cannot deadlock.
     ordered = sorted(rows, key=message_key)
     stored: set[uuid.UUID] = set()
-    async with db.transaction() as conn:
+    async with db.transaction(users={row["user_id"] or "" for row in rows}) as conn:
         for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
             chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
             chunk["embeddings"] = VectorList(chunk["embeddings"])

@@ -1,0 +1,176 @@
+"""How pgmemory's data and statements spread over a sharded (Citus) database, by user.
+
+Every per-user table has ``user_id`` in its primary key and in every unique index, so Citus can
+distribute them all by ``user_id``, co-located (a user's memories, audit rows, history and
+facts share one shard group); the collections catalogue is small and read by every statement,
+so it is a reference table (copied to every node). :func:`distribute` does exactly that on a
+database where the ``citus`` extension is installed.
+
+Every statement in :mod:`pgmemory.store.queries` that touches a per-user table names one user
+(:func:`names_one_user`: a ``user_id = :param`` filter, or one user's value in an INSERT), so
+Citus routes it to one shard; the exceptions are listed here, each with why, in
+:data:`FAN_OUT` (runs on every shard) and :data:`CONSTANT_USER` (one shard, named by a
+constant). ``tests/store/test_routing.py`` reads every statement and fails on one that is in
+neither. The lists live here, not on the statements, so that editing a statement and
+classifying it stay separate changes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from pgmemory.errors import DatabaseNotReadyError
+from pgmemory.store import queries as q
+from pgmemory.store.connector import normalise_url
+
+#: Tables holding one user's rows each; distributed by ``user_id``, co-located with the first.
+PER_USER_TABLES = (
+    "pgmemory_memories",
+    "pgmemory_memory_audit",
+    "pgmemory_recall_audit",
+    "pgmemory_chat_messages",
+    "pgmemory_facts",
+    "pgmemory_fact_audit",
+    "pgmemory_user_secrets",
+)
+
+#: pgmemory's own SQL functions (migration 0006) that read or write per-user tables. The first
+#: argument of the first two is the user, so a call with a bound first argument names one user;
+#: the prune takes a cutoff and sweeps every user's audit rows.
+PER_USER_FUNCTIONS = ("pgmemory_keyed_sha256", "pgmemory_erase_user_audit", "pgmemory_prune_audit")
+
+#: Small tables every statement may join: copied to every node.
+REFERENCE_TABLES = ("pgmemory_collections",)
+
+#: The column the per-user tables are distributed by.
+DISTRIBUTION_COLUMN = "user_id"
+
+#: Statements (names in :mod:`pgmemory.store.queries`; statement builders by function name,
+#: for the scopes without a user) that touch per-user tables without naming one user, so that
+#: on Citus they run on every shard (or on several), and why that is acceptable.
+FAN_OUT: dict[str, str] = {
+    "INSERT_MEMORIES": (
+        "one batch may hold several users' rows (INSERT ... SELECT from arrays): each row goes "
+        "to its user's shard; a batch of one user's rows touches one shard"
+    ),
+    "INSERT_FROM_STAGING": "bulk import from the local staging table: rows of any users",
+    "INSERT_FROM_STAGING_UNKEYED": "bulk import from the local staging table: rows of any users",
+    "DELETE_BY_IDS": "deleting memories by id within a collection: the ids carry no user",
+    "DELETE_EXPIRED": "the expiry sweep: every user's expired rows, on every shard",
+    "delete_scope": "erasing a session, agent or application scope (no user): any user's rows",
+    "search_memories": "a search of a scope without a user (session, agent or application)",
+    "list_memories": "listing a scope without a user (session, agent or application)",
+    "count_memories": "counting a scope without a user (session, agent or application)",
+    "ANN_INDEX_DDL": "DDL: the approximate index is built on every shard",
+    "ANN_LARGE_USERS": "the approximate-index probe: which users' scopes are large (all users)",
+    "ANN_PROBE_SAMPLE": "the approximate-index probe: sample vectors from the large scopes",
+    "USER_PAGE": "the operator's user directory: a page of user ids across all tables",
+    "USER_MEMORY_COUNTS": "the operator's user directory: counts for one page of users",
+    "USER_ACTIVITY": "the operator's user directory: activity for one page of users",
+    "PRUNE_AUDIT": "audit retention (pgmemory_prune_audit): rows older than a cutoff, of every user",
+    "audit_row_check": "pgmemory audit verify rechecks every row hash of an audit table",
+    "audit_guard_probe": "pgmemory audit verify's rolled-back UPDATE of an audit table's newest row",
+    "UNRECORDED_PSEUDONYMS": "pgmemory audit verify: erased users' pseudonyms across all audits",
+}
+
+#: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.
+CONSTANT_USER: dict[str, str] = {
+    "LIST_PRUNES": "the records of audit prunes, kept under user '' (one shard)",
+}
+
+_PER_USER = re.compile(r"\b(?:" + "|".join(PER_USER_TABLES + PER_USER_FUNCTIONS) + r")\b")
+#: A ``user_id = :param`` filter, with or without a table alias.
+_USER_FILTER = re.compile(r"\buser_id\s*=\s*:\w+")
+#: One user's value bound in an INSERT.
+_USER_VALUE = re.compile(r"\bINSERT\b.*:(?:audit_)?user_id\b", re.DOTALL | re.IGNORECASE)
+#: A call of one of the user-first functions with the user bound.
+_USER_CALL = re.compile(
+    r"\b(?:" + "|".join(PER_USER_FUNCTIONS[:2]) + r")\(\s*:(?:audit_)?user_id\b"
+)
+
+
+def touches_per_user_tables(statement: str) -> bool:
+    """Whether ``statement`` reads or writes a per-user table (or calls a function that does)."""
+    return bool(_PER_USER.search(statement))
+
+
+def names_one_user(statement: str) -> bool:
+    """Whether ``statement`` is confined to one user's rows, so Citus routes it to one shard:
+    it filters on ``user_id = :param``, inserts one user's value (``:user_id``), or calls a
+    user-first function of :data:`PER_USER_FUNCTIONS` for one bound user."""
+    return bool(
+        _USER_FILTER.search(statement)
+        or _USER_VALUE.search(statement)
+        or _USER_CALL.search(statement)
+    )
+
+
+@dataclass
+class Distribution:
+    """What :func:`distribute` found and did."""
+
+    #: Tables made distributed now (already distributed ones are not repeated).
+    distributed: list[str] = field(default_factory=list)
+    #: Tables made reference tables now.
+    reference: list[str] = field(default_factory=list)
+    #: Tables that already were distributed or reference tables.
+    unchanged: list[str] = field(default_factory=list)
+
+
+def distribute(url: str) -> Distribution:
+    """Make the catalogue a reference table and the per-user tables distributed by user.
+
+    Runs ``create_reference_table`` for :data:`REFERENCE_TABLES`, then
+    ``create_distributed_table(table, 'user_id', colocate_with => ...)`` for
+    :data:`PER_USER_TABLES` (each co-located with the first); tables Citus already manages are
+    left as they are, so running it again is harmless. Run it on the coordinator, after
+    ``pgmemory db upgrade``.
+
+    Args:
+        url: The coordinator's URL.
+
+    Returns:
+        What was done.
+
+    Raises:
+        DatabaseNotReadyError: The ``citus`` extension is not installed in the database
+            (nothing is changed).
+    """
+    engine = sa.create_engine(normalise_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            database = conn.execute(sa.text(q.CURRENT_DATABASE)).scalar_one()
+            if not conn.execute(sa.text(q.CITUS_INSTALLED)).scalar():
+                raise DatabaseNotReadyError(
+                    f"the citus extension is not installed in database {database!r}, so "
+                    "pgmemory's tables cannot be distributed; nothing was changed. Install "
+                    "Citus on every node, run CREATE EXTENSION citus on the coordinator and "
+                    "add the workers (citus_add_node), then run `pgmemory db distribute` again"
+                )
+            done = Distribution()
+            for table in REFERENCE_TABLES:
+                if conn.execute(sa.text(q.CITUS_TABLE_TYPE), {"table": table}).scalar():
+                    done.unchanged.append(table)
+                    continue
+                conn.execute(sa.text(q.CITUS_REFERENCE_TABLE), {"table": table})
+                done.reference.append(table)
+            first = PER_USER_TABLES[0]
+            for table in PER_USER_TABLES:
+                if conn.execute(sa.text(q.CITUS_TABLE_TYPE), {"table": table}).scalar():
+                    done.unchanged.append(table)
+                    continue
+                conn.execute(
+                    sa.text(q.CITUS_DISTRIBUTE_TABLE),
+                    {
+                        "table": table,
+                        "column": DISTRIBUTION_COLUMN,
+                        "colocate_with": "default" if table == first else first,
+                    },
+                )
+                done.distributed.append(table)
+            return done
+    finally:
+        engine.dispose()

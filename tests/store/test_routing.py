@@ -1,0 +1,198 @@
+"""Citus readiness, checked: every statement names one user or is a listed fan-out; every key of
+a per-user table holds user_id; `pgmemory db distribute` says clearly when Citus is absent."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from pgmemory.cli import run
+from pgmemory.errors import DatabaseNotReadyError
+from pgmemory.store import queries as q
+from pgmemory.store import routing
+from pgmemory.store.models import Base
+from pgmemory.store.records import MemoryScope
+
+DIMENSION_SETS = [
+    combo
+    for size in range(1, len(MemoryScope.DIMENSIONS) + 1)
+    for combo in itertools.combinations(MemoryScope.DIMENSIONS, size)
+]
+
+
+def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
+    """Every statement a builder makes, with the scope dimensions it was made for."""
+    if builder in ("audit_row_check", "audit_guard_probe"):
+        for table in q.AUDIT_TABLES:
+            yield (), getattr(q, builder)(table)
+        return
+    for dims in DIMENSION_SETS:
+        if builder == "search_memories":
+            for covering, audit, mode, ann in itertools.product(
+                (True, False), (True, False), q.SEARCH_MODES, (None, 384)
+            ):
+                if ann is not None and mode != "vector":
+                    continue  # the approximate path serves vector searches only
+                yield (
+                    dims,
+                    q.search_memories(
+                        dims, covering=covering, audit=audit, mode=mode, ann_dimensions=ann
+                    ),
+                )
+        elif builder == "list_memories":
+            for newest_first in (True, False):
+                yield dims, q.list_memories(dims, newest_first=newest_first)
+        elif builder in ("count_memories", "delete_scope"):
+            yield dims, getattr(q, builder)(dims)
+        else:
+            raise AssertionError(
+                f"queries.{builder} builds statements this test does not know how to call: "
+                "add it to _variants in tests/store/test_routing.py"
+            )
+
+
+def _builders() -> dict[str, Callable[..., str]]:
+    """The public statement builders of queries.py (plain or cached functions)."""
+    found = {
+        name: value
+        for name, value in vars(q).items()
+        if callable(value)
+        and not inspect.isclass(value)
+        and getattr(value, "__module__", None) == q.__name__
+        and not name.startswith("_")
+    }
+    assert "search_memories" in found
+    return found
+
+
+def _constants() -> dict[str, str]:
+    return {
+        name: value
+        for name, value in vars(q).items()
+        if name.isupper()
+        and not name.startswith("_")
+        and isinstance(value, str)
+        and any(c.isspace() for c in value.strip())  # a statement, not a table or function name
+    }
+
+
+def test_every_statement_on_per_user_tables_names_one_user_or_is_a_listed_fan_out() -> None:
+    unmarked = []
+    for name, statement in _constants().items():
+        if not routing.touches_per_user_tables(statement) or routing.names_one_user(statement):
+            continue
+        if name not in routing.FAN_OUT and name not in routing.CONSTANT_USER:
+            unmarked.append(name)
+    for name in _builders():
+        for dims, statement in _variants(name):
+            if not routing.touches_per_user_tables(statement):
+                continue
+            if "user_id" in dims:
+                assert routing.names_one_user(statement), (name, dims)
+            elif name not in routing.FAN_OUT:
+                unmarked.append(f"{name}{dims}")
+    assert not unmarked, (
+        f"statements touch per-user tables without a user_id = :param filter: {unmarked}; "
+        "filter them on user_id or list them in pgmemory.store.routing.FAN_OUT with why"
+    )
+
+
+def test_the_lists_name_real_statements_that_need_to_be_there() -> None:
+    constants, builders = _constants(), _builders()
+    for name in {**routing.FAN_OUT, **routing.CONSTANT_USER}:
+        assert name in constants or name in builders, f"{name} is no statement in queries.py"
+        if name in constants:
+            statement = constants[name]
+            assert routing.touches_per_user_tables(statement), name
+            assert not routing.names_one_user(statement), f"{name} names one user: unlist it"
+    assert set(routing.FAN_OUT).isdisjoint(routing.CONSTANT_USER)
+
+
+def test_the_rule_tells_a_user_filter_from_a_fan_out() -> None:
+    assert routing.names_one_user("SELECT 1 FROM pgmemory_facts WHERE user_id = :user_id")
+    assert routing.names_one_user("SELECT 1 FROM pgmemory_facts AS f WHERE f.user_id = :u")
+    assert routing.names_one_user("INSERT INTO pgmemory_facts (user_id) VALUES (:user_id)")
+    assert not routing.names_one_user("DELETE FROM pgmemory_memories WHERE expires_at < now()")
+    assert not routing.names_one_user("SELECT 1 FROM pgmemory_memories WHERE user_id <> :user_id")
+    assert not routing.names_one_user(
+        "SELECT 1 FROM pgmemory_memories AS m WHERE m.user_id = u.user_id"
+    )
+
+
+def test_every_key_of_a_per_user_table_holds_user_id(database_url: str) -> None:
+    """Read from the migrated database itself (what the migrations made, not the models)."""
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            tables = set(
+                conn.execute(
+                    sa.text(
+                        "SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n "
+                        "ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+                        "AND c.relkind IN ('r', 'p') AND c.relname LIKE 'pgmemory\\_%' "
+                        "AND c.relname <> 'pgmemory_alembic_version'"
+                    )
+                ).scalars()
+            )
+            keys = conn.execute(
+                sa.text(
+                    "SELECT i.indrelid::regclass::text, i.indexrelid::regclass::text, "
+                    "ARRAY(SELECT a.attname FROM pg_attribute AS a WHERE a.attrelid = i.indrelid "
+                    "AND a.attnum = ANY(i.indkey)) FROM pg_index AS i "
+                    "WHERE (i.indisunique OR i.indisprimary) "
+                    "AND i.indrelid = ANY(CAST(:tables AS regclass[]))"
+                ),
+                {"tables": list(routing.PER_USER_TABLES)},
+            ).all()
+            foreign = conn.execute(
+                sa.text(
+                    "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint "
+                    "WHERE contype = 'f' AND conrelid = ANY(CAST(:tables AS regclass[]))"
+                ),
+                {"tables": list(routing.PER_USER_TABLES)},
+            ).all()
+    finally:
+        engine.dispose()
+    assert tables == set(routing.PER_USER_TABLES) | set(routing.REFERENCE_TABLES)
+    assert tables == {table.name for table in Base.metadata.sorted_tables}
+    assert {table for table, _, _ in keys} == set(routing.PER_USER_TABLES)  # each has a key
+    missing = [(table, index) for table, index, columns in keys if "user_id" not in columns]
+    assert not missing, f"keys without user_id (Citus cannot distribute them): {missing}"
+    # Foreign keys from distributed tables may only point at reference tables.
+    assert {target for _, target in foreign} <= set(routing.REFERENCE_TABLES)
+
+
+def test_distribute_without_citus_says_so_and_changes_nothing(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(DatabaseNotReadyError, match="citus extension is not installed"):
+        routing.distribute(database_url)
+
+    assert run(["--url", database_url, "db", "distribute"]) == 1
+    out, err = capsys.readouterr()
+    assert not out and "pgmemory: error:" in err and "citus extension is not installed" in err
+    assert "CREATE EXTENSION citus" in err and "nothing was changed" in err
+    assert run(["--url", database_url, "db", "distribute", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert not out and "citus extension is not installed" in err
+
+    engine = sa.create_engine(database_url)
+    with engine.connect() as conn:  # still a plain table
+        kind = conn.execute(
+            sa.text("SELECT relkind FROM pg_class WHERE relname = 'pgmemory_memories'")
+        ).scalar_one()
+    engine.dispose()
+    assert kind == "r"
+
+
+def test_distribute_help_lists_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run(["db", "distribute", "--help"])
+    out = capsys.readouterr().out
+    assert "create_distributed_table" in out and '"distributed"' in out
+    json.dumps(routing.FAN_OUT)  # the list is plain data (quoted in the README)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -111,6 +113,13 @@ def test_the_lists_name_real_statements_that_need_to_be_there() -> None:
             assert routing.touches_per_user_tables(statement), name
             assert not routing.names_one_user(statement), f"{name} names one user: unlist it"
     assert set(routing.FAN_OUT).isdisjoint(routing.CONSTANT_USER)
+
+
+def test_the_readme_lists_exactly_these_statements() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| statement | why it fans out |", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `(\w+)` \| (.+) \|$", table, re.MULTILINE)
+    assert listed == [*routing.FAN_OUT.items(), *routing.CONSTANT_USER.items()]
 
 
 def test_the_rule_tells_a_user_filter_from_a_fan_out() -> None:

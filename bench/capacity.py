@@ -7,7 +7,7 @@ For each dimension, a scratch database gets ``--rows`` memories (random unit vec
 ~120-character text, ``--users`` users), imported with ``import_records``, then VACUUM
 ANALYZE; bytes per memory = (table + TOAST + every index of ``pgmemory_memories``, and the
 same of ``pgmemory_memory_audit``, whose insert row every memory gets) / rows. Vectors up to
-640 dimensions are stored twice (heap and the covering index: index-only exact recall).
+512 dimensions are stored twice (heap and the covering index: index-only exact recall).
 
 Recalls per second: on the 384-d database, ``--clients`` concurrent tasks run audited top-3
 searches (``store.search``, vectors given, so no embedding) of random users' scopes for

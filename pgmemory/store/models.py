@@ -37,8 +37,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, REAL, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-#: Largest vector that still fits a covering B-tree entry (2,704 bytes at most per entry).
-COVERING_MAX_DIMENSIONS = 640
+#: Largest vector kept in the covering B-tree entry (2,704 bytes at most per entry): at 512
+#: dimensions about 600 bytes remain for the collection name and the four scope ids together.
+COVERING_MAX_DIMENSIONS = 512
 #: Largest vector a collection may hold: pgvector's index limit, and what fits an 8 kB page inline.
 MAX_DIMENSIONS = 2000
 

@@ -31,9 +31,9 @@ class MemoryScope:
     values must also fit the index entries that hold them together, counted in UTF-8 bytes (a
     CJK character takes 3, an emoji 4): PostgreSQL holds at most 2,704 bytes per B-tree entry.
     The unique message index holds the collection name, the four ids and the message id; in a
-    collection of up to 640 dimensions the covering index holds the collection name and the four
+    collection of up to 512 dimensions the covering index holds the collection name and the four
     ids beside the vector, which leaves them about ``2,650 - 4 * dimensions`` bytes together
-    (about 90 at 640 dimensions, 600 at 512). A write that would not fit is refused before any SQL,
+    (about 600 at 512 dimensions, 1,100 at 384). A write that would not fit is refused before any SQL,
     with an :class:`~pgmemory.errors.InvalidInputError` naming the fields, their byte lengths
     and the index (see :func:`pgmemory.store.validation.check_index_entries`).
     """

@@ -203,55 +203,64 @@ async def test_an_id_with_nul_or_a_lone_surrogate_is_refused_not_rewritten(
 # --- ids within 256 characters that overflow an index entry ----------------------------------
 
 
-async def test_email_and_hex_session_in_a_640_d_collection(store: MemoryStore) -> None:
-    name = unique("c640")
-    await store.create_collection(name, dimensions=640, embedding_model="test")
+@pytest.mark.parametrize("dimensions", [512, 640])
+async def test_email_and_hex_session_fit_beside_the_vector(
+    store: MemoryStore, dimensions: int
+) -> None:
+    # At 640 dimensions the covering entry once left ~90 bytes for the ids: this was refused.
+    name = unique(f"c{dimensions}")
+    await store.create_collection(name, dimensions=dimensions, embedding_model="test")
     email, session = "alice.smith@example.com", hashlib.sha256(b"s").hexdigest()
     scope = MemoryScope(user_id=email, session_id=session)
-    good = MemoryRecord(content="fits", scope=MemoryScope(user_id="bob"), embedding=vector(640))
-    bad = MemoryRecord(content="x", scope=scope, embedding=vector(640))
+    await store.add(name, [MemoryRecord(content="x", scope=scope, embedding=vector(dimensions))])
+    assert [m.scope for m in await store.list(name, scope)] == [scope]
+
+
+async def test_ids_too_long_for_the_covering_entry_are_refused_by_name(store: MemoryStore) -> None:
+    name = unique("c512")
+    await store.create_collection(name, dimensions=512, embedding_model="test")
+    cjk = "用" * 256  # 768 bytes: more than the ~600 the 512-d covering entry leaves
+    good = MemoryRecord(content="fits", scope=MemoryScope(user_id="bob"), embedding=vector(512))
+    bad = MemoryRecord(content="x", scope=MemoryScope(user_id=cjk), embedding=vector(512))
     error = await _refused(
         lambda: store.add(name, [good, bad]),
-        match=r"records\[1\]: the collection name \(\d+ bytes\), scope.user_id \(23 bytes\), "
-        r"scope.session_id \(64 bytes\) make an entry of 2,\d{3} bytes in the index "
-        r"ix_pgmemory_memories_user_cover beside the 640-dimension vector",
+        match=r"records\[1\]: the collection name \(\d+ bytes\), scope.user_id \(768 bytes\) "
+        r"make an entry of 2,\d{3} bytes in the index "
+        r"ix_pgmemory_memories_user_cover beside the 512-dimension vector",
     )
-    assert email not in str(error) and session not in str(error)
+    assert cjk not in str(error)
     assert await _memory_rows(store, name) == 0  # the whole batch is refused, before any SQL
 
 
 async def test_the_index_entry_check_is_exact_at_the_limit(store: MemoryStore) -> None:
-    name = unique("c640")
-    await store.create_collection(name, dimensions=640, embedding_model="test")
-    values = {"collection": name, "session_id": "", "agent_id": "", "application_id": "",
-              "embedding": 640, "user_id": ""}  # fmt: skip
+    name = unique("c512")
+    await store.create_collection(name, dimensions=512, embedding_model="test")
+    agent = "用" * 150  # 450 bytes, so that the user id crosses the limit within 256 characters
+    values = {"collection": name, "session_id": "", "agent_id": agent, "application_id": "",
+              "embedding": 512, "user_id": ""}  # fmt: skip
     fitting = next(
-        n for n in range(200, 0, -1)
+        n for n in range(256, 0, -1)
         if validation.entry_bytes(validation.COVERING_INDEX, values | {"user_id": "u" * n})
         <= validation.BTREE_MAX_ENTRY_BYTES
     )  # fmt: skip
+    assert fitting < 256  # the limit is reached within the id length limit
+
+    def record(n: int) -> MemoryRecord:
+        return MemoryRecord(
+            content="x", scope=MemoryScope(user_id="u" * n, agent_id=agent), embedding=vector(512)
+        )
+
     # PostgreSQL takes the largest entry the check lets through (no ProgramLimitExceeded) ...
-    await store.add(name, [MemoryRecord(content="x", scope=MemoryScope(user_id="u" * fitting),
-                                        embedding=vector(640))])  # fmt: skip
+    await store.add(name, [record(fitting)])
     # ... and one more byte is refused by the check, not by the server.
     await _refused(
-        lambda: store.add(
-            name,
-            [
-                MemoryRecord(
-                    content="x",
-                    scope=MemoryScope(user_id="u" * (fitting + 1)),
-                    embedding=vector(640),
-                )
-            ],
-        ),
-        match="ix_pgmemory_memories_user_cover",
+        lambda: store.add(name, [record(fitting + 1)]), match="ix_pgmemory_memories_user_cover"
     )
     assert await _memory_rows(store, name) == 1
 
 
 async def test_256_character_cjk_ids(store: MemoryStore) -> None:
-    name = unique("c700")  # above 640 dimensions: no covering index
+    name = unique("c700")  # above 512 dimensions: no covering index
     await store.create_collection(name, dimensions=700, embedding_model="test")
     cjk = "用" * 256  # 768 bytes
     scope = MemoryScope(user_id=cjk, session_id=cjk, agent_id=cjk, application_id=cjk)

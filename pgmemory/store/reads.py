@@ -134,6 +134,7 @@ async def search(
             covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
             audit=audit,
             mode=mode,
+            fusion=weights.fusion if mode == "hybrid" else "score",
             ann_dimensions=info.dimensions if on is not None else None,
         )
 

@@ -192,7 +192,7 @@ _SCORE_FUSION = """pooled AS (
     UNION
     SELECT id, user_id FROM by_time WHERE CAST(:recency_weight AS float8) > 0
 ),
-spread AS (
+spread AS MATERIALIZED (
     SELECT min(distance) AS dmin, max(distance) AS dmax,
            min(created_at) AS tmin, max(created_at) AS tmax,
            (SELECT max(relevance) FROM bm25) AS rmax

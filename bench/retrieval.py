@@ -647,47 +647,60 @@ async def add_chunks(index: Index, chunk_texts: dict[str, list[str]]) -> int:
     return len(ids)
 
 
+@dataclass
+class Candidate:
+    """One ranking run in SQL: the store's statement (see candidate_statement) and weights."""
+
+    index: Index
+    statement: str
+    weights: SearchWeights
+
+
 async def candidate_rankings(
-    index: Index,
-    questions: list[Question],
-    *,
-    statement: str,
-    weights: SearchWeights,
-    limit: int,
-    desc: str,
-) -> tuple[list[list[str]], list[float]]:
-    """Rankings from a candidate statement, with the parameters the store passes, and the wall
-    time of each recall (ms: the query's embedding, cached here, excluded; the SQL round trip
-    and mapping included)."""
-    out: list[list[str]] = []
-    times: list[float] = []
-    vectors = await index.embedder.embed([q.text for q in questions])
-    stmt = sa.text(statement)
-    async with index.store.engine.connect() as conn:
-        for q, vec in tqdm(list(zip(questions, vectors, strict=True)), desc=desc, leave=False):
-            params = {
-                "user_id": q.scope,
-                "collection": index.collection,
-                "query": "[" + ",".join(f"{x:.7g}" for x in vec) + "]",
-                "terms": pgterms.query(q.text),
-                "term_list": list(dict.fromkeys(pgterms.terms(q.text))),
-                "pool": max(weights.pool, limit),
-                "rrf_k": weights.rrf_k,
-                "vector_weight": weights.vector,
-                "text_weight": weights.text,
-                "recency_weight": weights.recency,
-                "limit": limit,
-                "ann_candidates": max(4 * limit, 40),
-                "min_score": -2.0,
-                "since": datetime(1, 1, 2, tzinfo=UTC),
-                "until": datetime(9999, 12, 30, tzinfo=UTC),
-            }
-            t = time.perf_counter()
-            rows = (await conn.execute(stmt, params)).mappings().all()
-            times.append((time.perf_counter() - t) * 1000)
-            out.append([r["message_id"] or "" for r in rows])
-        await conn.rollback()
-    return out, times
+    candidates: dict[str, Candidate], questions: list[Question], *, limit: int
+) -> dict[str, tuple[list[list[str]], list[float]]]:
+    """Rankings from each candidate, with the parameters the store passes, and the wall time
+    of each recall (ms: the query's embedding, cached here, excluded; the SQL round trip and
+    mapping included). One question at a time, every candidate in turn on its own connection,
+    so a change of load on the shared machine hits every candidate alike."""
+    out: dict[str, tuple[list[list[str]], list[float]]] = {n: ([], []) for n in candidates}
+    vectors: dict[int, Any] = {}
+    for c in candidates.values():
+        if id(c.index) not in vectors:
+            vectors[id(c.index)] = await c.index.embedder.embed([q.text for q in questions])
+    conns = {}
+    for name, c in candidates.items():
+        conns[name] = await c.index.store.engine.connect()
+    try:
+        for i, q in enumerate(tqdm(questions, desc="candidates in SQL", leave=False)):
+            for name, c in candidates.items():
+                vec = vectors[id(c.index)][i]
+                params = {
+                    "user_id": q.scope,
+                    "collection": c.index.collection,
+                    "query": "[" + ",".join(f"{x:.7g}" for x in vec) + "]",
+                    "terms": pgterms.query(q.text),
+                    "term_list": list(dict.fromkeys(pgterms.terms(q.text))),
+                    "pool": max(c.weights.pool, limit),
+                    "rrf_k": c.weights.rrf_k,
+                    "vector_weight": c.weights.vector,
+                    "text_weight": c.weights.text,
+                    "recency_weight": c.weights.recency,
+                    "limit": limit,
+                    "ann_candidates": max(4 * limit, 40),
+                    "min_score": -2.0,
+                    "since": datetime(1, 1, 2, tzinfo=UTC),
+                    "until": datetime(9999, 12, 30, tzinfo=UTC),
+                }
+                t = time.perf_counter()
+                rows = (await conns[name].execute(sa.text(c.statement), params)).mappings().all()
+                out[name][1].append((time.perf_counter() - t) * 1000)
+                out[name][0].append([r["message_id"] or "" for r in rows])
+    finally:
+        for conn in conns.values():
+            await conn.rollback()
+            await conn.close()
+    return out
 
 
 # --- the product's own path: one row per message, recalled by ChatHistoryMemoryProvider -------
@@ -815,8 +828,8 @@ async def provider_rankings(
     desc: str,
 ) -> tuple[list[list[str]], list[float]]:
     """Each question recalled by the provider's own _recall (its default options, except
-    max_results raised to cover the metrics' depth and recent_turns 0, so the ranked list is its
-    similar-memory ranking alone); recalled messages mapped to their keys, first occurrence kept.
+    max_results raised to cover the metrics' depth, recent_turns 0 and no token budget, so the
+    ranked list is its similar-memory ranking alone); recalled messages mapped to their keys, first occurrence kept.
     Returns the rankings and the wall time of each recall (ms)."""
     import dataclasses
 
@@ -827,7 +840,10 @@ async def provider_rankings(
     from pgmemory.runtime.session import AgentSession
 
     options = dataclasses.replace(
-        ChatHistoryMemoryProviderOptions(), max_results=max_results, recent_turns=0
+        ChatHistoryMemoryProviderOptions(),
+        max_results=max_results,
+        recent_turns=0,
+        max_context_tokens=None,  # the ranking itself, not what a budget keeps of it
     )
     if weights is not None:
         options = dataclasses.replace(options, weights=weights)
@@ -843,7 +859,7 @@ async def provider_rankings(
     for q in tqdm(questions, desc=desc, leave=False):
         state = ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=q.scope))
         t = time.perf_counter()
-        memories, _ = await provider._recall(state, session, q.text)
+        memories = (await provider._recall(state, session, q.text, heading=None)).memories
         times.append((time.perf_counter() - t) * 1000)
         ranked = list(dict.fromkeys(key_of_message[m.message_id or ""] for m, _ in memories))
         out.append(ranked)
@@ -1171,6 +1187,7 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         latency: dict[str, dict[str, float]] = {}
         chunked: set[str] = set()
+        candidates: dict[str, Candidate] = {}
         for cfg in configs:
             if cfg.mode == "rrf3":
                 continue
@@ -1187,30 +1204,14 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
                     n = await add_chunks(index, {k: chunk_words(parts[k], 200)[1:] for k in keys})
                     chunked.add(cfg.embedder or "use")
                     print(f"{n} chunk vectors added", file=sys.stderr)
-                statement = candidate_statement(
-                    fusion=cfg.fusion,
-                    chunks=cfg.chunks and args.dataset == "lme",
-                    dimensions=index.embedder.dimensions,
-                )
-                ranked, times = await candidate_rankings(
+                candidates[cfg.name] = Candidate(
                     index,
-                    data.questions,
-                    statement=statement,
-                    weights=weights,
-                    limit=limit,
-                    desc=cfg.name,
-                )
-                rankings[cfg.name] = ranked
-                latency[cfg.name] = {
-                    "sql_p50_ms": float(np.percentile(times, 50)),
-                    "sql_p95_ms": float(np.percentile(times, 95)),
-                }
-                results[cfg.name] = mean_scores(
-                    [
-                        score(args.dataset, r, q)
-                        for r, q in zip(ranked, data.questions, strict=True)
-                    ],
-                    names,
+                    candidate_statement(
+                        fusion=cfg.fusion,
+                        chunks=cfg.chunks and args.dataset == "lme",
+                        dimensions=index.embedder.dimensions,
+                    ),
+                    weights,
                 )
                 continue
             index = indexes[cfg.embedder] if cfg.embedder else indexes[sorted(indexes)[0]]
@@ -1224,6 +1225,18 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
                     score(args.dataset, r, q)
                     for r, q in zip(rankings[cfg.name], data.questions, strict=True)
                 ],
+                names,
+            )
+        for name, (ranked, times) in (
+            await candidate_rankings(candidates, data.questions, limit=limit)
+        ).items():
+            rankings[name] = ranked
+            latency[name] = {
+                "sql_p50_ms": float(np.percentile(times, 50)),
+                "sql_p95_ms": float(np.percentile(times, 95)),
+            }
+            results[name] = mean_scores(
+                [score(args.dataset, r, q) for r, q in zip(ranked, data.questions, strict=True)],
                 names,
             )
         if any(c.mode == "rrf3" for c in configs):

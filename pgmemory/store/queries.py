@@ -183,36 +183,42 @@ _RANK_FUSION = """top AS (
     LIMIT :limit
 )"""
 
-# ... or score fusion over the union of the rankings' pools (a ranking with weight 0 adds no
-# rows). Unlike ranks, normalised scores keep how far ahead the best match is.
-_SCORE_FUSION = """pooled AS (
-    SELECT id, user_id FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
-    UNION
-    SELECT id, user_id FROM by_text WHERE CAST(:text_weight AS float8) > 0
-    UNION
-    SELECT id, user_id FROM by_time WHERE CAST(:recency_weight AS float8) > 0
-),
-spread AS MATERIALIZED (
+# ... or score fusion: every scope row's scaled similarity (and recency), every keyword match's
+# scaled BM25, summed per row, for the rows in the union of the pools (a ranking with weight 0
+# adds no rows). One linear pass, as the rank fusion's: no join that a generic plan (whose
+# estimates say one row per CTE) could turn into a rescan per scope row. Unlike ranks,
+# normalised scores keep how far ahead the best match is.
+_SCORE_FUSION = """spread AS MATERIALIZED (
     SELECT min(distance) AS dmin, max(distance) AS dmax,
            min(created_at) AS tmin, max(created_at) AS tmax,
            (SELECT max(relevance) FROM bm25) AS rmax
     FROM candidates
 ),
 top AS (
-    SELECT c.id, c.user_id,
-           CAST(CAST(:vector_weight AS float8)
-                    * COALESCE((s.dmax - c.distance) / NULLIF(s.dmax - s.dmin, 0), 1)
-                + CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0)
-                + CAST(:recency_weight AS float8)
-                    * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
-                               / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
-                               1)
-                AS real) AS score
-    FROM pooled AS p
-    JOIN candidates AS c ON c.id = p.id AND c.user_id = p.user_id
-    LEFT JOIN bm25 AS b ON b.id = p.id AND b.user_id = p.user_id
-    CROSS JOIN spread AS s
-    ORDER BY score DESC, c.id
+    SELECT id, user_id, CAST(sum(part) AS real) AS score
+    FROM (
+        SELECT c.id, c.user_id, false AS pooled,
+               CAST(:vector_weight AS float8)
+                   * COALESCE((s.dmax - c.distance) / NULLIF(s.dmax - s.dmin, 0), 1)
+               + CAST(:recency_weight AS float8)
+                   * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
+                              / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
+                              1) AS part
+        FROM candidates AS c CROSS JOIN spread AS s
+        UNION ALL
+        SELECT b.id, b.user_id, false,
+               CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0)
+        FROM bm25 AS b CROSS JOIN spread AS s
+        UNION ALL
+        SELECT id, user_id, true, 0 FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
+        UNION ALL
+        SELECT id, user_id, true, 0 FROM by_text WHERE CAST(:text_weight AS float8) > 0
+        UNION ALL
+        SELECT id, user_id, true, 0 FROM by_time WHERE CAST(:recency_weight AS float8) > 0
+    ) AS parts
+    GROUP BY id, user_id
+    HAVING bool_or(pooled)
+    ORDER BY score DESC, id
     LIMIT :limit
 )"""
 

@@ -175,6 +175,7 @@ def make_searches(
                 SearchWeights(),
                 SearchWeights(recency=0.5),
                 SearchWeights(vector=0.5, text=2.0, recency=1.0, pool=7),
+                SearchWeights(pool=1),  # rows outside both pools lose, however good their sum
                 SearchWeights(fusion="rank"),
                 SearchWeights(recency=0.5, fusion="rank"),
                 SearchWeights(vector=0.5, text=2.0, recency=1.0, pool=7, fusion="rank"),

@@ -1,7 +1,8 @@
 """How large is what the chat-history provider injects, unbounded (before ``max_context_tokens``)
 and with the default budget?
 
-    .venv/bin/python bench/injection.py            # ~2 min on 2 cores
+    .venv/bin/python bench/injection.py            # ~10 min on 2 cores
+    .venv/bin/python bench/injection.py --scenarios locomo --locomo-conversations 10
 
 Two scenarios, each run once with two providers recalling the same stored memories (the
 default one stores the turns; an unbounded twin stores nothing and only injects):
@@ -12,12 +13,17 @@ default one stores the turns; an unbounded twin stores nothing and only injects)
   (English, Chinese, JSON mixed), then a short question; every injection from the second
   session on counts (two users).
 
+* ``locomo``: LoCoMo conversations (``../shared/bench-data``, read at run time) replayed
+  through the agent, one run per exchange, then their questions asked in fresh sessions; only
+  the questions' injections count (default: 3 conversations, 40 questions each).
+
 Prints characters and estimated tokens (:func:`pgmemory.text.tokens.estimate_tokens`) as
 p50 / p95 / max. Runs on a scratch database (created and dropped).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.util
 import random
@@ -29,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _scratch import Server
+from tqdm.auto import tqdm
 
 from pgmemory import (
     Agent,
@@ -57,6 +64,7 @@ class Record(ContextProvider):
         super().__init__("record_injected")
         self.watched = watched
         self.sizes: dict[str, list[str]] = {p.source_id: [] for p in watched}
+        self.kept: dict[str, list[str]] = {}
 
     async def before_run(
         self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict
@@ -138,6 +146,59 @@ async def long_scenario(store: MemoryStore) -> Record:
     return record
 
 
+class ScriptedModel:
+    """Replays a conversation: answers each run with the next scripted assistant turns, then
+    with a short reply."""
+
+    def __init__(self) -> None:
+        self.next: list[str] = []
+
+    async def get_response(self, messages: Sequence[Message], **_: Any) -> ChatResponse:
+        texts, self.next = self.next or ["OK."], []
+        return ChatResponse(messages=[Message("assistant", t) for t in texts])
+
+
+async def locomo_scenario(store: MemoryStore, conversations: int, questions: int) -> Record:
+    """LoCoMo conversations replayed through the agent (one session per LoCoMo session, one run
+    per exchange: the first speaker's turns as the user, the second's as the reply), then
+    ``questions`` of each conversation's questions asked in fresh sessions; only those
+    questions' injections count."""
+    from retrieval import DEFAULT_DATA_DIR, load_locomo, locomo_provider_messages
+
+    path = DEFAULT_DATA_DIR / "locomo10.json.gz"
+    messages = locomo_provider_messages(path)
+    data = load_locomo(path)
+    model = ScriptedModel()
+    agent, record = agent_with(model, store, [], "You help.")
+    for conv in list(messages)[:conversations]:
+        user = f"locomo-{conv}"
+        exchanges: list[tuple[str, list[str], list[str]]] = []  # (session, user, assistant)
+        for m in messages[conv]:
+            if m.role == "user" and (
+                not exchanges or exchanges[-1][2] or exchanges[-1][0] != m.session_id
+            ):
+                exchanges.append((m.session_id, [], []))
+            if not exchanges:
+                exchanges.append((m.session_id, [], []))
+            exchanges[-1][1 if m.role == "user" else 2].append(m.text)
+        session = None
+        for session_id, asked, answered in tqdm(exchanges, desc=f"replay {conv}", leave=False):
+            if session is None or session.state["locomo_session"] != session_id:
+                session = agent.create_session()
+                session.state["user_id"] = user
+                session.state["locomo_session"] = session_id
+            model.next = answered
+            await agent.run([Message("user", t) for t in asked] or "…", session=session)
+        record.sizes = {k: [] for k in record.sizes}  # only the questions' injections count
+        for q in [q for q in data.questions if q.scope == conv][:questions]:
+            session = agent.create_session()
+            session.state["user_id"] = user
+            await agent.run(q.text, session=session)
+        record.kept = {k: record.kept.get(k, []) + v for k, v in record.sizes.items()}
+    record.sizes = record.kept
+    return record
+
+
 def row(name: str, texts: list[str]) -> str:
     def stats(values: list[int]) -> str:
         values = sorted(values)
@@ -151,6 +212,23 @@ def row(name: str, texts: list[str]) -> str:
 
 
 async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        choices=("food", "long", "locomo"),
+        default=["food", "long", "locomo"],
+    )
+    parser.add_argument("--locomo-conversations", type=int, default=3, help="default 3 of 10")
+    parser.add_argument("--locomo-questions", type=int, default=40, help="per conversation")
+    args = parser.parse_args()
+    scenarios = {
+        "food": food_scenario,
+        "long": long_scenario,
+        "locomo": lambda store: locomo_scenario(
+            store, args.locomo_conversations, args.locomo_questions
+        ),
+    }
     server = Server()
     try:
         print(server.info())
@@ -159,11 +237,11 @@ async def main() -> None:
             " tokens p50      p95      max |"
         )
         print("|---|---:|---:|---:|")
-        for name, scenario in (("food", food_scenario), ("long", long_scenario)):
+        for name in args.scenarios:
             with server.scratch(f"inj_{name}") as url:
                 async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
                     await store.create_collection(food.COLLECTION)
-                    record = await scenario(store)
+                    record = await scenarios[name](store)
             print(row(f"{name}: before (unbounded)", record.sizes["unbounded"]))
             print(row(f"{name}: after (default 2000)", record.sizes["bounded"]))
     finally:

@@ -102,7 +102,7 @@ class Config:
     tuned: bool = False  # weights from TUNED (else the library's defaults)
     note: str = ""
     # mode "candidate": the store's statement with the fusion and/or distance replaced (SQL)
-    fusion: str = "rrf"  # rrf | normalised
+    fusion: str = "score"  # score | rank (SearchWeights.fusion)
     chunks: bool = False  # multi-vector memories (LME sessions: chunks after the first)
     weights: tuple[tuple[str, float], ...] = ()  # SearchWeights fields passed explicitly
 
@@ -113,56 +113,80 @@ CONFIGS: dict[str, Config] = {
         Config("text", "text", None, note="full-text only (BM25 over the scope, in SQL)"),
         Config("vector-use", "vector", "use", note="USE multilingual v3, 512-d"),
         Config("vector-minilm", "vector", "minilm", note="all-MiniLM-L6-v2, 384-d"),
-        Config("hybrid-use-default", "hybrid", "use", note="SearchWeights() defaults"),
-        Config("hybrid-minilm-default", "hybrid", "minilm", note="SearchWeights() defaults"),
-        Config("hybrid-use", "hybrid", "use", tuned=True, note="tuned, no recency"),
-        Config("hybrid-minilm", "hybrid", "minilm", tuned=True, note="tuned, no recency"),
-        Config("hybrid-use+recency", "hybrid", "use", tuned=True, note="tuned, with recency"),
-        Config("hybrid-minilm+recency", "hybrid", "minilm", tuned=True, note="tuned, with recency"),
-        Config("rrf3", "rrf3", None, note="client RRF of text, vector-use, vector-minilm (k=60)"),
-        # candidates for a new default, ranked in SQL (candidate_statement); the proposed default
-        # is the one whose name starts with "default"
+        Config("hybrid-use", "hybrid", "use", tuned=True, note="tuned RRF, no recency"),
+        Config("hybrid-minilm", "hybrid", "minilm", tuned=True, note="tuned RRF, no recency"),
+        Config("hybrid-use+recency", "hybrid", "use", tuned=True, note="tuned RRF, with recency"),
         Config(
-            "hybrid-use-rrf-sql",
-            "candidate",
-            "use",
-            note="today's statement and SearchWeights(), timed like the candidates",
+            "hybrid-minilm+recency", "hybrid", "minilm", tuned=True, note="tuned RRF, with recency"
         ),
+        Config("rrf3", "rrf3", None, note="client RRF of text, vector-use, vector-minilm (k=60)"),
+        # Ranked in SQL by the store's own hybrid statement and parameters, one recall at a time
+        # and timed (candidate_rankings). The default is the one whose name starts with "default".
         Config(
             "default-use",
             "candidate",
             "use",
-            fusion="normalised",
-            weights=(("text", 1.0),),
-            note="PROPOSED DEFAULT: score fusion, similarity min-max + BM25/max, text 1.0",
+            fusion="score",
+            note="THE DEFAULT: SearchWeights() = score fusion, vector 1, text 1, pool 50",
         ),
         Config(
-            "hybrid-use-norm-t0.5",
+            "rrf-use-old-default",
             "candidate",
             "use",
-            fusion="normalised",
-            weights=(("text", 0.5),),
-            note="score fusion, text 0.5",
-        ),
-        Config(
-            "hybrid-use-norm-t1-chunks",
-            "candidate",
-            "use",
-            fusion="normalised",
-            chunks=True,
-            weights=(("text", 1.0),),
-            note="score fusion, text 1.0, multi-vector (200-word chunks)",
+            fusion="rank",
+            note="the default before: SearchWeights(fusion='rank'), RRF k 60, pool 50",
         ),
         Config(
             "default-minilm",
             "candidate",
             "minilm",
-            fusion="normalised",
-            weights=(("text", 1.0),),
-            note="the proposed default's fusion with MiniLM",
+            fusion="score",
+            note="the default's fusion with MiniLM",
+        ),
+        Config(
+            "rrf-minilm-old-default",
+            "candidate",
+            "minilm",
+            fusion="rank",
+            note="the old default's fusion with MiniLM",
+        ),
+        *(
+            Config(
+                f"score-use-t{t:g}-pool{p}",
+                "candidate",
+                "use",
+                fusion="score",
+                weights=(("text", t), ("pool", p)),
+                note=f"score fusion, text {t:g}, pool {p}",
+            )
+            for t in (0.5, 0.75, 1.5, 2.0)
+            for p in (50,)
+        ),
+        *(
+            Config(
+                f"score-use-t1-pool{p}",
+                "candidate",
+                "use",
+                fusion="score",
+                weights=(("pool", p),),
+                note=f"score fusion, text 1, pool {p}",
+            )
+            for p in (10, 20, 100, 10_000)
+        ),
+        Config(
+            "score-use-t1-chunks",
+            "candidate",
+            "use",
+            fusion="score",
+            chunks=True,
+            note="score fusion, text 1.0, multi-vector (200-word chunks; LME only)",
         ),
     )
 }
+
+#: What a run reports unless --configs says otherwise: the baselines, the default and the one
+#: before it, with the default embedder (USE; the MiniLM configs are one --configs away).
+DEFAULT_CONFIGS = ("text", "vector-use", "default-use", "rrf-use-old-default")
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -544,43 +568,20 @@ def rrf(
 def weights_for(dataset: str, cfg: Config) -> SearchWeights:
     if not cfg.tuned:
         return SearchWeights()
-    return SearchWeights(**TUNED[dataset][cfg.name])  # type: ignore[arg-type]
+    return SearchWeights(**TUNED[dataset][cfg.name], fusion="rank")  # type: ignore[arg-type]
 
 
 #: Provider-path variants besides the provider's own default options (weights passed explicitly).
-PROVIDER_CANDIDATES: dict[str, SearchWeights] = {}
+PROVIDER_CANDIDATES: dict[str, SearchWeights] = {
+    "old-default (rank fusion, recency 0.5)": SearchWeights(recency=0.5, fusion="rank"),
+    "score fusion, recency 0": SearchWeights(),
+    "score fusion, recency 0.1": SearchWeights(recency=0.1),
+    "score fusion, recency 0.25": SearchWeights(recency=0.25),
+    "score fusion, recency 0.5": SearchWeights(recency=0.5),
+}
 
 
 # --- candidates for a new default, run in SQL: the store's own statement, one part changed -----
-
-#: The fusion block of the store's hybrid statement (pgmemory.store.queries.search_memories).
-_RRF_TOP = re.compile(
-    r"top AS \(\n    SELECT id, user_id, CAST\(sum\(weight / \(:rrf_k \+ rank\)\).*?\n\)(?=,\nhits AS|\nSELECT|,\naudit)",
-    re.S,
-)
-
-#: Score fusion: each signal min-max normalised over the scope (similarity; recency by
-#: created_at) or divided by its best value (BM25, 0 where no term matches), then weighted and
-#: summed. Unlike ranks, this keeps how far ahead the best match is.
-NORMALISED_TOP = """top AS (
-    SELECT c.id, c.user_id,
-           CAST(CAST(:vector_weight AS float8)
-                    * COALESCE((st.dmax - c.distance) / NULLIF(st.dmax - st.dmin, 0), 1)
-                + CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(st.rmax, 0), 0)
-                + CAST(:recency_weight AS float8)
-                    * COALESCE(EXTRACT(EPOCH FROM c.created_at - st.tmin)
-                               / NULLIF(EXTRACT(EPOCH FROM st.tmax - st.tmin), 0), 1)
-                AS real) AS score
-    FROM candidates AS c
-    LEFT JOIN bm25 AS b ON b.id = c.id AND b.user_id = c.user_id
-    CROSS JOIN (
-        SELECT min(distance) AS dmin, max(distance) AS dmax, min(created_at) AS tmin,
-               max(created_at) AS tmax, (SELECT max(relevance) FROM bm25) AS rmax
-        FROM candidates
-    ) AS st
-    ORDER BY score DESC, c.id
-    LIMIT :limit
-)"""
 
 #: Multi-vector memories: a memory's distance is its best of its own vector and its chunks'.
 CHUNK_DISTANCE = (
@@ -590,17 +591,18 @@ CHUNK_DISTANCE = (
 
 
 def candidate_statement(*, fusion: str, chunks: bool, dimensions: int) -> str:
-    """The store's hybrid statement for a scope of one user_id, with the fusion block replaced
-    (fusion="normalised") and/or the distance taken over chunks (chunks=True)."""
+    """The store's own hybrid statement for a scope of one user_id (no audit), with the
+    distance taken over chunks when ``chunks`` (the only part a bench changes)."""
     from pgmemory.store import queries as q
     from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 
     sql = q.search_memories(
-        ("user_id",), covering=dimensions <= COVERING_MAX_DIMENSIONS, audit=False, mode="hybrid"
+        ("user_id",),
+        covering=dimensions <= COVERING_MAX_DIMENSIONS,
+        audit=False,
+        mode="hybrid",
+        fusion=fusion,
     )
-    if fusion == "normalised":
-        sql, n = _RRF_TOP.subn(NORMALISED_TOP, sql)
-        assert n == 1, "the store's fusion block changed: update _RRF_TOP"
     if chunks:
         assert sql.count("m.embedding <=> :query AS distance") == 1
         sql = sql.replace("m.embedding <=> :query AS distance", CHUNK_DISTANCE)
@@ -645,47 +647,60 @@ async def add_chunks(index: Index, chunk_texts: dict[str, list[str]]) -> int:
     return len(ids)
 
 
+@dataclass
+class Candidate:
+    """One ranking run in SQL: the store's statement (see candidate_statement) and weights."""
+
+    index: Index
+    statement: str
+    weights: SearchWeights
+
+
 async def candidate_rankings(
-    index: Index,
-    questions: list[Question],
-    *,
-    statement: str,
-    weights: SearchWeights,
-    limit: int,
-    desc: str,
-) -> tuple[list[list[str]], list[float]]:
-    """Rankings from a candidate statement, with the parameters the store passes, and the wall
-    time of each recall (ms: the query's embedding, cached here, excluded; the SQL round trip
-    and mapping included)."""
-    out: list[list[str]] = []
-    times: list[float] = []
-    vectors = await index.embedder.embed([q.text for q in questions])
-    stmt = sa.text(statement)
-    async with index.store.engine.connect() as conn:
-        for q, vec in tqdm(list(zip(questions, vectors, strict=True)), desc=desc, leave=False):
-            params = {
-                "user_id": q.scope,
-                "collection": index.collection,
-                "query": "[" + ",".join(f"{x:.7g}" for x in vec) + "]",
-                "terms": pgterms.query(q.text),
-                "term_list": list(dict.fromkeys(pgterms.terms(q.text))),
-                "pool": max(weights.pool, limit),
-                "rrf_k": weights.rrf_k,
-                "vector_weight": weights.vector,
-                "text_weight": weights.text,
-                "recency_weight": weights.recency,
-                "limit": limit,
-                "ann_candidates": max(4 * limit, 40),
-                "min_score": -2.0,
-                "since": datetime(1, 1, 2, tzinfo=UTC),
-                "until": datetime(9999, 12, 30, tzinfo=UTC),
-            }
-            t = time.perf_counter()
-            rows = (await conn.execute(stmt, params)).mappings().all()
-            times.append((time.perf_counter() - t) * 1000)
-            out.append([r["message_id"] or "" for r in rows])
-        await conn.rollback()
-    return out, times
+    candidates: dict[str, Candidate], questions: list[Question], *, limit: int
+) -> dict[str, tuple[list[list[str]], list[float]]]:
+    """Rankings from each candidate, with the parameters the store passes, and the wall time
+    of each recall (ms: the query's embedding, cached here, excluded; the SQL round trip and
+    mapping included). One question at a time, every candidate in turn on its own connection,
+    so a change of load on the shared machine hits every candidate alike."""
+    out: dict[str, tuple[list[list[str]], list[float]]] = {n: ([], []) for n in candidates}
+    vectors: dict[int, Any] = {}
+    for c in candidates.values():
+        if id(c.index) not in vectors:
+            vectors[id(c.index)] = await c.index.embedder.embed([q.text for q in questions])
+    conns = {}
+    for name, c in candidates.items():
+        conns[name] = await c.index.store.engine.connect()
+    try:
+        for i, q in enumerate(tqdm(questions, desc="candidates in SQL", leave=False)):
+            for name, c in candidates.items():
+                vec = vectors[id(c.index)][i]
+                params = {
+                    "user_id": q.scope,
+                    "collection": c.index.collection,
+                    "query": "[" + ",".join(f"{x:.7g}" for x in vec) + "]",
+                    "terms": pgterms.query(q.text),
+                    "term_list": list(dict.fromkeys(pgterms.terms(q.text))),
+                    "pool": max(c.weights.pool, limit),
+                    "rrf_k": c.weights.rrf_k,
+                    "vector_weight": c.weights.vector,
+                    "text_weight": c.weights.text,
+                    "recency_weight": c.weights.recency,
+                    "limit": limit,
+                    "ann_candidates": max(4 * limit, 40),
+                    "min_score": -2.0,
+                    "since": datetime(1, 1, 2, tzinfo=UTC),
+                    "until": datetime(9999, 12, 30, tzinfo=UTC),
+                }
+                t = time.perf_counter()
+                rows = (await conns[name].execute(sa.text(c.statement), params)).mappings().all()
+                out[name][1].append((time.perf_counter() - t) * 1000)
+                out[name][0].append([r["message_id"] or "" for r in rows])
+    finally:
+        for conn in conns.values():
+            await conn.rollback()
+            await conn.close()
+    return out
 
 
 # --- the product's own path: one row per message, recalled by ChatHistoryMemoryProvider -------
@@ -813,8 +828,8 @@ async def provider_rankings(
     desc: str,
 ) -> tuple[list[list[str]], list[float]]:
     """Each question recalled by the provider's own _recall (its default options, except
-    max_results raised to cover the metrics' depth and recent_turns 0, so the ranked list is its
-    similar-memory ranking alone); recalled messages mapped to their keys, first occurrence kept.
+    max_results raised to cover the metrics' depth, recent_turns 0 and no token budget, so the
+    ranked list is its similar-memory ranking alone); recalled messages mapped to their keys, first occurrence kept.
     Returns the rankings and the wall time of each recall (ms)."""
     import dataclasses
 
@@ -825,7 +840,10 @@ async def provider_rankings(
     from pgmemory.runtime.session import AgentSession
 
     options = dataclasses.replace(
-        ChatHistoryMemoryProviderOptions(), max_results=max_results, recent_turns=0
+        ChatHistoryMemoryProviderOptions(),
+        max_results=max_results,
+        recent_turns=0,
+        max_context_tokens=None,  # the ranking itself, not what a budget keeps of it
     )
     if weights is not None:
         options = dataclasses.replace(options, weights=weights)
@@ -841,7 +859,7 @@ async def provider_rankings(
     for q in tqdm(questions, desc=desc, leave=False):
         state = ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=q.scope))
         t = time.perf_counter()
-        memories, _ = await provider._recall(state, session, q.text)
+        memories = (await provider._recall(state, session, q.text, heading=None)).memories
         times.append((time.perf_counter() - t) * 1000)
         ranked = list(dict.fromkeys(key_of_message[m.message_id or ""] for m, _ in memories))
         out.append(ranked)
@@ -1070,8 +1088,11 @@ async def provider_main(
         index = await build_provider_index(
             db.url, data.name, messages, args.provider_embedder, args.threads, Path(args.cache_dir)
         )
+        from pgmemory.memory.chat_history import ChatHistoryMemoryProviderOptions
+
+        default = ChatHistoryMemoryProviderOptions().weights
         variants: dict[str, SearchWeights | None] = {
-            f"provider-{args.provider_embedder}-today-default (SearchWeights(recency=0.5))": None,
+            f"provider-{args.provider_embedder}-default ({default})": None,
         }
         for name, w in PROVIDER_CANDIDATES.items():
             variants[f"provider-{args.provider_embedder}-{name}"] = w
@@ -1166,11 +1187,15 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         latency: dict[str, dict[str, float]] = {}
         chunked: set[str] = set()
+        candidates: dict[str, Candidate] = {}
         for cfg in configs:
             if cfg.mode == "rrf3":
                 continue
             if cfg.mode == "candidate":
                 index = indexes[cfg.embedder or "use"]
+                weights = SearchWeights(**dict(cfg.weights), fusion=cfg.fusion)  # type: ignore[arg-type]
+                if cfg.name.startswith("default"):
+                    assert weights == SearchWeights(), f"{cfg.name} must be the library default"
                 if cfg.chunks and args.dataset == "lme" and cfg.embedder not in chunked:
                     from recall_lab import chunk_words, lme_parts
 
@@ -1179,30 +1204,14 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
                     n = await add_chunks(index, {k: chunk_words(parts[k], 200)[1:] for k in keys})
                     chunked.add(cfg.embedder or "use")
                     print(f"{n} chunk vectors added", file=sys.stderr)
-                statement = candidate_statement(
-                    fusion=cfg.fusion,
-                    chunks=cfg.chunks and args.dataset == "lme",
-                    dimensions=index.embedder.dimensions,
-                )
-                ranked, times = await candidate_rankings(
+                candidates[cfg.name] = Candidate(
                     index,
-                    data.questions,
-                    statement=statement,
-                    weights=SearchWeights(**dict(cfg.weights)),
-                    limit=limit,
-                    desc=cfg.name,
-                )
-                rankings[cfg.name] = ranked
-                latency[cfg.name] = {
-                    "sql_p50_ms": float(np.percentile(times, 50)),
-                    "sql_p95_ms": float(np.percentile(times, 95)),
-                }
-                results[cfg.name] = mean_scores(
-                    [
-                        score(args.dataset, r, q)
-                        for r, q in zip(ranked, data.questions, strict=True)
-                    ],
-                    names,
+                    candidate_statement(
+                        fusion=cfg.fusion,
+                        chunks=cfg.chunks and args.dataset == "lme",
+                        dimensions=index.embedder.dimensions,
+                    ),
+                    weights,
                 )
                 continue
             index = indexes[cfg.embedder] if cfg.embedder else indexes[sorted(indexes)[0]]
@@ -1216,6 +1225,18 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
                     score(args.dataset, r, q)
                     for r, q in zip(rankings[cfg.name], data.questions, strict=True)
                 ],
+                names,
+            )
+        for name, (ranked, times) in (
+            await candidate_rankings(candidates, data.questions, limit=limit)
+        ).items():
+            rankings[name] = ranked
+            latency[name] = {
+                "sql_p50_ms": float(np.percentile(times, 50)),
+                "sql_p95_ms": float(np.percentile(times, 95)),
+            }
+            results[name] = mean_scores(
+                [score(args.dataset, r, q) for r, q in zip(ranked, data.questions, strict=True)],
                 names,
             )
         if any(c.mode == "rrf3" for c in configs):
@@ -1316,9 +1337,9 @@ def main() -> None:
         "--configs",
         nargs="+",
         choices=list(CONFIGS),
-        default=list(CONFIGS),
+        default=list(DEFAULT_CONFIGS),
         metavar="CONFIG",
-        help=f"default: all of {', '.join(CONFIGS)}",
+        help=f"default: {' '.join(DEFAULT_CONFIGS)}; all: {', '.join(CONFIGS)}",
     )
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument(

@@ -292,7 +292,7 @@ def test_listings_print_a_header_row_and_aligned_columns(
     with pytest.raises(SystemExit):
         run(["recall", "--help"])
     usage = " ".join(capsys.readouterr().out.split())
-    for words in ("cosine similarity", "BM25", "fused rank", "reciprocal-rank fusion"):
+    for words in ("cosine similarity", "BM25", "fused score", "scaled to 0..1 within the scope"):
         assert words in usage, words
     report = cli(capsys, "--url", url, "audit", "--user", user)
     for title in ("RECALLS of", "RECALL  TIME", "SCORE_KIND", "cosine similarity", "BM25",

@@ -31,18 +31,19 @@ CELL_CHARS = 100
 SCORE_KINDS = {
     "vector": "cosine similarity",
     "text": "BM25",
-    "hybrid": "fused rank (RRF)",
+    "hybrid": "fused score",
 }
 #: The column title of a score, per mode.
 SCORE_TITLES = {
     "vector": "SCORE(cosine)",
     "text": "SCORE(BM25)",
-    "hybrid": "SCORE(fused-RRF)",
+    "hybrid": "SCORE(fused)",
 }
 SCORE_HELP = (
     "scores: vector mode = cosine similarity (-1..1, 1 = same direction); text mode = BM25 "
-    "keyword relevance (> 0, unbounded); hybrid mode = fused rank, the reciprocal-rank fusion "
-    "sum of weight/(60+rank) (small positive numbers, comparable within one search only); "
+    "keyword relevance (> 0, unbounded); hybrid mode = fused score, the sum of cosine "
+    "similarity and BM25 each scaled to 0..1 within the scope (0..2, comparable within one "
+    "search only); "
     "higher is better in every mode"
 )
 

@@ -161,7 +161,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         audit,
         '{"user_id", "session_id": id|null, "recalls": [{"id", "at", "collection", '
         '"scope": {"application_id", "agent_id", "session_id"}, "requesting_session_id", '
-        '"provider", "mode", "score_kind": "cosine similarity"|"BM25"|"fused rank (RRF)"|"score", '
+        '"provider", "mode", "score_kind": "cosine similarity"|"BM25"|"fused score"|"score", '
         '"query_sha256", "query_text" (null unless kept), "returned", "memories": [{"rank", '
         '"memory_id", "score", "content" (null once deleted), "role", "collection", "session_id", '
         '"created_at", "deleted", "deleted_at", "deleted_by"}]}], "writes": [{"id", "at", '
@@ -193,12 +193,12 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     recall.add_argument(
         "--mode", choices=("vector", "text", "hybrid"), default="hybrid",
         help="vector: cosine similarity of embeddings; text: BM25 keyword match; hybrid "
-        "(default): both fused by reciprocal rank",
+        "(default): both fused, each scaled to 0..1 within the scope and summed",
     )  # fmt: skip
     add_json(
         recall,
         '{"collection", "query", "mode", "score_kind": "cosine similarity"|"BM25"|'
-        '"fused rank (RRF)", "hits": [{"rank", "score", "memory": ' + MEMORY_KEYS + "}]}",
+        '"fused score", "hits": [{"rank", "score", "memory": ' + MEMORY_KEYS + "}]}",
     )
     recall.set_defaults(handler=lambda args: with_store(args, _recall))
 

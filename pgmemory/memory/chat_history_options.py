@@ -71,8 +71,10 @@ class ChatHistoryMemoryProviderOptions:
     #: How memories are ranked: "hybrid" fuses similarity, keywords and recency; "vector" is
     #: similarity alone; "text" is keywords alone.
     recall_mode: Literal["vector", "text", "hybrid"] = "hybrid"
-    #: Weights of the hybrid ranking (recency gently favours newer memories by default).
-    weights: SearchWeights = field(default_factory=lambda: SearchWeights(recency=0.5))
+    #: Weights of the hybrid ranking: score fusion of similarity and keywords, with a little
+    #: recency, so of two equally good matches the newer wins ("I moved to Berlin" over "I
+    #: live in Lisbon"); the most recent turns are shown anyway (``recent_turns``).
+    weights: SearchWeights = field(default_factory=lambda: SearchWeights(recency=0.1))
     #: Drop recalled memories whose keyword terms overlap an already kept one this much (0–1).
     near_duplicate_threshold: float = 0.9
     #: One budget, in estimated tokens (:func:`pgmemory.text.tokens.estimate_tokens`: a CJK

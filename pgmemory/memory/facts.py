@@ -15,8 +15,9 @@ example the user's name and age)::
 
 Before each run it loads the facts stored for the session's scope and adds them to the
 instructions (as a JSON object, labelled as data), and asks the agent to request every required
-fact that is still unknown. After each successful run it sends the user's own messages to the
-chat model with a JSON-schema response format derived from the model (every field nullable),
+fact that is still unknown. After a successful run whose user messages may state a fact
+(``extract_when``: by default a cheap local check, :mod:`pgmemory.memory.fact_trigger`, so
+"order me a meal" costs no model call) it sends the user's own messages to the chat model with a JSON-schema response format derived from the model (every field nullable),
 validates what comes back through the model, and merges it into the stored facts with
 :meth:`pgmemory.MemoryStore.merge_facts`: new facts fill gaps, corrections overwrite, and every
 change is written to ``pgmemory_fact_audit`` (old and new value, actor = the provider's
@@ -46,6 +47,7 @@ from pydantic import BaseModel
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.memory.binding import bind_state
 from pgmemory.memory.fact_schema import extraction_model, response_format
+from pgmemory.memory.fact_trigger import EXTRACT_WHEN, ExtractWhen, field_words, may_state_fact
 from pgmemory.memory.rendering import json_text
 from pgmemory.runtime.messages import Message, external_only
 from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
@@ -119,6 +121,13 @@ class FactMemoryProvider(ContextProvider):
         store_input_filter: which request messages are mined for facts (default: only the
             caller's own, ``external``, messages); of those, only ``user`` messages with text
             are used.
+        extract_when: when a run's user messages are sent to the model for extraction:
+            ``"likely"`` (default) while a required fact is unknown (the agent asks for it,
+            so the next answer may be a bare "Dana."), and otherwise only when a cheap local
+            check says a message may state a fact (a first-person statement or a word of a
+            field's name; see :mod:`pgmemory.memory.fact_trigger`); ``"until_known"`` only while a required
+            fact (every field, when none is required) is unknown, as the seeds do, so later
+            corrections are missed; ``"always"`` after every run with user text.
 
     Raises:
         InvalidInputError: an argument is unusable (the message names it and the fix).
@@ -161,6 +170,7 @@ class FactMemoryProvider(ContextProvider):
         extraction_prompt: str = DEFAULT_EXTRACTION_PROMPT,
         extraction_options: Mapping[str, Any] | None = None,
         store_input_filter: MessageFilter = external_only,
+        extract_when: ExtractWhen = "likely",
     ) -> None:
         super().__init__(source_id, state_key=state_key, store_input_filter=store_input_filter)
         for method in ("get_facts", "merge_facts"):
@@ -209,6 +219,10 @@ class FactMemoryProvider(ContextProvider):
         ):
             if not isinstance(value, str) or not value.strip():
                 raise InvalidInputError(f"{what} must be a non-blank string")
+        if extract_when not in EXTRACT_WHEN:
+            raise InvalidInputError(
+                f"extract_when is {extract_when!r}; expected one of {', '.join(EXTRACT_WHEN)}"
+            )
         if "{fields}" not in missing_prompt:
             raise InvalidInputError(
                 "missing_prompt must contain '{fields}', where the missing facts are listed"
@@ -229,8 +243,14 @@ class FactMemoryProvider(ContextProvider):
         #: client) so each value is validated on its own and one bad value loses only itself.
         self.response_format: dict[str, Any] = response_format(self.extraction_model)
         self._state_initializer = state_initializer
+        self.extract_when: ExtractWhen = extract_when
+        #: The facts watched by ``extract_when="until_known"``.
+        self._watched: tuple[str, ...] = self.required or tuple(model.model_fields)
+        self._field_words = field_words(model.model_fields)
         #: Where :meth:`unit_of_work` leaves the facts it extracted for :meth:`after_run`.
         self._extracted_key = f"pgmemory.facts.{source_id}.extracted"
+        #: Where :meth:`before_run` notes whether a watched fact is unknown ("until_known").
+        self._unknown_key = f"pgmemory.facts.{source_id}.unknown"
 
     # --- state -----------------------------------------------------------------------------
 
@@ -341,6 +361,7 @@ class FactMemoryProvider(ContextProvider):
         scope = self.get_state(session).scope
         known = self._known(await self.store.get_facts(self.namespace, scope))
         context.extend_instructions(self, self.format_instructions(known))
+        context.metadata[self._unknown_key] = [n for n in self.model.model_fields if n not in known]
         logger.info(
             "fact memory %s: injected %d known fact(s), %d required missing",
             self.source_id,
@@ -357,6 +378,22 @@ class FactMemoryProvider(ContextProvider):
             return []
         chosen = self.store_input_filter(context.request_messages)
         return [Message("user", m.text) for m in chosen if m.role == "user" and m.text.strip()]
+
+    def wants_extraction(self, context: SessionContext, messages: Sequence[Message]) -> bool:
+        """Whether ``extract_when`` calls the model for these messages (see the class)."""
+        if not messages:
+            return False
+        if self.extract_when == "always":
+            return True
+        # every fact counts as unknown when before_run did not look: the safe side
+        unknown = set(context.metadata.get(self._unknown_key, self.model.model_fields))
+        if self.extract_when == "until_known":
+            return any(name in unknown for name in self._watched)
+        # "likely": the answer to the agent's request for a required fact, or a turn the
+        # local check flags
+        return any(name in unknown for name in self.required) or any(
+            may_state_fact(m.text, self._field_words) for m in messages
+        )
 
     async def extract(self, messages: Sequence[Message]) -> dict[str, Any]:
         """Ask the chat model for the facts stated in ``messages``; returns the validated,
@@ -432,6 +469,11 @@ class FactMemoryProvider(ContextProvider):
             return
         if self._extracted_key in context.metadata:
             updates = context.metadata.pop(self._extracted_key)
+        elif not self.wants_extraction(context, messages):
+            logger.debug(
+                "fact memory %s: extraction not needed (%s)", self.source_id, self.extract_when
+            )
+            return
         else:
             updates = await self._extract_quietly(messages)
         if updates is None:
@@ -458,7 +500,7 @@ class FactMemoryProvider(ContextProvider):
     @asynccontextmanager
     async def _extract_then_join(self, context: SessionContext) -> AsyncIterator[None]:
         messages = self.extraction_messages(context)
-        if messages:
+        if self.wants_extraction(context, messages):
             context.metadata[self._extracted_key] = await self._extract_quietly(messages)
         async with self.store.shared_transaction():
             yield

@@ -169,6 +169,65 @@ def _scope_where(dimensions: tuple[str, ...]) -> str:
 SEARCH_MODES = ("vector", "text", "hybrid")
 
 
+#: Hybrid fusions: normalised scores summed ("score", the default) or reciprocal ranks ("rank").
+FUSIONS = ("score", "rank")
+
+# The hybrid statement's last ranking step (see search_memories): reciprocal-rank fusion ...
+_RANK_FUSION = """top AS (
+    SELECT id, user_id, CAST(sum(weight / (:rrf_k + rank)) AS real) AS score
+    FROM (
+        SELECT id, user_id, rank, CAST(:vector_weight AS float8) AS weight FROM by_vector
+        UNION ALL
+        SELECT id, user_id, rank, CAST(:text_weight AS float8) FROM by_text
+        UNION ALL
+        SELECT id, user_id, rank, CAST(:recency_weight AS float8) FROM by_time
+    ) AS ranked
+    GROUP BY id, user_id
+    HAVING sum(weight / (:rrf_k + rank)) > 0
+    ORDER BY score DESC, id
+    LIMIT :limit
+)"""
+
+# ... or score fusion: every scope row's scaled similarity (and recency), every keyword match's
+# scaled BM25, summed per row, for the rows in the union of the pools (a ranking with weight 0
+# adds no rows). One linear pass, as the rank fusion's: no join that a generic plan (whose
+# estimates say one row per CTE) could turn into a rescan per scope row. Unlike ranks,
+# normalised scores keep how far ahead the best match is.
+_SCORE_FUSION = """spread AS MATERIALIZED (
+    SELECT min(distance) AS dmin, max(distance) AS dmax,
+           min(created_at) AS tmin, max(created_at) AS tmax,
+           (SELECT max(relevance) FROM bm25) AS rmax
+    FROM candidates
+),
+top AS (
+    SELECT id, user_id, CAST(sum(part) AS real) AS score
+    FROM (
+        SELECT c.id, c.user_id, false AS pooled,
+               CAST(:vector_weight AS float8)
+                   * COALESCE((s.dmax - c.distance) / NULLIF(s.dmax - s.dmin, 0), 1)
+               + CAST(:recency_weight AS float8)
+                   * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
+                              / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
+                              1) AS part
+        FROM candidates AS c CROSS JOIN spread AS s
+        UNION ALL
+        SELECT b.id, b.user_id, false,
+               CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0)
+        FROM bm25 AS b CROSS JOIN spread AS s
+        UNION ALL
+        SELECT id, user_id, true, 0 FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
+        UNION ALL
+        SELECT id, user_id, true, 0 FROM by_text WHERE CAST(:text_weight AS float8) > 0
+        UNION ALL
+        SELECT id, user_id, true, 0 FROM by_time WHERE CAST(:recency_weight AS float8) > 0
+    ) AS parts
+    GROUP BY id, user_id
+    HAVING bool_or(pooled)
+    ORDER BY score DESC, id
+    LIMIT :limit
+)"""
+
+
 @lru_cache(maxsize=256)
 def search_memories(
     dimensions: tuple[str, ...],
@@ -176,6 +235,7 @@ def search_memories(
     covering: bool,
     audit: bool,
     mode: str = "vector",
+    fusion: str = "score",
     ann_dimensions: int | None = None,
 ) -> str:
     """Exact top-k of a scope by similarity, keywords, or a fusion of both (and recency).
@@ -183,10 +243,15 @@ def search_memories(
     * ``vector``: cosine similarity to ``:query``; ``score`` is the similarity.
     * ``text``: keyword match of ``:terms`` (see pgmemory.text.terms), ranked by BM25
       within the scope; ``score`` is the BM25 value.
-    * ``hybrid``: reciprocal-rank fusion of the similarity ranking, the keyword ranking and
-      the newest-first ranking, weighted by ``:vector_weight``, ``:text_weight`` and
-      ``:recency_weight`` (``:rrf_k`` damps the top ranks); each ranking contributes its best
-      ``:pool`` rows; ``score`` is the fused value.
+    * ``hybrid``: a fusion of the similarity ranking, the keyword ranking and the newest-first
+      ranking, weighted by ``:vector_weight``, ``:text_weight`` and ``:recency_weight``; each
+      ranking with a positive weight contributes its best ``:pool`` rows. ``fusion="score"``
+      sums normalised scores over those rows: similarity min-max normalised over the scope
+      (1 = the scope's most similar row, 0 = its least), BM25 divided by the scope's best
+      (0 where no term matches), creation time min-max normalised (1 = newest); a single row
+      or equal values count 1. ``fusion="rank"`` is reciprocal-rank fusion: each ranking gives
+      its rows ``weight / (:rrf_k + rank)`` (rows outside a ranking's pool get nothing from
+      it). ``score`` is the fused value.
 
     The MATERIALIZED CTE computes each scope row's distance before anything orders by it, so no
     plan, custom or generic, can answer the ORDER BY with an approximate index scan that filters
@@ -279,6 +344,8 @@ top AS (
     SELECT id, user_id, CAST(relevance AS real) AS score FROM by_text ORDER BY rank LIMIT :limit
 )"""
     elif mode == "hybrid":
+        if fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion {fusion!r}; expected one of {FUSIONS}")
         ranked = f"""{candidates},
 by_vector AS (
     SELECT id, user_id, row_number() OVER (ORDER BY distance, id) AS rank
@@ -289,20 +356,7 @@ by_time AS (
     SELECT id, user_id, row_number() OVER (ORDER BY created_at DESC, id DESC) AS rank
     FROM candidates ORDER BY created_at DESC, id DESC LIMIT :pool
 ),
-top AS (
-    SELECT id, user_id, CAST(sum(weight / (:rrf_k + rank)) AS real) AS score
-    FROM (
-        SELECT id, user_id, rank, CAST(:vector_weight AS float8) AS weight FROM by_vector
-        UNION ALL
-        SELECT id, user_id, rank, CAST(:text_weight AS float8) FROM by_text
-        UNION ALL
-        SELECT id, user_id, rank, CAST(:recency_weight AS float8) FROM by_time
-    ) AS ranked
-    GROUP BY id, user_id
-    HAVING sum(weight / (:rrf_k + rank)) > 0
-    ORDER BY score DESC, id
-    LIMIT :limit
-)"""
+{_SCORE_FUSION if fusion == "score" else _RANK_FUSION}"""
     else:
         raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
     audit_cte = ""

@@ -143,6 +143,7 @@ async def search(
             covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
             audit=audit and not replicated,
             mode=mode,
+            fusion=weights.fusion if mode == "hybrid" else "score",
             ann_dimensions=info.dimensions if on is not None else None,
         )
 

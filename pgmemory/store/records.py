@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -175,9 +175,10 @@ class MemoryHit:
     * ``mode="vector"``: the cosine similarity to the query, from -1 to 1 (1 = same direction).
     * ``mode="text"``: the keyword match's BM25 relevance within the scope, above 0 and
       unbounded (it grows with rare terms and repeated matches).
-    * ``mode="hybrid"``: the reciprocal-rank fusion value, the sum over rankings of
-      ``weight / (rrf_k + rank)`` (see :class:`SearchWeights`): small positive numbers,
-      comparable only within one search.
+    * ``mode="hybrid"``: the fused value (see :class:`SearchWeights`). With score fusion (the
+      default), the weighted sum of the scaled signals, from 0 to the sum of the weights; with
+      ``fusion="rank"``, the sum over rankings of ``weight / (rrf_k + rank)``, small positive
+      numbers. Either is comparable only within one search.
     """
 
     memory: Memory
@@ -226,10 +227,18 @@ class RecallTrace:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SearchWeights:
-    """How ``mode="hybrid"`` fuses its rankings (reciprocal-rank fusion).
+    """How ``mode="hybrid"`` fuses its rankings: similarity, keyword match, newest first.
 
-    Each ranking (similarity, keyword match, newest first) gives each of its best ``pool`` rows
-    ``weight / (rrf_k + rank)``; a memory's score is the sum. Recency is off by default.
+    Each ranking with a positive weight contributes its best ``pool`` rows. With
+    ``fusion="score"`` (the default) a pooled memory scores ``vector * similarity' + text *
+    keywords' + recency * time'``, each signal scaled to 0–1 within the searched scope
+    (similarity' = 1 for the scope's most similar memory and 0 for its least, keywords' =
+    BM25 / the scope's best BM25, 0 without a matching term, time' = 1 for the newest): a
+    memory far ahead on one signal stays ahead, and the score has a fixed range (0 to the sum
+    of the weights). ``fusion="rank"`` is reciprocal-rank fusion (the earlier default): each
+    ranking gives its rows ``weight / (rrf_k + rank)``; ``rrf_k`` is used by it only.
+    Recency is off by default. See the README's recall-quality section for the measurements
+    behind these defaults.
     """
 
     vector: float = 1.0
@@ -237,6 +246,7 @@ class SearchWeights:
     recency: float = 0.0
     rrf_k: int = 60
     pool: int = 50
+    fusion: Literal["score", "rank"] = "score"
 
     def __post_init__(self) -> None:
         for name in ("vector", "text", "recency"):
@@ -245,6 +255,10 @@ class SearchWeights:
                 raise InvalidInputError(
                     f"SearchWeights.{name} is {describe(value)}; expected a number >= 0"
                 )
+        if self.fusion not in ("score", "rank"):
+            raise InvalidInputError(
+                f"SearchWeights.fusion is {describe(self.fusion)}; expected 'score' or 'rank'"
+            )
         if not isinstance(self.rrf_k, int) or self.rrf_k < 1:
             raise InvalidInputError(
                 f"SearchWeights.rrf_k is {describe(self.rrf_k)}; expected an integer >= 1"

@@ -307,10 +307,10 @@ class MemoryStore:
             vector: Or a query vector (``mode="vector"`` only).
             limit: How many hits at most.
             mode: ``"vector"`` (cosine similarity), ``"text"`` (keyword match ranked by BM25
-                within the scope) or ``"hybrid"`` (reciprocal-rank fusion of similarity,
-                keywords and recency, tuned by ``weights``); see :class:`MemoryHit` for what
+                within the scope) or ``"hybrid"`` (a fusion of similarity, keywords and
+                recency: normalised scores by default, or reciprocal ranks; see ``weights``); see :class:`MemoryHit` for what
                 each mode's ``score`` is.
-            weights: The hybrid fusion's weights.
+            weights: The hybrid fusion's weights and kind (:class:`SearchWeights`).
             min_score: Drop hits scoring lower: from -1 to 1 in vector mode, any finite number
                 in the other modes.
             since: Only memories created at or after this (aware) time.

@@ -59,12 +59,12 @@ SNIPPET_CHARS = 400
 
 _TEMPLATES = Path(__file__).with_name("templates")
 _SEARCH_MODES = {
-    "hybrid": "fused rank (reciprocal-rank fusion of cosine and BM25)",
+    "hybrid": "fused score (cosine and BM25, each scaled to 0–1 within the scope, summed)",
     "vector": "cosine similarity",
     "text": "BM25",
 }
 _MODE_OPTIONS = {
-    "hybrid": "hybrid · fused rank",
+    "hybrid": "hybrid · fused score",
     "vector": "vector · cosine",
     "text": "text · BM25",
 }

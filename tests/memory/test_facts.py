@@ -157,7 +157,7 @@ async def test_required_defaults_to_the_models_required_fields(
     store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
 ) -> None:
     # With "= None" defaults nothing is required: no "ask" instruction at all.
-    agent, provider = make_agent(store, chat_client, OptionalUserInfo)
+    agent, provider = make_agent(store, chat_client, OptionalUserInfo, extract_when="always")
     assert provider.required == ()
     openai_server.queue(text("Hi"), json_reply(NOTHING))
     await agent.run("Hello", session_for(agent, unique("dan")))
@@ -165,7 +165,12 @@ async def test_required_defaults_to_the_models_required_fields(
 
     # An explicit list asks for exactly those fields (with their descriptions).
     agent, provider = make_agent(
-        store, chat_client, CheckedUserInfo, required=["age"], source_id="facts_age"
+        store,
+        chat_client,
+        CheckedUserInfo,
+        required=["age"],
+        source_id="facts_age",
+        extract_when="always",
     )
     openai_server.queue(text("How old are you?"), json_reply(NOTHING))
     await agent.run("Hello", session_for(agent, unique("dan")))
@@ -327,7 +332,7 @@ async def test_extraction_failure_is_logged_without_content_and_does_not_fail_th
 async def test_each_value_is_validated_through_the_model(
     store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
 ) -> None:
-    agent, provider = make_agent(store, chat_client, CheckedUserInfo)
+    agent, provider = make_agent(store, chat_client, CheckedUserInfo, extract_when="always")
     user = unique("ivy")
     # age violates le=150: it is dropped; the name passes the model's validator (title-cased).
     openai_server.queue(text("ok"), json_reply({"name": "  ivy smith ", "age": 999}))
@@ -366,6 +371,85 @@ async def test_namespaces_keep_providers_apart(
     assert {(r[3], r[4]) for r in rows} == {("profile_facts", "profile")}
 
 
+# --- when extraction calls the model ---------------------------------------------------------
+
+
+def extraction_requests(server: OpenAIServer) -> int:
+    return sum("response_format" in r for r in server.requests)
+
+
+async def test_likely_calls_the_model_only_for_turns_that_may_state_a_fact(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    agent, provider = make_agent(store, chat_client, OptionalUserInfo)  # nothing required
+    assert provider.extract_when == "likely"
+    user = unique("kim")
+    for question in ("Hello", "What is the capital of Peru?", "帮我点一份外卖"):
+        openai_server.queue(text("ok"))
+        await agent.run(question, session_for(agent, user))
+    assert extraction_requests(openai_server) == 0
+    openai_server.queue(text("ok"), json_reply({"name": "Kim", "age": None}))
+    await agent.run("My name is Kim", session_for(agent, user))
+    openai_server.queue(text("ok"), json_reply({"name": None, "age": 7}))
+    await agent.run("帮我点一份外卖，我今年七岁", session_for(agent, user))
+    assert extraction_requests(openai_server) == 2
+    assert await store.get_facts(provider.namespace, MemoryScope(user_id=user)) == {
+        "name": "Kim",
+        "age": 7,
+    }
+
+
+async def test_likely_extracts_every_answer_while_a_required_fact_is_unknown(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    agent, provider = make_agent(store, chat_client)  # name and age required
+    user = unique("kim")
+    openai_server.queue(text("Your name?"), json_reply({"name": "Kim", "age": None}))
+    await agent.run("Kim.", session_for(agent, user))  # a bare answer: no first person
+    openai_server.queue(text("Your age?"), json_reply({"name": None, "age": 7}))
+    await agent.run("7", session_for(agent, user))
+    assert extraction_requests(openai_server) == 2
+    openai_server.queue(text("Lima."))
+    await agent.run("What is the capital of Peru?", session_for(agent, user))
+    assert extraction_requests(openai_server) == 2  # both known: the check decides
+    openai_server.queue(text("ok"), json_reply({"name": None, "age": 8}))
+    await agent.run("I turned 8 today", session_for(agent, user))
+    assert await store.get_facts(provider.namespace, MemoryScope(user_id=user)) == {
+        "name": "Kim",
+        "age": 8,
+    }
+
+
+async def test_until_known_stops_once_the_required_facts_are_known(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+) -> None:
+    agent, provider = make_agent(store, chat_client, extract_when="until_known")
+    user = unique("kim")
+    openai_server.queue(text("ok"), json_reply({"name": "Kim", "age": 7}))
+    await agent.run("Kim, 7", session_for(agent, user))
+    openai_server.queue(text("Happy birthday!"))
+    await agent.run("I turned 8 today", session_for(agent, user))  # the seeds miss this
+    assert extraction_requests(openai_server) == 1
+    assert await store.get_facts(provider.namespace, MemoryScope(user_id=user)) == {
+        "name": "Kim",
+        "age": 7,
+    }
+
+
+def test_the_local_check_flags_self_statements_and_field_words() -> None:
+    from pgmemory.memory.fact_trigger import field_words, may_state_fact
+
+    words = field_words(["home_city", "age"])
+    assert words == {"home", "city", "age"}
+    for fact in ("I'm vegetarian", "my dog is called Rex", "please call me Dee",
+                 "我不能吃辣", "帮我点一份外卖，一荤一素，我不能吃辣", "叫我小王", "私はアリスです",
+                 "저는 학생입니다", "Age: 35", "home city is Lyon"):  # fmt: skip
+        assert may_state_fact(fact, words), fact
+    for other in ("Hello", "Tell me a joke.", "帮我点一份外卖", "给我讲个笑话", "What is the capital of Peru?",
+                  "Berlin now", "page 3"):  # fmt: skip
+        assert not may_state_fact(other, words), other
+
+
 # --- configuration errors -------------------------------------------------------------------
 
 
@@ -382,6 +466,14 @@ async def test_configuration_errors_are_clear(
         )
     with pytest.raises(InvalidInputError, match=r"\['email'\] are not fields of UserInfo"):
         FactMemoryProvider(store, chat_client, UserInfo, state_initializer=init, required=["email"])
+    with pytest.raises(InvalidInputError, match="extract_when is 'never'; expected one of"):
+        FactMemoryProvider(
+            store,
+            chat_client,
+            UserInfo,
+            state_initializer=init,
+            extract_when="never",  # type: ignore[arg-type]
+        )
     with pytest.raises(InvalidInputError, match="list of field names"):
         FactMemoryProvider(store, chat_client, UserInfo, state_initializer=init, required="name")
     with pytest.raises(InvalidInputError, match=r"\{fields\}"):

@@ -175,6 +175,10 @@ def make_searches(
                 SearchWeights(),
                 SearchWeights(recency=0.5),
                 SearchWeights(vector=0.5, text=2.0, recency=1.0, pool=7),
+                SearchWeights(pool=1),  # rows outside both pools lose, however good their sum
+                SearchWeights(fusion="rank"),
+                SearchWeights(recency=0.5, fusion="rank"),
+                SearchWeights(vector=0.5, text=2.0, recency=1.0, pool=7, fusion="rank"),
             ]
         )
         searches.append(
@@ -246,15 +250,32 @@ def reference(
     size = max(w.pool, search.limit)
     by_vector = sorted(pool, key=lambda r: (-sims[r.id], r.id))
     by_time = sorted(pool, key=lambda r: (r.created_at, r.id), reverse=True)
+    rankings = ((w.vector, [r.id for r in by_vector]), (w.text, [r.id for _, r in text_ranking]),
+                (w.recency, [r.id for r in by_time]))  # fmt: skip
     score: Counter[uuid.UUID] = Counter()
-    for weight, ranking in ((w.vector, [r.id for r in by_vector]), (w.text, [r.id for _, r in text_ranking]),
-                            (w.recency, [r.id for r in by_time])):  # fmt: skip
-        for rank, i in enumerate(ranking[:size], start=1):
-            score[i] += weight / (w.rrf_k + rank)
+    if w.fusion == "rank":
+        for weight, ranking in rankings:
+            for rank, i in enumerate(ranking[:size], start=1):
+                score[i] += weight / (w.rrf_k + rank)
+    elif pool:  # each signal scaled to 0..1 over the scope, summed over the union of the pools
+        pooled = {i for weight, ranking in rankings if weight > 0 for i in ranking[:size]}
+        relevance = {r.id: rel for rel, r in text_ranking}
+        top_relevance = max(relevance.values(), default=0.0)
+        low, high = min(sims.values()), max(sims.values())
+        first, last = min(r.created_at for r in pool), max(r.created_at for r in pool)
+        for r in pool:
+            if r.id in pooled:
+                score[r.id] = (
+                    w.vector * ((sims[r.id] - low) / (high - low) if high > low else 1.0)
+                    + w.text * (relevance.get(r.id, 0.0) / top_relevance if top_relevance else 0.0)
+                    + w.recency * ((r.created_at - first) / (last - first) if last > first else 1.0)
+                )
     fused = sorted(
-        ((i, float(np.float32(s))) for i, s in score.items() if s > 0), key=lambda x: (-x[1], x[0])
+        ((i, float(np.float32(s))) for i, s in score.items() if s > 0 or w.fusion == "score"),
+        key=lambda x: (-x[1], x[0]),
     )
-    # Ranks decide hybrid scores: a near-tie (float32 in the server, float64 here) may swap two.
+    # Ranks decide the pools (and rank fusion's scores): a near-tie (float32 in the server,
+    # float64 here) may swap two.
     gaps = np.diff(sorted(-sims[r.id] for r in by_vector[: size + 1]))
     relevances = [rel for rel, _ in text_ranking[: size + 1]]
     text_gaps = [a - b for a, b in itertools.pairwise(relevances) if a != b]

@@ -35,15 +35,20 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
         return
     for dims in DIMENSION_SETS:
         if builder == "search_memories":
-            for covering, audit, mode, ann in itertools.product(
-                (True, False), (True, False), q.SEARCH_MODES, (None, 384)
+            for covering, audit, mode, fusion, ann in itertools.product(
+                (True, False), (True, False), q.SEARCH_MODES, q.FUSIONS, (None, 384)
             ):
                 if ann is not None and mode != "vector":
                     continue  # the approximate path serves vector searches only
                 yield (
                     dims,
                     q.search_memories(
-                        dims, covering=covering, audit=audit, mode=mode, ann_dimensions=ann
+                        dims,
+                        covering=covering,
+                        audit=audit,
+                        mode=mode,
+                        fusion=fusion,
+                        ann_dimensions=ann,
                     ),
                 )
         elif builder == "list_memories":

@@ -172,6 +172,7 @@ def search_memories(
     audit: bool,
     mode: str = "vector",
     ann_dimensions: int | None = None,
+    relax_commit: bool = False,
 ) -> str:
     """Exact top-k of a scope by similarity, keywords, or a fusion of both (and recency).
 
@@ -187,7 +188,10 @@ def search_memories(
     plan, custom or generic, can answer the ORDER BY with an approximate index scan that filters
     afterwards (which returns a fraction of the right rows when the scope is selective). With
     ``covering`` the predicate matches the partial covering index, so that scan is index-only.
-    Unless ``audit`` is off, the same statement appends the recall audit row.
+    Unless ``audit`` is off, the same statement appends the recall audit row; with
+    ``relax_commit`` it also lets its transaction commit without waiting for the disk flush
+    (``set_config`` of ``synchronous_commit``, local to the transaction: what ASYNC_COMMIT
+    does, without a round trip of its own, so a search in autocommit is one statement).
 
     ``ann_dimensions`` (vector mode only) switches to the approximate path for large scopes:
     the candidates come from the collection's HNSW index (an expression index on
@@ -302,7 +306,13 @@ top AS (
         raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
     audit_cte = ""
     if audit:
-        audit_cte = """,
+        # One group (no GROUP BY), so this HAVING runs exactly once, with or without hits.
+        relax = (
+            "\n    HAVING set_config('synchronous_commit', 'off', true) IS NOT NULL"
+            if relax_commit
+            else ""
+        )
+        audit_cte = f""",
 audit AS (
     INSERT INTO pgmemory_recall_audit
         (user_id, collection, application_id, agent_id, session_id, provider, mode,
@@ -310,9 +320,9 @@ audit AS (
     SELECT :audit_user_id, :collection, :audit_application_id, :audit_agent_id,
            :audit_session_id, :provider, :mode, :requesting_session_id, :query_sha256,
            :query_text,
-           COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{}'),
-           COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{}')
-    FROM hits AS h
+           COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{{}}'),
+           COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{{}}')
+    FROM hits AS h{relax}
 )"""
     return f"""
 WITH {ranked},

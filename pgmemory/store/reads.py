@@ -18,13 +18,13 @@ import numpy as np
 from sqlalchemy import text
 
 from pgmemory.errors import InvalidInputError
+from pgmemory.store import fastpath
 from pgmemory.store import queries as q
 from pgmemory.store.ann import AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
-from pgmemory.store.recall import relax_audit_commit
 from pgmemory.store.records import (
     Memory,
     MemoryHit,
@@ -135,6 +135,7 @@ async def search(
             audit=audit,
             mode=mode,
             ann_dimensions=info.dimensions if on is not None else None,
+            relax_commit=not db.settings.durable_recall_audit,
         )
 
     params: dict[str, Any] = {
@@ -190,10 +191,14 @@ async def _run(
     path: AnnPath | None,
     wanted: int,
 ) -> Sequence[Any]:
-    """Run a search statement on ``path``; fewer than ``wanted`` rows raise _TooFewHits."""
+    """Run a search statement on ``path``; fewer than ``wanted`` rows raise _TooFewHits.
+
+    The exact path runs as one prepared round trip (:mod:`pgmemory.store.fastpath`), its audit
+    row committing with it, unless it must join the task's shared transaction.
+    """
+    if path is None and not db.in_shared_transaction:
+        return await fastpath.fetch(db, statement, params)
     async with db.transaction() if audit or path else db.autocommit() as conn:
-        if audit:
-            await relax_audit_commit(conn, db.settings)
         if path is not None:
             await conn.execute(text(q.ANN_SETTINGS), {"ef_search": path.ef_search})
         rows = (await conn.execute(text(statement), params)).mappings().all()

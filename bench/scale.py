@@ -40,7 +40,8 @@ audit on (the main columns), audit off, audit on again (how far the two audited 
 is the machine's noise). ``--hnsw``'s exact and approximate passes run after the turns,
 against the truth recomputed over the imported rows plus the turns' rows. Start-up: medians
 over 5 fresh processes of ``import pgmemory``, then of importing ``MemoryStore``, opening a
-store on the loaded database, and its first and second recall (bench/_startup.py).
+store on the loaded database, and its first and second recall (bench/_startup.py). With peers,
+pgmemory is measured before and again after them, and each ratio is printed against both.
 
 Peers (``--peers``, default none): each runs in its OWN venv under bench/.peers/<name>/
 (created and filled by this script with pip on first use), as a subprocess that reads the same
@@ -575,6 +576,15 @@ def main() -> None:
                     print_main(PEERS[name][2], fig, peer_meta)
                 print_peer(PEERS[name][2], base, fig, note)
             results["peers_baseline"] = json_figures(base)
+            # Load on a shared machine moves figures 2x within minutes: pgmemory is measured
+            # once more after the peers, and every ratio printed again against that.
+            print("\n== pgmemory again, after the peers ==", flush=True)
+            again = measure_pgmemory(server, peer_path, args, False)
+            print_main("pgmemory, measured after the peers", again, peer_meta)
+            for name in peers:
+                print_peer(PEERS[name][2], again, results["peers"][name],
+                           f"{note}, pgmemory measured after the peers")  # fmt: skip
+            results["peers_baseline_after"] = json_figures(again)
     finally:
         server.close()
     total = time.perf_counter() - started

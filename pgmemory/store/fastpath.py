@@ -9,7 +9,8 @@ psycopg's placeholders once per statement text, prepared server-side on its firs
 connection, and run in autocommit: one round trip, its own transaction. An audited search
 statement relaxes its own commit (:func:`pgmemory.store.queries.search_memories` with
 ``relax_commit``), so the audit row is written in the same statement and committed with it,
-as before: nothing is deferred, batched or written later.
+as before: nothing is deferred, batched or written later. A caller's own recall record
+(:func:`pgmemory.store.recall.record`) is one such statement too.
 
 What a lost connection does: the statement is its own commit, so when the connection is lost
 while it runs, its audit row may have committed or not; :meth:`Database.read` runs the search
@@ -48,7 +49,7 @@ async def fetch(db: Database, statement: str, params: Mapping[str, Any]) -> list
         params: Its parameters.
 
     Returns:
-        Its rows, as dicts by column name.
+        Its rows, as dicts by column name (none for a statement that returns no rows).
 
     Raises:
         sqlalchemy.exc.DBAPIError: The statement failed (``connection_invalidated`` when its
@@ -57,4 +58,4 @@ async def fetch(db: Database, statement: str, params: Mapping[str, Any]) -> list
     async with db.driver_autocommit() as conn:
         cursor = conn.cursor(row_factory=dict_row)
         await cursor.execute(driver_statement(statement), params, prepare=True)
-        return await cursor.fetchall()
+        return await cursor.fetchall() if cursor.description is not None else []

@@ -160,6 +160,12 @@ def _scope_where(dimensions: tuple[str, ...]) -> str:
     return "\n      AND ".join(predicates)
 
 
+#: A condition that is always true and lets the statement's transaction commit without waiting
+#: for the disk flush (``synchronous_commit`` off, local to the transaction): for statements that
+#: write nothing but recall-audit rows (memories always commit synchronously). Being part of
+#: the statement, it costs no round trip of its own.
+_RELAX_COMMIT = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+
 #: Search modes: cosine similarity only, keyword match only, or both fused (with recency).
 SEARCH_MODES = ("vector", "text", "hybrid")
 
@@ -190,8 +196,7 @@ def search_memories(
     ``covering`` the predicate matches the partial covering index, so that scan is index-only.
     Unless ``audit`` is off, the same statement appends the recall audit row; with
     ``relax_commit`` it also lets its transaction commit without waiting for the disk flush
-    (``set_config`` of ``synchronous_commit``, local to the transaction: what ASYNC_COMMIT
-    does, without a round trip of its own, so a search in autocommit is one statement).
+    (:data:`_RELAX_COMMIT`, so a search in autocommit is one statement).
 
     ``ann_dimensions`` (vector mode only) switches to the approximate path for large scopes:
     the candidates come from the collection's HNSW index (an expression index on
@@ -307,11 +312,7 @@ top AS (
     audit_cte = ""
     if audit:
         # One group (no GROUP BY), so this HAVING runs exactly once, with or without hits.
-        relax = (
-            "\n    HAVING set_config('synchronous_commit', 'off', true) IS NOT NULL"
-            if relax_commit
-            else ""
-        )
+        relax = f"\n    HAVING {_RELAX_COMMIT}" if relax_commit else ""
         audit_cte = f""",
 audit AS (
     INSERT INTO pgmemory_recall_audit
@@ -549,18 +550,20 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
 
 # --- recall audit --------------------------------------------------------------------------
 
-#: Let this transaction's recall-audit row commit without waiting for the disk flush (memories
-#: themselves always commit synchronously).
-ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 
-#: Record a recall assembled by a caller (e.g. similar plus most recent memories).
-RECORD_RECALL = """
+@lru_cache(maxsize=2)
+def record_recall(*, relax_commit: bool) -> str:
+    """Record a recall assembled by a caller (e.g. similar plus most recent memories); with
+    ``relax_commit`` the statement lets its transaction commit without waiting for the disk
+    flush, as :func:`search_memories` does (a SELECT without FROM: its WHERE runs once)."""
+    where = f"\nWHERE {_RELAX_COMMIT}" if relax_commit else ""
+    return f"""
 INSERT INTO pgmemory_recall_audit
     (user_id, collection, application_id, agent_id, session_id, provider, mode,
      requesting_session_id, query_sha256, query_text, memory_ids, scores)
-VALUES (:user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
-        :requesting_session_id, :query_sha256, :query_text, CAST(:memory_ids AS uuid[]),
-        CAST(:scores AS real[]))
+SELECT :user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
+       :requesting_session_id, :query_sha256, :query_text, CAST(:memory_ids AS uuid[]),
+       CAST(:scores AS real[]){where}
 """
 
 # --- erasure of a user ---------------------------------------------------------------------

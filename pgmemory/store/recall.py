@@ -12,26 +12,14 @@ import uuid
 from collections.abc import Sequence
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import InvalidInputError
-from pgmemory.settings import Settings
+from pgmemory.store import fastpath
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryScope, RecallTrace
 from pgmemory.store.validation import describe, sha256_hex
 from pgmemory.text.clean import clean_query
-
-
-async def relax_audit_commit(conn: AsyncConnection, settings: Settings) -> None:
-    """Let the transaction commit without waiting for its audit row's disk flush.
-
-    Unless ``Settings.durable_recall_audit``: the flush costs a few ms per recall. Call it only
-    in transactions that write nothing but recall audit rows (memories themselves always
-    commit synchronously).
-    """
-    if not settings.durable_recall_audit:
-        await conn.execute(text(q.ASYNC_COMMIT))
 
 
 async def record(
@@ -68,6 +56,9 @@ async def record(
         "memory_ids": list(memory_ids),
         "scores": [float(x) for x in scores],
     }
-    async with db.transaction() as conn:
-        await relax_audit_commit(conn, db.settings)
-        await conn.execute(text(q.RECORD_RECALL), params)
+    statement = q.record_recall(relax_commit=not db.settings.durable_recall_audit)
+    if db.in_shared_transaction:  # the row commits with the block
+        async with db.transaction() as conn:
+            await conn.execute(text(statement), params)
+    else:  # one round trip, its own transaction
+        await fastpath.fetch(db, statement, params)

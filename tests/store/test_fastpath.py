@@ -100,3 +100,18 @@ def test_a_durable_audit_commits_as_the_server_is_configured() -> None:
     durable = q.search_memories(("user_id",), covering=True, audit=True)
     assert "set_config('synchronous_commit', 'off', true)" in relaxed
     assert "synchronous_commit" not in durable
+    assert "set_config('synchronous_commit', 'off', true)" in q.record_recall(relax_commit=True)
+    assert "synchronous_commit" not in q.record_recall(relax_commit=False)
+
+
+async def test_a_recorded_recall_commits_alone_or_with_its_block(
+    store: MemoryStore, collection: str
+) -> None:
+    scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    ids = [uuid.uuid4(), uuid.uuid4()]
+    await store.record_recall(collection, scope, memory_ids=ids, scores=[0.5, 0.25], query="q")
+    with pytest.raises(RuntimeError):
+        async with store.shared_transaction():
+            await store.record_recall(collection, scope, memory_ids=ids[:1], scores=[1], query="q")
+            raise RuntimeError("the block fails: its recall record rolls back")
+    assert await _audit(store, scope.user_id or "") == [ids]

@@ -566,6 +566,7 @@ SELECT :user_id, :collection, :application_id, :agent_id, :session_id, :provider
        CAST(:scores AS real[]){where}
 """
 
+
 # --- erasure of a user ---------------------------------------------------------------------
 
 #: Erase every memory of a user in every collection, auditing each row.

@@ -3,6 +3,7 @@ same statement, and answers exactly what the SQLAlchemy path answers."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import numpy as np
@@ -115,3 +116,15 @@ async def test_a_recorded_recall_commits_alone_or_with_its_block(
             await store.record_recall(collection, scope, memory_ids=ids[:1], scores=[1], query="q")
             raise RuntimeError("the block fails: its recall record rolls back")
     assert await _audit(store, scope.user_id or "") == [ids]
+
+
+async def test_a_cancelled_statement_leaves_the_pool_usable(database_url: str) -> None:
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    async with MemoryStore(database_url, settings=settings) as store:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(fastpath.fetch(store._db, "SELECT pg_sleep(5)", {}), 0.2)
+        # The one pooled connection (or its replacement) answers, in a transaction again.
+        assert await fastpath.fetch(store._db, "SELECT 1 AS one", {}) == [{"one": 1}]
+        async with store.engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert raw is not None and not raw.autocommit

@@ -2,11 +2,11 @@
 
     python bench/recall_ab.py --before ad3613f          # the search path of that commit vs now
 
-The ``before`` side is ``pgmemory/store/reads.py`` as it was at ``--before`` (read with
-``git show``), loaded as a module of its own next to today's, and run on the SAME store: same
-pool, same catalogue, same statements module (so the comparison is about how a search is
-executed, not about its SQL). Every query runs on both sides, in ABBA order, so machine noise
-hits both alike, and both sides must return the same hits. Audit on (the default) and off.
+The ``before`` side is the read path (``pgmemory/store/queries.py``, ``recall.py`` and
+``reads.py``) as it was at ``--before`` (read with ``git show``), loaded as modules of their own
+next to today's, and run on the SAME store: same pool, same catalogue. Every query runs on
+both sides, in ABBA order, so machine noise hits both alike, and both sides must return the
+same hits. Audit on (the default) and off.
 
 Data: ``--users`` users per scope size (3, 30 and 100 rows: the ``small`` bucket of
 bench/scale.py, 1-100 rows; and 700 rows, ``mid``), 384-d unit vectors, queries drawn afresh.
@@ -35,20 +35,42 @@ from _scratch import Server  # noqa: E402
 SIZES = (3, 30, 100, 700)
 
 
+#: The read path's modules, in import order: each is loaded from the ref with the ones before
+#: it standing in for today's while it runs its imports.
+READ_PATH = ("queries", "recall", "reads")
+
+
 def reads_at(ref: str) -> ModuleType:
-    """``pgmemory.store.reads`` as it was at git ``ref``, as a module of its own."""
-    source = subprocess.run(
-        ["git", "show", f"{ref}:pgmemory/store/reads.py"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    spec = importlib.util.spec_from_loader(f"reads_{ref}", loader=None)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    exec(compile(source, f"{ref}:pgmemory/store/reads.py", "exec"), module.__dict__)
-    return module
+    """``pgmemory.store.reads`` as it was at git ``ref`` (with that ref's ``queries`` and
+    ``recall``), as modules of their own beside today's."""
+    import pgmemory.store as package
+
+    loaded: dict[str, ModuleType] = {}
+    for name in READ_PATH:
+        source = subprocess.run(
+            ["git", "show", f"{ref}:pgmemory/store/{name}.py"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        spec = importlib.util.spec_from_loader(f"{name}_at_{ref}", loader=None)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        full = {f"pgmemory.store.{n}": m for n, m in loaded.items()}
+        saved = {k: sys.modules[k] for k in full}
+        saved_attrs = {n: getattr(package, n) for n in loaded}
+        sys.modules.update(full)
+        for n, m in loaded.items():
+            setattr(package, n, m)
+        try:
+            exec(compile(source, f"{ref}:pgmemory/store/{name}.py", "exec"), module.__dict__)
+        finally:
+            sys.modules.update(saved)
+            for n, m in saved_attrs.items():
+                setattr(package, n, m)
+        loaded[name] = module
+    return loaded["reads"]
 
 
 async def run(url: str, args: argparse.Namespace) -> None:

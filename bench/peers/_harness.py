@@ -109,8 +109,13 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
+def turn_rows(t: int) -> tuple[int, int]:
+    """Row indices of turn t's two records (they never collide with imported rows)."""
+    return 10_000_000 + 2 * t, 10_000_000 + 2 * t + 1
+
+
 def turn_texts(t: int, user: int) -> list[str]:
-    base = 10_000_000 + 2 * t  # row indices that never collide with imported rows
+    base = turn_rows(t)[0]
     return [
         f"row {base}: user {user_name(user)} said something new in turn {t}",
         f"row {base + 1}: assistant replied to {user_name(user)} in turn {t}",
@@ -149,9 +154,15 @@ async def measure(
     sessions: int = 8,
     progress: bool = True,
     skip_import: bool = False,
+    before_turns: Any = None,
     extra: Any = None,
 ) -> dict[str, Any]:
-    """Run the whole protocol against one adapter; returns the figures (ms, rows/s, turns/s)."""
+    """Run the whole protocol against one adapter; returns the figures (ms, rows/s, turns/s).
+
+    ``before_turns(adapter)`` runs more passes right after the recall pass, on the imported rows
+    only (``data.gt`` holds); ``extra(adapter, gt)`` runs after the turns, with the ground truth
+    recomputed over the imported rows plus the ones the turns added.
+    """
     out: dict[str, Any] = {
         "rows": data.rows,
         "dims": data.dims,
@@ -170,6 +181,8 @@ async def measure(
 
     # 1. scoped top-3 per bucket, with recall@3 against the numpy brute force
     out.update(await recall_pass(adapter, data, progress))
+    if before_turns is not None:  # more passes while data.gt still holds (pgmemory: audit off)
+        out.update(await before_turns(adapter))
 
     # 2. a memory turn: recall, then store the 2 new messages in one transaction
     async def turn(t: int) -> float:
@@ -205,18 +218,45 @@ async def measure(
     start = time.perf_counter()
     await asyncio.gather(*(session(k) for k in range(sessions)))
     wall = time.perf_counter() - start
+    ran = list(range(seq)) + [t for k in range(sessions) for t in rest[k * per : (k + 1) * per]]
     out["concurrent_turns"] = per * sessions
     out[f"turns_per_s_{sessions}"] = per * sessions / wall
     out[f"turn_p50_ms_{sessions}"] = pct(conc_lat, 50)
     out[f"turn_p95_ms_{sessions}"] = pct(conc_lat, 95)
-    if extra is not None:  # more passes on the loaded store (pgmemory: audit off, HNSW probe)
-        out.update(await extra(adapter))
+    if extra is not None:  # more passes on the store the turns grew (pgmemory: HNSW probe)
+        out.update(await extra(adapter, truth_after_turns(data, ran)))
     await adapter.close()
     return out
 
 
-async def recall_pass(adapter: Any, data: Data, progress: bool) -> dict[str, Any]:
-    """Every bucket's queries once: latency percentiles and mean recall@3, per bucket."""
+def truth_after_turns(data: Data, turns: list[int]) -> np.ndarray:
+    """Exact top-3 of every recall query over its user's imported rows plus the rows ``turns``
+    added (turn t's two rows are ``turn_texts``' indices), as ``data.gt`` is over the import."""
+    added: dict[int, list[int]] = {}
+    for t in turns:
+        added.setdefault(int(data.t_user[t]), []).append(t)
+    order = np.argsort(data.user, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(data.user_rows)])
+    gt = np.full((len(data.q_user), 3), -1, dtype=np.int64)
+    for j, u in enumerate(data.q_user):
+        mine = order[starts[u] : starts[u + 1]]
+        ids = list(mine)
+        vecs = [data.vectors[mine]]
+        for t in added.get(int(u), []):
+            ids += turn_rows(t)
+            vecs.append(data.t_new[t])
+        scores = np.concatenate(vecs).astype(np.float64) @ data.q_vec[j].astype(np.float64)
+        top = np.argsort(-scores, kind="stable")[:3]
+        gt[j, : len(top)] = np.asarray(ids)[top]
+    return gt
+
+
+async def recall_pass(
+    adapter: Any, data: Data, progress: bool, gt: np.ndarray | None = None
+) -> dict[str, Any]:
+    """Every bucket's queries once: latency percentiles and mean recall@3, per bucket (against
+    ``gt``, by default ``data.gt``: the imported rows' truth)."""
+    gt = data.gt if gt is None else gt
     out: dict[str, Any] = {}
     # warm-up (untimed): caches, and prepared statements on every pooled connection (psycopg
     # prepares a statement on its 5th execution per connection; the pool hands out ~10)
@@ -230,7 +270,7 @@ async def recall_pass(adapter: Any, data: Data, progress: bool) -> dict[str, Any
         t = time.perf_counter()
         got = await adapter.search(user_name(data.q_user[j]), data.q_vec[j], 3)
         lat[b].append((time.perf_counter() - t) * 1000)
-        truth = {int(x) for x in data.gt[j] if x >= 0}  # a scope of < 3 rows has < 3 answers
+        truth = {int(x) for x in gt[j] if x >= 0}  # a scope of < 3 rows has < 3 answers
         rec[b].append(len(set(got[:3]) & truth) / len(truth))
         if bar is not None:
             bar.update()

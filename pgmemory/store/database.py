@@ -36,8 +36,9 @@ import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
+import psycopg
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
@@ -309,6 +310,49 @@ class Database:
             conn = await self.connect()
             stack.push_async_exit(conn)
             yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @property
+    def in_shared_transaction(self) -> bool:
+        """Whether the current task is inside a :meth:`shared_transaction` block."""
+        return self._shared.get() is not None
+
+    @contextlib.asynccontextmanager
+    async def driver_autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection's own psycopg connection, in autocommit, for statements that skip
+        SQLAlchemy's statement handling (:mod:`pgmemory.store.fastpath`).
+
+        Errors come out as from any other statement: a psycopg error raised in the block is
+        re-raised as SQLAlchemy's ``DBAPIError`` (parameters hidden). When the connection was
+        lost, the pool discards it and the error is ``connection_invalidated``, so
+        :meth:`read` runs the read once more.
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            conn = await self.connect()
+            stack.push_async_exit(conn)
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            await driver.set_autocommit(True)
+            try:
+                yield driver
+            except psycopg.Error as exc:
+                lost = driver.broken or driver.closed
+                if lost and not conn.invalidated:
+                    await conn.invalidate()
+                raise DBAPIError.instance(
+                    None,
+                    None,
+                    exc,
+                    psycopg.Error,
+                    hide_parameters=True,
+                    connection_invalidated=lost,
+                    dialect=self.engine.dialect,
+                ) from exc
+            finally:
+                if not conn.invalidated:
+                    try:
+                        await driver.set_autocommit(False)
+                    except psycopg.Error:  # e.g. cancelled mid-statement: not reusable
+                        await conn.invalidate()
 
     async def read(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run a read; once more, on a fresh connection, if it lost its connection midway.

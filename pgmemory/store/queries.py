@@ -165,6 +165,12 @@ def _scope_where(dimensions: tuple[str, ...]) -> str:
     return "\n      AND ".join(predicates)
 
 
+#: A condition that is always true and lets the statement's transaction commit without waiting
+#: for the disk flush (``synchronous_commit`` off, local to the transaction): for statements that
+#: write nothing but recall-audit rows (memories always commit synchronously). Being part of
+#: the statement, it costs no round trip of its own.
+_RELAX_COMMIT = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+
 #: Search modes: cosine similarity only, keyword match only, or both fused (with recency).
 SEARCH_MODES = ("vector", "text", "hybrid")
 
@@ -237,6 +243,7 @@ def search_memories(
     mode: str = "vector",
     fusion: str = "score",
     ann_dimensions: int | None = None,
+    relax_commit: bool = False,
 ) -> str:
     """Exact top-k of a scope by similarity, keywords, or a fusion of both (and recency).
 
@@ -257,7 +264,9 @@ def search_memories(
     plan, custom or generic, can answer the ORDER BY with an approximate index scan that filters
     afterwards (which returns a fraction of the right rows when the scope is selective). With
     ``covering`` the predicate matches the partial covering index, so that scan is index-only.
-    Unless ``audit`` is off, the same statement appends the recall audit row.
+    Unless ``audit`` is off, the same statement appends the recall audit row; with
+    ``relax_commit`` it also lets its transaction commit without waiting for the disk flush
+    (:data:`_RELAX_COMMIT`, so a search in autocommit is one statement).
 
     ``ann_dimensions`` (vector mode only) switches to the approximate path for large scopes:
     the candidates come from the collection's HNSW index (an expression index on
@@ -361,7 +370,9 @@ by_time AS (
         raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
     audit_cte = ""
     if audit:
-        audit_cte = """,
+        # One group (no GROUP BY), so this HAVING runs exactly once, with or without hits.
+        relax = f"\n    HAVING {_RELAX_COMMIT}" if relax_commit else ""
+        audit_cte = f""",
 audit AS (
     INSERT INTO pgmemory_recall_audit
         (user_id, collection, application_id, agent_id, session_id, provider, mode,
@@ -369,9 +380,9 @@ audit AS (
     SELECT :audit_user_id, :collection, :audit_application_id, :audit_agent_id,
            :audit_session_id, :provider, :mode, :requesting_session_id,
            pgmemory_keyed_sha256(:audit_user_id, :query_sha256), :query_text,
-           COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{}'),
-           COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{}')
-    FROM hits AS h
+           COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{{}}'),
+           COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{{}}')
+    FROM hits AS h{relax}
 )"""
     return f"""
 WITH {ranked},
@@ -598,19 +609,22 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
 
 # --- recall audit --------------------------------------------------------------------------
 
-#: Let this transaction's recall-audit row commit without waiting for the disk flush (memories
-#: themselves always commit synchronously).
-ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
 
-#: Record a recall assembled by a caller (e.g. similar plus most recent memories).
-RECORD_RECALL = """
+@lru_cache(maxsize=2)
+def record_recall(*, relax_commit: bool) -> str:
+    """Record a recall assembled by a caller (e.g. similar plus most recent memories); with
+    ``relax_commit`` the statement lets its transaction commit without waiting for the disk
+    flush, as :func:`search_memories` does (a SELECT without FROM: its WHERE runs once)."""
+    where = f"\nWHERE {_RELAX_COMMIT}" if relax_commit else ""
+    return f"""
 INSERT INTO pgmemory_recall_audit
     (user_id, collection, application_id, agent_id, session_id, provider, mode,
      requesting_session_id, query_sha256, query_text, memory_ids, scores)
-VALUES (:user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
-        :requesting_session_id, pgmemory_keyed_sha256(:user_id, :query_sha256), :query_text,
-        CAST(:memory_ids AS uuid[]), CAST(:scores AS real[]))
+SELECT :user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
+       :requesting_session_id, pgmemory_keyed_sha256(:user_id, :query_sha256), :query_text,
+       CAST(:memory_ids AS uuid[]), CAST(:scores AS real[]){where}
 """
+
 
 # --- erasure of a user ---------------------------------------------------------------------
 

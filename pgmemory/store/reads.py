@@ -23,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import InvalidInputError
+from pgmemory.store import fastpath
 from pgmemory.store import queries as q
 from pgmemory.store.ann import AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
@@ -30,7 +31,6 @@ from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.recall import insert as insert_recall
-from pgmemory.store.recall import relax_audit_commit
 from pgmemory.store.records import (
     Memory,
     MemoryHit,
@@ -145,6 +145,8 @@ async def search(
             mode=mode,
             fusion=weights.fusion if mode == "hybrid" else "score",
             ann_dimensions=info.dimensions if on is not None else None,
+            # A shared transaction holds the turn's writes: its commit stays durable.
+            relax_commit=not (db.settings.durable_recall_audit or db.in_shared_transaction),
         )
 
     params: dict[str, Any] = {
@@ -220,10 +222,14 @@ async def _run(
     wanted: int,
     scope: MemoryScope,
 ) -> Sequence[Any]:
-    """Run a search statement on ``path``; fewer than ``wanted`` rows raise _TooFewHits."""
+    """Run a search statement on ``path``; fewer than ``wanted`` rows raise _TooFewHits.
+
+    The exact path runs as one prepared round trip (:mod:`pgmemory.store.fastpath`), its audit
+    row committing with it, unless it must join the task's shared transaction.
+    """
+    if path is None and not db.in_shared_transaction:
+        return await fastpath.fetch(db, statement, params)
     async with db.transaction(users=()) if audit or path else db.autocommit() as conn:
-        if audit:
-            await relax_audit_commit(conn, db.settings)
         return await _execute(conn, statement, params, path=path, wanted=wanted)
 
 

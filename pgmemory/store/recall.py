@@ -14,26 +14,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import InvalidInputError
-from pgmemory.settings import Settings
+from pgmemory.store import fastpath
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryScope, RecallTrace
 from pgmemory.store.validation import describe, sha256_hex
 from pgmemory.text.clean import clean_query
-
-
-async def relax_audit_commit(conn: AsyncConnection, settings: Settings) -> None:
-    """Let the transaction commit without waiting for its audit row's disk flush.
-
-    Unless ``Settings.durable_recall_audit``: the flush costs a few ms per recall. Call it only
-    in transactions that write nothing but recall audit rows (memories themselves always
-    commit synchronously).
-    """
-    if not settings.durable_recall_audit:
-        await conn.execute(text(q.ASYNC_COMMIT))
 
 
 async def record(
@@ -74,11 +62,17 @@ async def record(
 
 
 async def insert(db: Database, params: dict[str, Any]) -> None:
-    """Insert one recall audit row (``q.RECORD_RECALL``'s parameters) on the primary.
+    """Insert one recall audit row (:func:`~pgmemory.store.queries.record_recall`'s
+    parameters) on the primary; no read waits for it on a replica.
 
-    Its own transaction, committed without waiting for the disk flush (see
-    :func:`relax_audit_commit`); no read waits for it on a replica.
+    Outside a shared transaction: one prepared round trip, its own transaction, committed
+    without waiting for the disk flush unless ``durable_recall_audit``. Inside one, the row
+    commits with the block, at the block's durability.
     """
-    async with db.transaction(users=()) as conn:
-        await relax_audit_commit(conn, db.settings)
-        await conn.execute(text(q.RECORD_RECALL), params)
+    shared = db.in_shared_transaction
+    statement = q.record_recall(relax_commit=not (db.settings.durable_recall_audit or shared))
+    if shared:
+        async with db.transaction(users=()) as conn:
+            await conn.execute(text(statement), params)
+    else:
+        await fastpath.fetch(db, statement, params)

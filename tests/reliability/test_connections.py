@@ -43,10 +43,43 @@ class DropConnection:
         if self.dropped >= self._times or self._marker not in statement:
             return
         self.dropped += 1
-        pid = conn.connection.driver_connection.info.backend_pid
-        with self._admin.connect() as admin:
-            ended = admin.execute(sa.text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
-            assert ended.scalar_one(), "the store's backend did not end"
+        _terminate(self._admin, conn.connection.driver_connection.info.backend_pid)
+
+
+class DropOnCheckout:
+    """Ends the backend of the next ``times`` connections the pool hands out, just after the
+    pool's own checkout check passed: the first statement on each finds its connection lost.
+
+    For searches, which run as one statement on psycopg directly (pgmemory.store.fastpath),
+    where SQLAlchemy's statement events do not fire.
+    """
+
+    def __init__(self, store: MemoryStore, admin_url: str, *, times: int = 1) -> None:
+        self._engine = store.engine.sync_engine
+        self._admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        self._times = times
+        self.dropped = 0
+
+    def __enter__(self) -> DropOnCheckout:
+        event.listen(self._engine, "checkout", self._checkout)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        event.remove(self._engine, "checkout", self._checkout)
+        self._admin.dispose()
+
+    def _checkout(self, dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        if self.dropped >= self._times:
+            return
+        self.dropped += 1
+        _terminate(self._admin, dbapi_connection.driver_connection.info.backend_pid)
+
+
+def _terminate(admin: sa.Engine, pid: int) -> None:
+    """End a backend and wait until it is gone."""
+    with admin.connect() as conn:
+        ended = conn.execute(sa.text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid})
+        assert ended.scalar_one(), "the store's backend did not end"
 
 
 @pytest.fixture
@@ -65,17 +98,18 @@ async def _audit_rows(store: MemoryStore, user_id: str) -> int:
 
 
 async def test_a_read_runs_once_more_after_losing_its_connection(
-    store: MemoryStore, collection_3d: str, server_url: str
+    store: MemoryStore, collection_3d: str, server_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     await store.create_collection(collection_3d, dimensions=3, embedding_model="test")
     scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
     await store.add(
         collection_3d, [MemoryRecord(content="likes tea", scope=scope, embedding=[1, 0, 0])]
     )
-    # Mid-transaction: the search's audited statement runs after its SET LOCAL.
-    with DropConnection(store, server_url, marker="pgmemory_recall_audit") as drop:
+    # The search (one statement, which writes its audit row) finds its connection gone.
+    with DropOnCheckout(store, server_url) as dropped_search:
         hits = await store.search(collection_3d, scope, vector=[1, 0, 0])
-    assert drop.dropped == 1
+    assert dropped_search.dropped == 1
+    assert "a read lost its database connection" in caplog.text, "the search ran once more"
     assert [hit.memory.content for hit in hits] == ["likes tea"]
     assert await _audit_rows(store, scope.user_id or "") == 1, "the lost attempt committed nothing"
     with DropConnection(store, server_url, marker="pgmemory_memories") as drop:

@@ -33,10 +33,14 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
         for table in q.AUDIT_TABLES:
             yield (), getattr(q, builder)(table)
         return
+    if builder == "record_recall":
+        for relax in (True, False):
+            yield ("user_id",), q.record_recall(relax_commit=relax)
+        return
     for dims in DIMENSION_SETS:
         if builder == "search_memories":
-            for covering, audit, mode, fusion, ann in itertools.product(
-                (True, False), (True, False), q.SEARCH_MODES, q.FUSIONS, (None, 384)
+            for covering, audit, mode, fusion, ann, relax in itertools.product(
+                (True, False), (True, False), q.SEARCH_MODES, q.FUSIONS, (None, 384), (True, False)
             ):
                 if ann is not None and mode != "vector":
                     continue  # the approximate path serves vector searches only
@@ -49,6 +53,7 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                         mode=mode,
                         fusion=fusion,
                         ann_dimensions=ann,
+                        relax_commit=relax,
                     ),
                 )
         elif builder == "list_memories":

@@ -1,0 +1,61 @@
+"""The fast path: a statement as one prepared round trip, on psycopg directly.
+
+A small scope's search takes well under a millisecond in the server; what a caller waited for
+was everything around it: SQLAlchemy turning ``text()`` into the driver's statement and
+processing the result on every call (about a millisecond of Python), and the audited
+transaction's four round trips (BEGIN, ``SET LOCAL synchronous_commit``, the statement,
+COMMIT), each a wake-up of the server and of the caller. Here the statement is translated to
+psycopg's placeholders once per statement text, prepared server-side on its first run on each
+connection, and run in autocommit: one round trip, its own transaction. An audited search
+statement relaxes its own commit (:func:`pgmemory.store.queries.search_memories` with
+``relax_commit``), so the audit row is written in the same statement and committed with it,
+as before: nothing is deferred, batched or written later. A caller's own recall record
+(:func:`pgmemory.store.recall.record`) is one such statement too.
+
+What a lost connection does: the statement is its own commit, so when the connection is lost
+while it runs, its audit row may have committed or not; :meth:`Database.read` runs the search
+once more (see :meth:`pgmemory.store.database.Database.driver_autocommit`), so the recall that
+returned is audited, and a lost attempt may leave an audit row of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from psycopg.rows import dict_row
+from sqlalchemy import text
+from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
+
+from pgmemory.store.database import Database
+
+_DIALECT = PGDialectAsync_psycopg()
+
+
+@lru_cache(maxsize=256)
+def driver_statement(statement: str) -> str:
+    """A statement with ``:name`` parameters in psycopg's ``%(name)s`` form (``%`` escaped),
+    as SQLAlchemy itself would send it; translated once per statement text."""
+    return text(statement).compile(dialect=_DIALECT).string
+
+
+async def fetch(db: Database, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Run ``statement`` (``:name`` parameters) in one prepared round trip, in autocommit.
+
+    Args:
+        db: The database (the connection comes from its pool).
+        statement: One statement from :mod:`pgmemory.store.queries`.
+        params: Its parameters.
+
+    Returns:
+        Its rows, as dicts by column name (none for a statement that returns no rows).
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: The statement failed (``connection_invalidated`` when its
+            connection was lost).
+    """
+    async with db.driver_autocommit() as conn:
+        cursor = conn.cursor(row_factory=dict_row)
+        await cursor.execute(driver_statement(statement), params, prepare=True)
+        return await cursor.fetchall() if cursor.description is not None else []

@@ -1,0 +1,130 @@
+"""The fast path: an exact search is one prepared statement on psycopg directly, audited in the
+same statement, and answers exactly what the SQLAlchemy path answers."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
+from pgmemory.store import fastpath
+from pgmemory.store import queries as q
+
+DIM = 8
+
+
+async def _audit(store: MemoryStore, user_id: str) -> list[list[uuid.UUID]]:
+    async with store.engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")  # no ROLLBACK after
+        rows = await conn.execute(
+            text("SELECT memory_ids FROM pgmemory_recall_audit WHERE user_id = :u ORDER BY id"),
+            {"u": user_id},
+        )
+        return [list(r[0]) for r in rows.all()]
+
+
+async def test_search_is_one_prepared_statement_that_writes_its_audit_row(
+    database_url: str,
+) -> None:
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    rng = np.random.default_rng(3)
+    collection = f"f_{uuid.uuid4().hex[:10]}"
+    scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    async with MemoryStore(database_url, settings=settings) as store:
+        await store.create_collection(collection, dimensions=DIM, embedding_model="test")
+        vectors = rng.standard_normal((30, DIM)).astype(np.float32)
+        await store.add(
+            collection,
+            [
+                MemoryRecord(content=f"m{i}", scope=scope, embedding=v)
+                for i, v in enumerate(vectors)
+            ],
+        )
+        query = rng.standard_normal(DIM).astype(np.float32)
+        for _ in range(2):
+            hits = await store.search(collection, scope, vector=query, limit=3)
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        expected = np.argsort(-(unit @ (query / np.linalg.norm(query))))[:3]
+        assert [hit.memory.content for hit in hits] == [f"m{i}" for i in expected]
+        assert await _audit(store, scope.user_id or "") == [[hit.memory.id for hit in hits]] * 2
+        # One pooled connection: the searches ran on it, prepared on their first run.
+        async with store.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            prepared = (
+                await conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_prepared_statements "
+                        "WHERE statement LIKE '%INSERT INTO pgmemory_recall_audit%'"
+                    )
+                )
+            ).scalar_one()
+        assert prepared == 1
+
+
+async def test_fast_and_transactional_paths_answer_alike(
+    store: MemoryStore, collection: str
+) -> None:
+    scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    texts = ["I love green tea", "my dog is called Rex", "I work night shifts", "tea gives me calm"]
+    await store.add(collection, [MemoryRecord(content=t, scope=scope) for t in texts])
+    for mode in q.SEARCH_MODES:
+        fast = await store.search(collection, scope, query="tea", mode=mode, limit=3)
+        async with store.shared_transaction():  # joins the block's transaction: SQLAlchemy path
+            joined = await store.search(collection, scope, query="tea", mode=mode, limit=3)
+        assert [(h.memory.id, h.score) for h in fast] == [(h.memory.id, h.score) for h in joined]
+    audited = await _audit(store, scope.user_id or "")
+    assert len(audited) == 2 * len(q.SEARCH_MODES)
+
+
+async def test_errors_hide_parameters_and_leave_the_connection_usable(
+    store: MemoryStore, collection: str
+) -> None:
+    secret = "diagnosed with diabetes"
+    with pytest.raises(DBAPIError) as raised:
+        await fastpath.fetch(store._db, "SELECT CAST(:note AS text), 1 / 0", {"note": secret})
+    assert "division by zero" in str(raised.value)
+    assert not raised.value.connection_invalidated
+    assert secret not in str(raised.value) and secret not in repr(raised.value)
+    # The pooled connection is back out of autocommit: a failed write still rolls back whole.
+    scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    await store.add(collection, [MemoryRecord(content="kept", scope=scope)])
+    assert await store.count(collection, scope) == 1
+
+
+def test_a_durable_audit_commits_as_the_server_is_configured() -> None:
+    relaxed = q.search_memories(("user_id",), covering=True, audit=True, relax_commit=True)
+    durable = q.search_memories(("user_id",), covering=True, audit=True)
+    assert "set_config('synchronous_commit', 'off', true)" in relaxed
+    assert "synchronous_commit" not in durable
+    assert "set_config('synchronous_commit', 'off', true)" in q.record_recall(relax_commit=True)
+    assert "synchronous_commit" not in q.record_recall(relax_commit=False)
+
+
+async def test_a_recorded_recall_commits_alone_or_with_its_block(
+    store: MemoryStore, collection: str
+) -> None:
+    scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    ids = [uuid.uuid4(), uuid.uuid4()]
+    await store.record_recall(collection, scope, memory_ids=ids, scores=[0.5, 0.25], query="q")
+    with pytest.raises(RuntimeError):
+        async with store.shared_transaction():
+            await store.record_recall(collection, scope, memory_ids=ids[:1], scores=[1], query="q")
+            raise RuntimeError("the block fails: its recall record rolls back")
+    assert await _audit(store, scope.user_id or "") == [ids]
+
+
+async def test_a_cancelled_statement_leaves_the_pool_usable(database_url: str) -> None:
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    async with MemoryStore(database_url, settings=settings) as store:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(fastpath.fetch(store._db, "SELECT pg_sleep(5)", {}), 0.2)
+        # The one pooled connection (or its replacement) answers, in a transaction again.
+        assert await fastpath.fetch(store._db, "SELECT 1 AS one", {}) == [{"one": 1}]
+        async with store.engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert raw is not None and not raw.autocommit

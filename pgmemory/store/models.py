@@ -9,7 +9,9 @@ application. Design rules that keep the schema auditable and distributable (Citu
 * every primary key of a per-user table includes ``user_id`` (the distribution column), and no
   statement joins rows of different users;
 * ``embedding`` is an untyped ``vector`` (collections of different sizes share the table) kept
-  inline with ``STORAGE PLAIN`` (set in the migration), so exact scans never de-TOAST.
+  inline with ``STORAGE MAIN`` (set in the migrations): exact scans never de-TOAST a row that
+  fits a page with its vector; only rows that cannot (about 1,950 dimensions and up) keep it
+  out of line.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def test_models_and_migrations_agree(database_url: str) -> None:
     assert diff == []
 
 
-def test_embeddings_are_stored_inline(database_url: str) -> None:
+def test_embeddings_are_stored_inline_while_the_row_fits(database_url: str) -> None:
     engine = sa.create_engine(database_url)
     try:
         with engine.connect() as conn:
@@ -82,7 +82,7 @@ def test_embeddings_are_stored_inline(database_url: str) -> None:
             ).scalar_one()
     finally:
         engine.dispose()
-    assert storage == "p"
+    assert storage == "m"  # MAIN: inline unless the row cannot fit a page (migration 0007)
 
 
 async def test_missing_extension_says_what_to_run(fresh_database: str) -> None:

@@ -82,7 +82,7 @@ def test_embeddings_are_stored_inline_while_the_row_fits(database_url: str) -> N
             ).scalar_one()
     finally:
         engine.dispose()
-    assert storage == "m"  # MAIN: inline unless the row cannot fit a page (migration 0007)
+    assert storage == "m"  # MAIN: inline unless the row cannot fit a page (migration 0008)
 
 
 async def test_missing_extension_says_what_to_run(fresh_database: str) -> None:

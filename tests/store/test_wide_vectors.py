@@ -18,7 +18,7 @@ async def test_the_largest_vectors_land_and_round_trip(
     store: MemoryStore, owner_engine: AsyncEngine, path: str
 ) -> None:
     # A 2,000-d float4 vector alone is ~8 kB: with the row's other columns it cannot stay
-    # inline in an 8 kB page ("row is too big" under STORAGE PLAIN; migration 0007).
+    # inline in an 8 kB page ("row is too big" under STORAGE PLAIN; migration 0008).
     name = unique("c")
     await store.create_collection(name, dimensions=MAX_DIMENSIONS, embedding_model="wide")
     user = unique("u")

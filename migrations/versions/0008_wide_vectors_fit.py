@@ -8,8 +8,8 @@ failed with "row is too big", although collections accept up to 2,000 dimensions
 dimensions, so exact scans of those collections are unchanged) and moves it out of line only
 as a last resort. Only the catalogue changes: no row is rewritten.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-11-30
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0007"
-down_revision: str | None = "0006"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -128,3 +128,20 @@ async def test_a_cancelled_statement_leaves_the_pool_usable(database_url: str) -
         async with store.engine.connect() as conn:
             raw = (await conn.get_raw_connection()).driver_connection
             assert raw is not None and not raw.autocommit
+
+
+async def test_recalls_inside_a_shared_transaction_leave_the_turn_durable(
+    store: MemoryStore, collection: str
+) -> None:
+    # The relaxed commit is for a recall's own audit row; inside a shared transaction the row
+    # commits with the turn's writes, which must keep the server's synchronous_commit.
+    scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
+    await store.add(collection, [MemoryRecord(content="kept", scope=scope)])
+    async with store.shared_transaction():
+        await store.add(collection, [MemoryRecord(content="the turn", scope=scope)])
+        await store.search(collection, scope, query="kept", mode="text", limit=1)
+        await store.record_recall(collection, scope, memory_ids=[], scores=[], query="q")
+        async with store._db.transaction() as conn:
+            setting = (await conn.execute(text("SHOW synchronous_commit"))).scalar_one()
+    assert setting == "on"
+    assert await store.count(collection, scope) == 2

@@ -21,13 +21,15 @@ with an error saying so (every search stays exact, over the user's one partition
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from sqlalchemy import text
+from typing import TYPE_CHECKING
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
-from pgmemory.store import queries as q
-from pgmemory.store.database import Database
-from pgmemory.store.migrate import MIGRATION_LOCK_KEY
+
+if TYPE_CHECKING:
+    from pgmemory.store.database import Database
+
+# The database modules are imported where they are used, so that the command line's
+# parser (which shows MIN_PARTITIONS and MAX_PARTITIONS) loads no driver.
 
 #: The fewest and the most hash partitions :func:`partition_memories` makes.
 MIN_PARTITIONS = 2
@@ -70,13 +72,6 @@ def check_partitions(partitions: object) -> int:
     return partitions
 
 
-async def relkind(db: Database) -> str | None:
-    """The memories table's kind: ``'r'`` plain, ``'p'`` partitioned, None when it is missing."""
-    async with db.autocommit() as conn:
-        kind = (await conn.execute(text(q.MEMORIES_RELKIND))).scalar()
-    return None if kind is None else str(kind)
-
-
 async def partition_memories(db: Database, partitions: int = 16) -> PartitionReport:
     """Replace the EMPTY memories table by one hash-partitioned by ``user_id``.
 
@@ -92,6 +87,11 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
         DatabaseNotReadyError: The table is missing (run the migrations first), already
             partitioned, or holds rows; nothing was changed.
     """
+    from sqlalchemy import text
+
+    from pgmemory.store import queries as q
+    from pgmemory.store.migrate import MIGRATION_LOCK_KEY
+
     count = check_partitions(partitions)
     async with db.transaction() as conn:
         await conn.execute(text(q.MIGRATION_XACT_LOCK), {"key": MIGRATION_LOCK_KEY})

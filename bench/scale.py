@@ -475,49 +475,18 @@ def json_figures(r: dict) -> dict:
 # --- main --------------------------------------------------------------------------------------
 
 
-#: Turn the (empty) memories table into one hash-partitioned by user_id, keeping every column,
-#: default, check, key, foreign key and index (by name): what an opt-in migration would do.
-PARTITION_MEMORIES = """
-DO $$
-DECLARE
-    item record;
-    indexes text[] := ARRAY(
-        SELECT indexdef FROM pg_indexes
-        WHERE tablename = 'pgmemory_memories'
-          AND indexname NOT IN (SELECT conname FROM pg_constraint
-                                WHERE conrelid = 'pgmemory_memories'::regclass));
-    keys text[] := ARRAY(
-        SELECT format('ALTER TABLE pgmemory_memories ADD CONSTRAINT %I %s', conname,
-                      pg_get_constraintdef(oid))
-        FROM pg_constraint
-        WHERE conrelid = 'pgmemory_memories'::regclass AND contype IN ('p', 'u', 'f'));
-    statement text;
-BEGIN
-    ALTER TABLE pgmemory_memories RENAME TO pgmemory_memories_plain;
-    CREATE TABLE pgmemory_memories (LIKE pgmemory_memories_plain
-        INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE) PARTITION BY HASH (user_id);
-    DROP TABLE pgmemory_memories_plain;
-    FOR i IN 0 .. {partitions} - 1 LOOP
-        EXECUTE format('CREATE TABLE pgmemory_memories_p%s PARTITION OF pgmemory_memories '
-                       'FOR VALUES WITH (MODULUS {partitions}, REMAINDER %s)', i, i);
-    END LOOP;
-    FOREACH statement IN ARRAY keys LOOP EXECUTE statement; END LOOP;
-    FOREACH statement IN ARRAY indexes LOOP EXECUTE statement; END LOOP;
-END $$
-"""
-
-
 def partition_memories(url: str, partitions: int) -> None:
-    """Hash-partition the scratch database's empty memories table by user_id."""
-    import psycopg
+    """Hash-partition the scratch database's empty memories table by user_id, as an operator
+    would (``MemoryStore.partition_memories``, what ``pgmemory db partition`` runs)."""
 
-    # The DO block takes no parameters; the count is an int from argparse.
-    with psycopg.connect(h.libpq_url(url), autocommit=True) as conn:
-        conn.execute(PARTITION_MEMORIES.replace("{partitions}", str(int(partitions))).encode())
-        made = conn.execute(
-            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgmemory_memories'::regclass"
-        ).fetchone()
-    assert made is not None and made[0] == partitions, made
+    from pgmemory import MemoryStore, Settings
+
+    async def partition() -> None:
+        async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
+            report = await store.partition_memories(partitions=partitions)
+        assert report.partitions == partitions, report
+
+    asyncio.run(partition())
 
 
 def measure_pgmemory(

@@ -126,6 +126,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     history.set_defaults(handler=history_command)
 
     add_distribute_parser(sub, common)
+    add_partition_parser(sub, common)
 
 
 # --- revisions ------------------------------------------------------------------------------
@@ -452,4 +453,61 @@ def distribute_command(args: argparse.Namespace) -> int:
         print(f"distributed by {routing.DISTRIBUTION_COLUMN}: {table}")
     for table in done.unchanged:
         print(f"already managed by Citus: {table}")
+    return 0
+
+
+# --- partition (hash partitions of the memories table by user) -----------------------------
+
+
+def add_partition_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``db partition``.
+
+    Args:
+        sub: the ``db`` sub-parsers.
+        common: the parent parser of options every command takes (``--url``).
+    """
+    from pgmemory.store.partitioning import MAX_PARTITIONS, MIN_PARTITIONS
+
+    partition = sub.add_parser(
+        "partition", parents=[common],
+        help="hash-partition the EMPTY memories table by user_id (opt-in, for heavy users)",
+        description="Replace the empty pgmemory_memories table by one hash-partitioned by "
+        "user_id, keeping every column, default, key, foreign key and index, in one "
+        "transaction under the migration lock. Run once, right after `pgmemory db upgrade` "
+        "and before `pgmemory db roles`. Refused (nothing changed) when the table holds rows "
+        "or is already partitioned. Large user scopes import and search faster, VACUUM "
+        "ANALYZE is slower, and enable_ann is refused (see the README's Scaling section).",
+    )  # fmt: skip
+    partition.add_argument(
+        "--partitions", type=int, default=16, metavar="N",
+        help=f"number of hash partitions, {MIN_PARTITIONS}-{MAX_PARTITIONS} (default: 16)",
+    )  # fmt: skip
+    add_json(partition, '{"table": "pgmemory_memories", "partitions": 16, "key": "user_id"}')
+    partition.set_defaults(handler=partition_command)
+
+
+def partition_command(args: argparse.Namespace) -> int:
+    """``pgmemory db partition [--partitions N] [--json]``.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+    """
+    from pgmemory.store.partitioning import check_partitions
+
+    check_partitions(args.partitions)  # before connecting
+    return with_store(args, _partition)
+
+
+async def _partition(store: MemoryStore, args: argparse.Namespace) -> int:
+    report = await store.partition_memories(partitions=args.partitions)
+    if args.json:
+        print_json(report.as_dict())
+        return 0
+    print(
+        f"{report.table} is now hash-partitioned by {report.key} into {report.partitions} "
+        f"partitions ({report.table}_p0 .. {report.table}_p{report.partitions - 1})"
+    )
     return 0

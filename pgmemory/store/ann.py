@@ -17,7 +17,9 @@ approximate path never makes a search fail.
 
 The index's DDL is made by PostgreSQL itself (``format()`` quotes the index name and the
 collection literal) and runs through the driver without any parameters, so a collection name
-such as ``100%`` or ``%(name)s`` is just text.
+such as ``100%`` or ``%(name)s`` is just text. On a memories table hash-partitioned by user
+(:mod:`pgmemory.store.partitioning`) the concurrent build is impossible, so :meth:`AnnPaths.enable`
+refuses it with an error saying so.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, Protocol
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pgmemory.errors import InvalidInputError
+from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database
@@ -129,6 +131,14 @@ class AnnPaths:
             if valid is False:  # a failed concurrent build leaves an invalid index behind
                 drop = (await conn.execute(text(q.ANN_DROP_DDL), params)).scalar_one()
                 await _run_ddl(conn, drop)
+            if not valid and (await conn.execute(text(q.MEMORIES_RELKIND))).scalar() == "p":
+                raise DatabaseNotReadyError(
+                    f"the approximate path of collection {collection!r} needs its HNSW index "
+                    "built with CREATE INDEX CONCURRENTLY, which PostgreSQL refuses on the "
+                    "partitioned pgmemory_memories table (pgmemory db partition); nothing was "
+                    "changed. Leave the path off (searches stay exact over the user's one "
+                    "partition), or use an unpartitioned database for enable_ann"
+                )
             if not valid:
                 ddl = (await conn.execute(text(q.ANN_INDEX_DDL), params)).scalar_one()
                 await conn.execute(

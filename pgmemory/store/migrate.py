@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import text
 
 from pgmemory.store.connector import VERSION_TABLE, normalise_url
+from pgmemory.store.queries import MIGRATION_XACT_LOCK
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -54,7 +55,7 @@ def migration_lock(connection: Connection) -> Iterator[None]:
     """
     key = {"key": MIGRATION_LOCK_KEY}
     if connection.in_transaction():
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), key)
+        connection.execute(text(MIGRATION_XACT_LOCK), key)
         yield
         return
     connection.execute(text("SELECT pg_advisory_lock(:key)"), key)

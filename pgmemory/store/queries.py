@@ -1170,3 +1170,60 @@ CITUS_REFERENCE_TABLE = "SELECT create_reference_table(CAST(:table AS regclass))
 CITUS_DISTRIBUTE_TABLE = """
 SELECT create_distributed_table(CAST(:table AS regclass), :column, colocate_with => :colocate_with)
 """
+
+# --- hash partitioning of the memories table by user (see pgmemory.store.partitioning) -------
+
+#: What the memories table is now: its relkind ('r' plain, 'p' partitioned; NULL: no table).
+MEMORIES_RELKIND = """
+SELECT c.relkind::text FROM pg_class AS c WHERE c.oid = to_regclass('pgmemory_memories')
+"""
+
+#: Whether the memories table holds any row at all (partitioning is refused then).
+MEMORIES_ANY_ROW = "SELECT EXISTS (SELECT 1 FROM pgmemory_memories)"
+
+#: The partition count for PARTITION_MEMORIES, transaction-local (DDL takes no parameters).
+SET_PARTITION_COUNT = "SELECT set_config('pgmemory.partitions', CAST(:partitions AS text), true)"
+
+#: Turn the EMPTY memories table into one hash-partitioned by user_id into
+#: current_setting('pgmemory.partitions') partitions, keeping every column, default, check,
+#: storage setting, key, foreign key and index (by name). Run after SET_PARTITION_COUNT, in
+#: one transaction; no '%' and no bind marker in it, so it runs as written.
+PARTITION_MEMORIES = """
+DO $$
+DECLARE
+    partitions int := current_setting('pgmemory.partitions')::int;
+    indexes text[] := ARRAY(
+        SELECT indexdef FROM pg_indexes
+        WHERE schemaname = current_schema() AND tablename = 'pgmemory_memories'
+          AND indexname NOT IN (SELECT conname FROM pg_constraint
+                                WHERE conrelid = 'pgmemory_memories'::regclass));
+    keys text[] := ARRAY(
+        SELECT 'ALTER TABLE pgmemory_memories ADD CONSTRAINT ' || quote_ident(conname) || ' '
+               || pg_get_constraintdef(oid)
+        FROM pg_constraint
+        WHERE conrelid = 'pgmemory_memories'::regclass AND contype IN ('p', 'u', 'f')
+        ORDER BY contype <> 'p', conname);
+    statement text;
+BEGIN
+    ALTER TABLE pgmemory_memories RENAME TO pgmemory_memories_plain;
+    CREATE TABLE pgmemory_memories (LIKE pgmemory_memories_plain
+        INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)
+        PARTITION BY HASH (user_id);
+    DROP TABLE pgmemory_memories_plain;
+    FOR i IN 0 .. partitions - 1 LOOP
+        EXECUTE 'CREATE TABLE ' || quote_ident('pgmemory_memories_p' || i)
+             || ' PARTITION OF pgmemory_memories FOR VALUES WITH (MODULUS ' || partitions
+             || ', REMAINDER ' || i || ')';
+    END LOOP;
+    FOREACH statement IN ARRAY keys LOOP EXECUTE statement; END LOOP;
+    FOREACH statement IN ARRAY indexes LOOP EXECUTE statement; END LOOP;
+END $$
+"""
+
+#: How many partitions the memories table has (0: not partitioned).
+MEMORIES_PARTITIONS = """
+SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('pgmemory_memories')
+"""
+
+#: Take the migration advisory lock for the current transaction.
+MIGRATION_XACT_LOCK = "SELECT pg_advisory_xact_lock(:key)"

@@ -16,7 +16,17 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
-from pgmemory.store import erasure, facts, history, integrity, reads, recall, roles, writes
+from pgmemory.store import (
+    erasure,
+    facts,
+    history,
+    integrity,
+    partitioning,
+    reads,
+    recall,
+    roles,
+    writes,
+)
 from pgmemory.store.ann import (
     ANN_EF_SEARCH,
     ANN_MIN_SCOPE_ROWS,
@@ -505,6 +515,28 @@ class MemoryStore:
             What was done (statements run, with the password masked, and any warnings).
         """
         return await roles.create_app_role(self._db, name, password)
+
+    async def partition_memories(self, *, partitions: int = 16) -> partitioning.PartitionReport:
+        """Hash-partition the EMPTY memories table by ``user_id`` into ``partitions`` partitions.
+
+        Opt-in, once, right after the migrations and before any memory is written (and before
+        ``create_app_role``, whose grants name the table): heavy user scopes import and search
+        faster, ``VACUUM ANALYZE`` is slower, and ``enable_ann`` is refused (see the README's
+        Scaling section and :mod:`pgmemory.store.partitioning`). Runs in one transaction under
+        the migration lock; every column, default, key, foreign key and index is kept.
+
+        Args:
+            partitions: The number of hash partitions, an int from 2 to 256.
+
+        Returns:
+            What was done.
+
+        Raises:
+            InvalidInputError: A bad count.
+            DatabaseNotReadyError: The table is missing, already partitioned or not empty
+                (nothing is changed).
+        """
+        return await partitioning.partition_memories(self._db, partitions)
 
     # --- chat history ----------------------------------------------------------------------
 

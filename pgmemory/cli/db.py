@@ -419,25 +419,21 @@ def add_distribute_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def distribute_command(args: argparse.Namespace) -> int:
-    """``pgmemory db distribute [--json]``.
+    """``pgmemory db distribute [--json]``; without the citus extension, exit 1 (nothing changed).
 
     Args:
         args: the parsed command line.
 
     Returns:
         The exit status.
-
-    Raises:
-        CliError: the citus extension is not installed (nothing changed).
     """
-    from pgmemory.errors import DatabaseNotReadyError
+    return with_store(args, _distribute)
+
+
+async def _distribute(store: MemoryStore, args: argparse.Namespace) -> int:
     from pgmemory.store import routing
 
-    with database_url(settings_of(args), args.url) as url:
-        try:
-            done = routing.distribute(url)
-        except DatabaseNotReadyError as exc:
-            raise CliError(str(exc)) from None
+    done = await store.distribute()
     if args.json:
         print_json(
             {

@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import sqlalchemy as sa
+from sqlalchemy import text
 
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import queries as q
-from pgmemory.store.connector import normalise_url
+from pgmemory.store.database import Database
 
 #: Tables holding one user's rows each; distributed by ``user_id``, co-located with the first.
 PER_USER_TABLES = (
@@ -124,7 +124,7 @@ class Distribution:
     unchanged: list[str] = field(default_factory=list)
 
 
-def distribute(url: str) -> Distribution:
+async def distribute(db: Database) -> Distribution:
     """Make the catalogue a reference table and the per-user tables distributed by user.
 
     Runs ``create_reference_table`` for :data:`REFERENCE_TABLES`, then
@@ -134,7 +134,7 @@ def distribute(url: str) -> Distribution:
     ``pgmemory db upgrade``.
 
     Args:
-        url: The coordinator's URL.
+        db: The coordinator's database (an autocommit connection from its pool).
 
     Returns:
         What was done.
@@ -143,38 +143,34 @@ def distribute(url: str) -> Distribution:
         DatabaseNotReadyError: The ``citus`` extension is not installed in the database
             (nothing is changed).
     """
-    engine = sa.create_engine(normalise_url(url), isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            database = conn.execute(sa.text(q.CURRENT_DATABASE)).scalar_one()
-            if not conn.execute(sa.text(q.CITUS_INSTALLED)).scalar():
-                raise DatabaseNotReadyError(
-                    f"the citus extension is not installed in database {database!r}, so "
-                    "pgmemory's tables cannot be distributed; nothing was changed. Install "
-                    "Citus on every node, run CREATE EXTENSION citus on the coordinator and "
-                    "add the workers (citus_add_node), then run `pgmemory db distribute` again"
-                )
-            done = Distribution()
-            for table in REFERENCE_TABLES:
-                if conn.execute(sa.text(q.CITUS_TABLE_TYPE), {"table": table}).scalar():
-                    done.unchanged.append(table)
-                    continue
-                conn.execute(sa.text(q.CITUS_REFERENCE_TABLE), {"table": table})
-                done.reference.append(table)
-            first = PER_USER_TABLES[0]
-            for table in PER_USER_TABLES:
-                if conn.execute(sa.text(q.CITUS_TABLE_TYPE), {"table": table}).scalar():
-                    done.unchanged.append(table)
-                    continue
-                conn.execute(
-                    sa.text(q.CITUS_DISTRIBUTE_TABLE),
-                    {
-                        "table": table,
-                        "column": DISTRIBUTION_COLUMN,
-                        "colocate_with": "default" if table == first else first,
-                    },
-                )
-                done.distributed.append(table)
-            return done
-    finally:
-        engine.dispose()
+    async with db.autocommit() as conn:
+        database = (await conn.execute(text(q.CURRENT_DATABASE))).scalar_one()
+        if not (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
+            raise DatabaseNotReadyError(
+                f"the citus extension is not installed in database {database!r}, so "
+                "pgmemory's tables cannot be distributed; nothing was changed. Install "
+                "Citus on every node, run CREATE EXTENSION citus on the coordinator and "
+                "add the workers (citus_add_node), then run `pgmemory db distribute` again"
+            )
+        done = Distribution()
+        for table in REFERENCE_TABLES:
+            if (await conn.execute(text(q.CITUS_TABLE_TYPE), {"table": table})).scalar():
+                done.unchanged.append(table)
+                continue
+            await conn.execute(text(q.CITUS_REFERENCE_TABLE), {"table": table})
+            done.reference.append(table)
+        first = PER_USER_TABLES[0]
+        for table in PER_USER_TABLES:
+            if (await conn.execute(text(q.CITUS_TABLE_TYPE), {"table": table})).scalar():
+                done.unchanged.append(table)
+                continue
+            await conn.execute(
+                text(q.CITUS_DISTRIBUTE_TABLE),
+                {
+                    "table": table,
+                    "column": DISTRIBUTION_COLUMN,
+                    "colocate_with": "default" if table == first else first,
+                },
+            )
+            done.distributed.append(table)
+        return done

@@ -25,6 +25,7 @@ from pgmemory.store import (
     reads,
     recall,
     roles,
+    routing,
     writes,
 )
 from pgmemory.store.ann import (
@@ -537,6 +538,18 @@ class MemoryStore:
                 (nothing is changed).
         """
         return await partitioning.partition_memories(self._db, partitions)
+
+    async def distribute(self) -> routing.Distribution:
+        """On a Citus coordinator: make the catalogue a reference table and distribute every
+        per-user table by ``user_id``, co-located (see :func:`pgmemory.store.routing.distribute`).
+
+        Returns:
+            What was done (tables Citus already manages are left as they are).
+
+        Raises:
+            DatabaseNotReadyError: The ``citus`` extension is not installed (nothing is changed).
+        """
+        return await routing.distribute(self._db)
 
     # --- chat history ----------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ a per-user table holds user_id; `pgmemory db distribute` says clearly when Citus
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from pgmemory import MemoryStore
 from pgmemory.cli import run
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import queries as q
@@ -189,8 +191,12 @@ def test_every_key_of_a_per_user_table_holds_user_id(database_url: str) -> None:
 def test_distribute_without_citus_says_so_and_changes_nothing(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    async def distribute() -> None:
+        async with MemoryStore(database_url) as store:
+            await store.distribute()
+
     with pytest.raises(DatabaseNotReadyError, match="citus extension is not installed"):
-        routing.distribute(database_url)
+        asyncio.run(distribute())
 
     assert run(["--url", database_url, "db", "distribute"]) == 1
     out, err = capsys.readouterr()

@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -162,6 +163,12 @@ def check_vector(value: object, *, dimensions: int, what: str) -> np.ndarray:
             f"{what} has {vector.shape[0]} dimensions; this collection holds {dimensions}: "
             "embed with the collection's model, or use a collection of that size"
         )
+    # One pass for the common case: a finite, positive sum of squares means every value is
+    # finite and one is non-zero (an overflow or underflow takes the precise checks below).
+    with np.errstate(over="ignore", under="ignore"):
+        square = float(np.dot(vector, vector))
+    if math.isfinite(square) and square > 0.0:
+        return vector
     finite = np.isfinite(vector)
     if not finite.all():
         bad = int(np.flatnonzero(~finite)[0])
@@ -256,9 +263,12 @@ BTREE_MAX_ENTRY_BYTES = 2704
 _FIXED_TYPES = {"uuid": (16, 1), "int8": (8, 8), "timestamptz": (8, 8)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class IndexShape:
     """The columns of one B-tree index entry, in order, as the schema defines them.
+
+    Each index has one shape (the module's constants), compared and hashed by identity: cheap
+    enough to key a cache with on every row of an import.
 
     Attributes:
         name: The index, as the schema names it.
@@ -312,6 +322,28 @@ def entry_bytes(shape: IndexShape, values: Mapping[str, Any]) -> int:
     return (16 if has_null else 8) + _align(size, 8)
 
 
+@lru_cache(maxsize=64)
+def _fields_of(shapes: tuple[IndexShape, ...]) -> frozenset[tuple[str, str]]:
+    """Every (field, kind) that some entry of ``shapes`` holds."""
+    return frozenset(column for shape in shapes for column in shape.columns)
+
+
+def _entry_bound(shapes: Sequence[IndexShape], values: Mapping[str, Any]) -> int:
+    """An upper bound of every entry of ``shapes``: each field of any shape counted once, text
+    at 4 bytes per character with a 4-byte header and 3 bytes of alignment, a vector at its
+    size plus 11, any other column at 16, plus the largest entry header and final alignment."""
+    size = 16 + 7
+    for field, kind in _fields_of(tuple(shapes)):
+        value = values.get(field)
+        if kind == "text":
+            size += 7 + 4 * len(value) if isinstance(value, str) else 7
+        elif kind == "vector":
+            size += 11 + 4 * int(value or 0)
+        else:
+            size += 16
+    return size
+
+
 def check_index_entries(
     shapes: Sequence[IndexShape], values: Mapping[str, Any], *, where: str, names: Mapping[str, str]
 ) -> None:
@@ -327,6 +359,8 @@ def check_index_entries(
         InvalidInputError: An entry would exceed :data:`BTREE_MAX_ENTRY_BYTES`. The message
             names the fields and their byte lengths, never their values.
     """
+    if _entry_bound(shapes, values) <= BTREE_MAX_ENTRY_BYTES:
+        return  # no entry can be too large (the common case: short ids), so no layout needed
     for shape in shapes:
         size = entry_bytes(shape, values)
         if size <= BTREE_MAX_ENTRY_BYTES:

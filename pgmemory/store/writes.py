@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -265,7 +266,7 @@ def _row(
         "metadata": Jsonb(check_metadata(record.metadata, what=f"{where}.metadata")),
     }
     check_index_entries(
-        _entry_shapes(info, row["message_id"] is not None),
+        _entry_shapes(info.dimensions, row["message_id"] is not None),
         {**row, "collection": info.name, "embedding": info.dimensions},
         where=where,
         names=_FIELD_NAMES,
@@ -281,12 +282,14 @@ _FIELD_NAMES = {
 }
 
 
-def _entry_shapes(info: CollectionInfo, has_message_id: bool) -> list[IndexShape]:
-    """The B-tree indexes a memory row of the collection goes into (and its audit row)."""
+@lru_cache(maxsize=64)
+def _entry_shapes(dimensions: int, has_message_id: bool) -> tuple[IndexShape, ...]:
+    """The B-tree indexes a memory row of a collection of ``dimensions`` goes into (and its
+    audit row)."""
     shapes = [*MEMORY_INDEXES, *([MESSAGE_INDEX] if has_message_id else [])]
-    if info.dimensions <= COVERING_MAX_DIMENSIONS:
+    if dimensions <= COVERING_MAX_DIMENSIONS:
         shapes.append(COVERING_INDEX)
-    return shapes + list(MEMORY_AUDIT_INDEXES)
+    return (*shapes, *MEMORY_AUDIT_INDEXES)
 
 
 def message_key(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -21,8 +21,8 @@ import re
 from pgmemory.text.stem import stem
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
-_IS_CJK = re.compile(rf"[{_CJK}]")
+#: A run of Han/kana/Hangul (group 1) or a run of other letters and digits.
+_TOKEN = re.compile(rf"([{_CJK}]+)|[^\W_{_CJK}]+", re.UNICODE)
 STOP_WORDS = frozenset(
     [
         "a",
@@ -98,7 +98,7 @@ def terms(text: str) -> list[str]:
     out: list[str] = []
     for match in _TOKEN.finditer(text.lower()):
         token = match.group()
-        if _IS_CJK.match(token):
+        if match.lastindex == 1:  # CJK (one regex pass tells which kind of run it is)
             if len(token) == 1:
                 out.append(token)
             out.extend(token[i : i + 2] for i in range(len(token) - 1))

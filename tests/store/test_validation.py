@@ -131,3 +131,34 @@ def test_scope_round_trips_through_json() -> None:
     assert MemoryScope.from_dict(json.loads(json.dumps(scope.to_dict()))) == scope
     with pytest.raises(ScopeError, match="unknown scope keys"):
         MemoryScope.from_dict({"tenant": "x"})
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_vectors_whose_squares_overflow_or_underflow_are_still_accepted(scale: float) -> None:
+    from pgmemory.store.validation import check_vector
+
+    vector = np.full(512, scale, dtype=np.float32)
+    assert np.array_equal(check_vector(vector, dimensions=512, what="v"), vector)
+    vector[7] = math.nan  # and one bad value among huge ones is still named
+    with pytest.raises(InvalidInputError, match="non-finite value nan at index 7"):
+        check_vector(vector, dimensions=512, what="v")
+
+
+def test_the_quick_entry_bound_is_never_below_an_exact_entry() -> None:
+    """The shortcut of check_index_entries: the bound over all fields is at least every entry."""
+    from pgmemory.store import validation as v
+
+    rng = np.random.default_rng(5)
+    alphabet = ["a", "é", "中", "😀"]
+    shapes = (*v.MEMORY_INDEXES, v.MESSAGE_INDEX, v.COVERING_INDEX, *v.MEMORY_AUDIT_INDEXES)
+    for _ in range(300):
+        values: dict[str, object] = {
+            field: "".join(rng.choice(alphabet, size=int(rng.integers(0, 200))))
+            for field in ("collection", "user_id", "application_id", "agent_id", "session_id",
+                          "message_id")
+        }  # fmt: skip
+        values["embedding"] = int(rng.integers(1, 513))
+        if rng.random() < 0.3:
+            values["message_id"] = None
+        exact = max(v.entry_bytes(shape, values) for shape in shapes)
+        assert v._entry_bound(shapes, values) >= exact

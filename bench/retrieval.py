@@ -43,7 +43,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -1358,7 +1358,10 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             "configs": results,
             "weights": {c.name: TUNED[args.dataset][c.name] for c in configs if c.tuned}
             | {
-                c.name: {"fusion": c.fusion, "chunks": c.chunks, **dict(c.weights)}
+                c.name: {
+                    "chunks": c.chunks,
+                    **asdict(SearchWeights(**dict(c.weights), fusion=c.fusion)),  # type: ignore[arg-type]
+                }
                 for c in configs
                 if c.mode == "candidate"
             },

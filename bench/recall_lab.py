@@ -228,8 +228,35 @@ class E5Embedder:
         return np.asarray(fn(list(texts)), dtype=np.float32).reshape(len(texts), -1)
 
 
+class WordLlamaEmbedder:
+    """WordLlama l2_supercat 256-d static embeddings (MIT; weights inside the ``wordllama``
+    wheel). Its loader looks for the tokenizer under ``tokenizer/`` while the wheel ships it
+    under ``tokenizers/``, so the bundled file is copied to a local cache dir and downloads
+    are disabled: a lab candidate only, not a pgmemory dependency."""
+
+    model_id = "wordllama-0.4.0-l2_supercat-256"
+    dimensions = 256
+
+    def __init__(self) -> None:
+        import shutil
+
+        import wordllama  # pip install wordllama (bench only)
+
+        cache = R.CACHE_DIR / "wordllama"
+        (cache / "tokenizer").mkdir(parents=True, exist_ok=True)
+        shipped = Path(wordllama.__file__).parent / "tokenizers"
+        for f in shipped.glob("*.json"):
+            shutil.copy(f, cache / "tokenizer" / f.name)
+        self._model = wordllama.WordLlama.load(cache_dir=cache, disable_download=True)
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self._model.embed(list(texts), norm=True), dtype=np.float32)
+
+
 async def embed_all(name: str, texts: list[str], threads: int, desc: str) -> dict[str, np.ndarray]:
-    if name.startswith("e5-"):  # e5-passage | e5-query
+    if name == "wordllama":
+        emb = R.DiskCachedEmbedder(WordLlamaEmbedder(), R.CACHE_DIR / "embeddings.sqlite")
+    elif name.startswith("e5-"):  # e5-passage | e5-query
         emb = R.DiskCachedEmbedder(
             E5Embedder(name.removeprefix("e5-"), threads), R.CACHE_DIR / "embeddings.sqlite"
         )

@@ -243,10 +243,10 @@ class WordLlamaEmbedder:
         import wordllama  # pip install wordllama (bench only)
 
         cache = R.CACHE_DIR / "wordllama"
-        (cache / "tokenizer").mkdir(parents=True, exist_ok=True)
+        (cache / "tokenizers").mkdir(parents=True, exist_ok=True)
         shipped = Path(wordllama.__file__).parent / "tokenizers"
         for f in shipped.glob("*.json"):
-            shutil.copy(f, cache / "tokenizer" / f.name)
+            shutil.copy(f, cache / "tokenizers" / f.name)
         self._model = wordllama.WordLlama.load(cache_dir=cache, disable_download=True)
 
     async def embed(self, texts: list[str]) -> np.ndarray:

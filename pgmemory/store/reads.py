@@ -144,6 +144,7 @@ async def search(
             audit=audit and not replicated,
             mode=mode,
             fusion=weights.fusion if mode == "hybrid" else "score",
+            neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
             ann_dimensions=info.dimensions if on is not None else None,
             # A shared transaction holds the turn's writes: its commit stays durable.
             relax_commit=not (db.settings.durable_recall_audit or db.in_shared_transaction),
@@ -161,6 +162,7 @@ async def search(
         "vector_weight": weights.vector,
         "text_weight": weights.text,
         "recency_weight": weights.recency,
+        "neighbour_weight": weights.neighbour,
         "limit": limit,
         "ann_candidates": max(4 * limit, 40),
         "min_score": floor,

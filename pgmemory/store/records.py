@@ -235,10 +235,18 @@ class SearchWeights:
     (similarity' = 1 for the scope's most similar memory and 0 for its least, keywords' =
     BM25 / the scope's best BM25, 0 without a matching term, time' = 1 for the newest): a
     memory far ahead on one signal stays ahead, and the score has a fixed range (0 to the sum
-    of the weights). ``fusion="rank"`` is reciprocal-rank fusion (the earlier default): each
+    of the weights, times ``1 + neighbour``). ``fusion="rank"`` is reciprocal-rank fusion (the earlier default): each
     ranking gives its rows ``weight / (rrf_k + rank)``; ``rrf_k`` is used by it only.
-    Recency is off by default. See the README's recall-quality section for the measurements
-    behind these defaults.
+    Recency is off by default.
+
+    ``neighbour`` (score fusion only) adds to a memory's score that weight times the better
+    score of the two memories stored just before and just after it in the same conversation
+    (same user, application, agent and session, by ``created_at``), and lets those
+    neighbours of pooled memories compete too: in a chat the answer often sits in the
+    message next to the one that matches the question ("what did she recommend?" matches
+    the question turn, the recommendation is the reply). Memories of other conversations
+    never lend their score, however close in time. 0 turns it off. See the README's
+    recall-quality section for the measurements behind these defaults.
     """
 
     vector: float = 1.0
@@ -247,9 +255,10 @@ class SearchWeights:
     rrf_k: int = 60
     pool: int = 50
     fusion: Literal["score", "rank"] = "score"
+    neighbour: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("vector", "text", "recency"):
+        for name in ("vector", "text", "recency", "neighbour"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value < 0 or value != value:
                 raise InvalidInputError(

@@ -176,6 +176,8 @@ def make_searches(
                 SearchWeights(recency=0.5),
                 SearchWeights(vector=0.5, text=2.0, recency=1.0, pool=7),
                 SearchWeights(pool=1),  # rows outside both pools lose, however good their sum
+                SearchWeights(neighbour=0.0),  # no neighbours: the pooled rows only
+                SearchWeights(neighbour=2.0, recency=0.5, pool=3),
                 SearchWeights(fusion="rank"),
                 SearchWeights(recency=0.5, fusion="rank"),
                 SearchWeights(vector=0.5, text=2.0, recency=1.0, pool=7, fusion="rank"),
@@ -263,13 +265,29 @@ def reference(
         top_relevance = max(relevance.values(), default=0.0)
         low, high = min(sims.values()), max(sims.values())
         first, last = min(r.created_at for r in pool), max(r.created_at for r in pool)
+        fused = {
+            r.id: w.vector * ((sims[r.id] - low) / (high - low) if high > low else 1.0)
+            + w.text * (relevance.get(r.id, 0.0) / top_relevance if top_relevance else 0.0)
+            + w.recency * ((r.created_at - first) / (last - first) if last > first else 1.0)
+            for r in pool
+        }
+        # neighbours: the rows just before and after in the same conversation (user,
+        # application, agent, session) lend neighbour x their better score, and the pooled
+        # rows' neighbours are ranked too
+        conversations: dict[tuple[str, ...], list[Row]] = {}
         for r in pool:
-            if r.id in pooled:
-                score[r.id] = (
-                    w.vector * ((sims[r.id] - low) / (high - low) if high > low else 1.0)
-                    + w.text * (relevance.get(r.id, 0.0) / top_relevance if top_relevance else 0.0)
-                    + w.recency * ((r.created_at - first) / (last - first) if last > first else 1.0)
-                )
+            key = tuple(r.scope[d] for d in ("user_id", "application_id", "agent_id", "session_id"))
+            conversations.setdefault(key, []).append(r)
+        for rows_of in conversations.values():
+            rows_of.sort(key=lambda r: (r.created_at, r.id))
+            for j, r in enumerate(rows_of):
+                near = [n.id for n in rows_of[max(0, j - 1) : j + 2] if n.id != r.id]
+                if w.neighbour == 0:
+                    near = []
+                if r.id in pooled or any(i in pooled for i in near):
+                    score[r.id] = fused[r.id] + w.neighbour * max(
+                        (fused[i] for i in near), default=0.0
+                    )
     fused = sorted(
         ((i, float(np.float32(s))) for i, s in score.items() if s > 0 or w.fusion == "score"),
         key=lambda x: (-x[1], x[0]),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest_asyncio
 
-from pgmemory.store.records import MemoryRecord, MemoryScope, RecallTrace
+from pgmemory.store.records import MemoryRecord, MemoryScope, RecallTrace, SearchWeights
 from pgmemory.store.store import MemoryStore
 from tests.conftest import unique
 
@@ -57,6 +57,10 @@ async def seed_user(store: MemoryStore, collection: str, user: str | None = None
         query=query,
         limit=3,
         mode="hybrid",
+        # the pages' tests expect the hits of fusion without neighbours (with them, these four
+        # memories of one conversation lend each other score and the hits change); ranking
+        # itself is tested in tests/store
+        weights=SearchWeights(neighbour=0.0),
         trace=RecallTrace(
             provider="agent", mode="hybrid", session_id=session, include_query_text=True
         ),

@@ -114,6 +114,7 @@ async def search(
     weights = weights or SearchWeights()
     floor = -2.0 if min_score is None else check_min_score(min_score, mode=mode)
     window = _window(since, until)
+    windowed = since is not None or until is not None
     if (query is None) == (vector is None):
         raise InvalidInputError("pass exactly one of query= (text) or vector=")
     if query is None and mode != "vector":
@@ -131,7 +132,6 @@ async def search(
             query_hash = sha256_hex(vector.tobytes().hex())
     chosen = isinstance(path, Route)
     if isinstance(path, Route):
-        windowed = since is not None or until is not None
         path = await ann.route(collection, scope) if mode == "vector" and not windowed else None
 
     # With replicas, the search statement only reads; its audit row is inserted separately.
@@ -148,11 +148,12 @@ async def search(
             ann_dimensions=info.dimensions if on is not None else None,
             # A shared transaction holds the turn's writes: its commit stays durable.
             relax_commit=not (db.settings.durable_recall_audit or db.in_shared_transaction),
+            windowed=windowed,
         )
 
     params: dict[str, Any] = {
         **scope.as_dict(),
-        **window,
+        **(window if windowed else {}),
         "collection": collection,
         "query": vector,
         "terms": terms.query(query) if query is not None else "",

@@ -41,8 +41,14 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
         return
     for dims in DIMENSION_SETS:
         if builder == "search_memories":
-            for covering, audit, mode, fusion, ann, relax in itertools.product(
-                (True, False), (True, False), q.SEARCH_MODES, q.FUSIONS, (None, 384), (True, False)
+            for covering, audit, mode, fusion, ann, relax, windowed in itertools.product(
+                (True, False),
+                (True, False),
+                q.SEARCH_MODES,
+                q.FUSIONS,
+                (None, 384),
+                (True, False),
+                (True, False),
             ):
                 if ann is not None and mode != "vector":
                     continue  # the approximate path serves vector searches only
@@ -56,6 +62,7 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                         fusion=fusion,
                         ann_dimensions=ann,
                         relax_commit=relax,
+                        windowed=windowed,
                     ),
                 )
         elif builder == "list_memories":

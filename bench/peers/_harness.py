@@ -184,7 +184,25 @@ async def measure(
     if before_turns is not None:  # more passes while data.gt still holds (pgmemory: audit off)
         out.update(await before_turns(adapter))
 
-    # 2. a memory turn: recall, then store the 2 new messages in one transaction
+    # 2. and 3. memory turns, one at a time and then in concurrent sessions
+    turns = await turn_passes(adapter, data, sequential_turns=sequential_turns, sessions=sessions,
+                              progress=progress)  # fmt: skip
+    ran = turns.pop("ran")
+    out.update(turns)
+    if extra is not None:  # more passes on the store the turns grew (pgmemory: HNSW probe)
+        out.update(await extra(adapter, truth_after_turns(data, ran)))
+    await adapter.close()
+    return out
+
+
+async def turn_passes(
+    adapter: Any, data: Data, *, sequential_turns: int, sessions: int = 8, progress: bool = True
+) -> dict[str, Any]:
+    """The memory turns (recall, then store the 2 new messages in one transaction): the first
+    ``sequential_turns`` one at a time, the rest in ``sessions`` concurrent sessions (asyncio
+    tasks sharing one client). Returns the figures, and under ``ran`` the turns that ran."""
+    out: dict[str, Any] = {}
+
     async def turn(t: int) -> float:
         user = int(data.t_user[t])
         start = time.perf_counter()
@@ -206,7 +224,6 @@ async def measure(
     out["turn_p50_ms"] = pct(turn_lat, 50)
     out["turn_p95_ms"] = pct(turn_lat, 95)
 
-    # 3. the same under `sessions` concurrent sessions (asyncio tasks sharing one client)
     rest = list(range(seq, n_turns))
     per = len(rest) // sessions
     conc_lat: list[float] = []
@@ -218,14 +235,13 @@ async def measure(
     start = time.perf_counter()
     await asyncio.gather(*(session(k) for k in range(sessions)))
     wall = time.perf_counter() - start
-    ran = list(range(seq)) + [t for k in range(sessions) for t in rest[k * per : (k + 1) * per]]
+    out["ran"] = list(range(seq)) + [
+        t for k in range(sessions) for t in rest[k * per : (k + 1) * per]
+    ]
     out["concurrent_turns"] = per * sessions
     out[f"turns_per_s_{sessions}"] = per * sessions / wall
     out[f"turn_p50_ms_{sessions}"] = pct(conc_lat, 50)
     out[f"turn_p95_ms_{sessions}"] = pct(conc_lat, 95)
-    if extra is not None:  # more passes on the store the turns grew (pgmemory: HNSW probe)
-        out.update(await extra(adapter, truth_after_turns(data, ran)))
-    await adapter.close()
     return out
 
 

@@ -186,8 +186,14 @@ async def test_a_generic_plan_reads_a_large_scope_from_the_covering_index(
     with engine.connect() as conn:
         conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
     engine.dispose()
-    for audit in (False, True):
-        statement = queries.search_memories(("user_id",), covering=True, audit=audit)
+    defaults = [  # vector search, audited or not, and the chat-history recall's hybrid search
+        queries.search_memories(("user_id",), covering=True, audit=False),
+        queries.search_memories(("user_id",), covering=True, audit=True),
+        queries.search_memories(
+            ("user_id",), covering=True, audit=True, mode="hybrid", neighbours=True
+        ),
+    ]
+    for statement in defaults:
         # no time bound for a generic plan to misprice (on 100k-1M rows a generic plan read
         # every scope row from the heap through the (user, created_at) index: bench/scale.py)
         assert "created_at >=" not in statement and ":since" not in statement

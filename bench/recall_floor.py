@@ -1,0 +1,151 @@
+"""Where a small recall's time goes: ``store.search`` beside the floors under it, interleaved.
+
+    python bench/recall_floor.py [--rows 20] [--rounds 3000] [--json F]
+
+One user's scope of ``--rows`` rows (384-d). Each round runs, one after another in the same
+process and connection pool:
+
+* ``search``, ``search (audit off)``: ``store.search`` as users call it;
+* ``fastpath.fetch``: the statement ``search`` sends, through the fast path alone (no argument
+  checks, no hit objects);
+* ``pool checkout + return``: ``Database.driver_autocommit`` with nothing run in it;
+* ``raw: audited statement``, ``raw: search statement, no audit``, ``raw: SELECT 1``: the same
+  statements on a psycopg connection of their own (prepared, autocommit), with nothing of
+  pgmemory around them: the floor any implementation of this audit has on this machine.
+
+The audited statement and its parameters are the very ones ``search`` sent (captured once from
+the fast path). Rounds interleave the steps, each round starting one step later, so machine
+noise and position hit them alike; note that on an idle virtual machine a round trip is often
+slower than under load (idle cores, and a backend that slept, wake up late).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from _scratch import Server  # noqa: E402
+
+
+async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    import psycopg
+    from pgvector.psycopg import register_vector_async
+    from psycopg.rows import dict_row
+
+    from pgmemory import MemoryRecord, MemoryScope, MemoryStore
+    from pgmemory.store import fastpath
+    from pgmemory.store import queries as q
+
+    sent: dict[str, Any] = {}
+    fetch = fastpath.fetch
+
+    async def spy(db: Any, statement: str, params: Any) -> list[dict[str, Any]]:
+        sent.setdefault("statement", statement)
+        sent.setdefault("params", dict(params))
+        return await fetch(db, statement, params)
+
+    rng = np.random.default_rng(args.seed)
+    scope = MemoryScope(user_id="floor-user")
+    async with MemoryStore(url) as store:
+        await store.create_collection("floor", dimensions=384, embedding_model="synthetic")
+        vectors = rng.standard_normal((args.rows, 384)).astype(np.float32)
+        await store.add(
+            "floor",
+            [
+                MemoryRecord(content=f"m{i}", scope=scope, embedding=v)
+                for i, v in enumerate(vectors)
+            ],
+        )
+        query = rng.standard_normal(384).astype(np.float32)
+        fastpath.fetch = spy  # capture the audited statement and its parameters, once
+        try:
+            await store.search("floor", scope, vector=query, limit=3)
+        finally:
+            fastpath.fetch = fetch
+        audited = fastpath.driver_statement(sent["statement"])
+        plain = fastpath.driver_statement(
+            q.search_memories(("user_id",), covering=True, audit=False)
+        )
+        params = sent["params"]
+        db = store._db
+        raw = await psycopg.AsyncConnection.connect(
+            url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+        )
+        await register_vector_async(raw)
+
+        async def raw_run(statement: str) -> None:
+            cursor = raw.cursor(row_factory=dict_row)
+            await cursor.execute(statement, params, prepare=True)
+            await cursor.fetchall()
+
+        async def pool_only() -> None:
+            async with db.driver_autocommit():
+                pass
+
+        steps: dict[str, Callable[[], Awaitable[Any]]] = {
+            "search": lambda: store.search("floor", scope, vector=query, limit=3),
+            "search (audit off)": lambda: store.search(
+                "floor", scope, vector=query, limit=3, audit=False
+            ),
+            "fastpath.fetch": lambda: fetch(db, sent["statement"], params),
+            "pool checkout + return": pool_only,
+            "raw: audited statement": lambda: raw_run(audited),
+            "raw: search statement, no audit": lambda: raw_run(plain),
+            "raw: SELECT 1": lambda: raw_run("SELECT 1"),
+        }
+        lat: dict[str, list[float]] = {name: [] for name in steps}
+        try:
+            names = list(steps)
+            for warm in (True, False):
+                for r in range(200 if warm else args.rounds):
+                    # each round starts one step later: every step runs in every position
+                    # equally often (the first statement after a pause wakes a sleeping backend)
+                    for name in names[r % len(names) :] + names[: r % len(names)]:
+                        step = steps[name]
+                        t = time.perf_counter()
+                        await step()
+                        if not warm:
+                            lat[name].append((time.perf_counter() - t) * 1000)
+        finally:
+            await raw.close()
+    return {
+        name: {f"p{p}_ms": float(np.percentile(v, p)) for p in (50, 95, 99)}
+        for name, v in lat.items()
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=20, help="rows in the scope")
+    p.add_argument("--rounds", type=int, default=3000)
+    p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = p.parse_args()
+    server = Server()
+    try:
+        with server.scratch("floor") as url:
+            figures = asyncio.run(run(url, args))
+    finally:
+        server.close()
+    print(f"{args.rounds} rounds, scope of {args.rows} rows, top-3 (ms)")
+    print(f"{'step':<34} {'p50':>7} {'p95':>7} {'p99':>7}")
+    for name, f in figures.items():
+        print(f"{name:<34} {f['p50_ms']:>7.3f} {f['p95_ms']:>7.3f} {f['p99_ms']:>7.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": args.rows, "rounds": args.rounds, **figures}))
+        print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()

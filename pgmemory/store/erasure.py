@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from pgmemory.errors import InvalidInputError
+from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database
@@ -34,34 +34,35 @@ async def delete(
     actor: str | None,
     allow_unscoped: bool,
 ) -> int:
-    """Delete a collection's memories by id, or every memory of a scope; returns the count.
+    """Delete a collection's memories by id within a scope, or every memory of a scope; returns
+    the count.
+
+    Ids are unique per user, not across users (a restored memory keeps its id, and the key
+    holds ``user_id`` for sharding), so a delete by ids is always confined to a scope: the
+    caller's, exactly as for a search. Whatever ids another tenant's rows share, they are never
+    deleted.
 
     Raises:
-        InvalidInputError: Both or neither of ``ids`` and ``scope``, or an id is not a UUID.
-        ScopeError: The scope is empty without ``allow_unscoped``.
+        InvalidInputError: An id is not a UUID.
+        ScopeError: No scope, or an empty one without ``allow_unscoped``.
     """
     await catalogue.get(collection)
     check_optional_name(actor, what="actor")
-    if (ids is None) == (scope is None):
-        raise InvalidInputError("pass exactly one of ids= or scope=")
-    statement: str
-    params: dict[str, Any]
+    if scope is None:
+        raise ScopeError(
+            "pass scope= (the caller's MemoryScope): ids= alone would delete the rows of every "
+            "user holding those ids; delete(collection, ids=[...], scope=MemoryScope(user_id=...))"
+            if ids is not None
+            else "pass ids= with scope=, or scope= alone to delete every memory of the scope"
+        )
+    check_search_scope(scope, allow_unscoped=allow_unscoped)
+    dimensions = tuple(scope.as_dict())
+    params: dict[str, Any] = dict(scope.as_dict())
     if ids is not None:
-        if isinstance(ids, (str, bytes)):
-            raise InvalidInputError("ids must be a list of UUIDs, got one str")
-        id_list: list[uuid.UUID] = []
-        for i, value in enumerate(ids):
-            try:
-                id_list.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
-            except ValueError as exc:
-                raise InvalidInputError(
-                    f"ids[{i}] is not a UUID ({describe(value)}); pass the ids add() returned"
-                ) from exc
-        statement, params = q.DELETE_BY_IDS, {"ids": id_list}
+        params["ids"] = _id_list(ids)
+        statement = q.delete_ids(dimensions)
     else:
-        check_search_scope(scope, allow_unscoped=allow_unscoped)
-        assert scope is not None
-        statement, params = q.delete_scope(tuple(scope.as_dict())), dict(scope.as_dict())
+        statement = q.delete_scope(dimensions)
     async with db.transaction() as conn:
         result = await conn.execute(
             text(statement), {**params, "collection": collection, "actor": actor or ""}
@@ -69,6 +70,21 @@ async def delete(
         count = len(result.all())
     logger.info("deleted %d memories from collection %s", count, collection)
     return count
+
+
+def _id_list(ids: object) -> list[uuid.UUID]:
+    """``ids`` as UUIDs, or an error naming the first that is not one."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise InvalidInputError(f"ids must be a list of UUIDs, got {describe(ids)}")
+    id_list: list[uuid.UUID] = []
+    for i, value in enumerate(ids):
+        try:
+            id_list.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
+        except ValueError as exc:
+            raise InvalidInputError(
+                f"ids[{i}] is not a UUID ({describe(value)}); pass the ids add() returned"
+            ) from exc
+    return id_list
 
 
 async def expire(

@@ -485,13 +485,19 @@ WHERE {_scope_where(dimensions)}
 
 # --- memories: deletes ---------------------------------------------------------------------
 
-#: Delete the collection's memories with these ids, auditing each row.
-DELETE_BY_IDS = _audited(
-    """
-    DELETE FROM pgmemory_memories
-    WHERE collection = :collection AND id = ANY(CAST(:ids AS uuid[]))""",
-    "delete",
-)
+
+@lru_cache(maxsize=64)
+def delete_ids(dimensions: tuple[str, ...]) -> str:
+    """Delete the memories with the given ids inside a scope, auditing each row: ids are unique
+    per user only, so the scope is what keeps a delete from reaching another tenant's row."""
+    return _audited(
+        f"""
+    DELETE FROM pgmemory_memories AS m
+    WHERE {_scope_where(dimensions)}
+      AND m.id = ANY(CAST(:ids AS uuid[]))""",
+        "delete",
+    )
+
 
 #: Delete every expired memory (optionally of one collection), auditing each row.
 DELETE_EXPIRED = _audited(

@@ -453,9 +453,16 @@ class MemoryStore:
         actor: str | None = None,
         allow_unscoped: bool = False,
     ) -> int:
-        """Delete memories by id, or every memory of a scope (erasure); audited; returns count.
+        """Delete memories by id within a scope, or every memory of a scope; audited; returns
+        the count.
 
-        Pass exactly one of ``ids`` and ``scope``.
+        ``scope`` is always required: with ``ids`` it confines the delete to the caller's
+        scope (ids are unique per user, so another user's rows with the same ids are never
+        touched); alone, it erases every memory of the scope.
+
+        Raises:
+            ScopeError: No scope, or an empty one without ``allow_unscoped``.
+            InvalidInputError: An id is not a UUID.
         """
         return await erasure.delete(
             self._db, self._catalogue, collection, ids=ids, scope=scope, actor=actor,

@@ -7,14 +7,17 @@ insert is audited by the same statement that stores it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import InvalidInputError, ScopeError
@@ -83,7 +86,10 @@ async def add(
     # then two batches of the same messages claim them in one order and cannot deadlock.
     ordered = sorted(rows, key=message_key)
     stored: set[uuid.UUID] = set()
-    async with db.transaction(users={row["user_id"] or "" for row in rows}) as conn:
+    async with (
+        _ids_stored_once(),
+        db.transaction(users={row["user_id"] or "" for row in rows}) as conn,
+    ):
         for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
             chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
             chunk["embeddings"] = VectorList(chunk["embeddings"])
@@ -125,7 +131,7 @@ async def import_records(
 
     info = await catalogue.get(collection)
     bar = tqdm(desc=f"import {collection}", unit="rows", disable=not progress)
-    async with db.transaction() as conn:
+    async with _ids_stored_once(), db.transaction() as conn:
         await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
         await conn.execute(text(q.CREATE_STAGING))
         cursor = (await _driver_connection(conn)).cursor()
@@ -207,9 +213,19 @@ async def prepare(
     """
     check_optional_name(actor, what="actor")
     rows: list[dict[str, Any]] = []
+    given: dict[tuple[str, uuid.UUID], int] = {}  # one batch's; the key catches the rest
     for i, record in enumerate(records):
         row = _row(record, f"records[{i}]", info, max_chars, allow_unscoped)
         row["position"] = first + i
+        if record.id is not None:
+            key = (row["user_id"], row["id"])
+            if key in given:
+                raise InvalidInputError(
+                    f"records[{first + i}].id {row['id']} repeats records[{given[key]}].id in "
+                    "the same user's scope; ids are unique per user: drop the repeat, or pass "
+                    "id=None for a new id"
+                )
+            given[key] = first + i
         rows.append(row)
     to_embed = [i for i, row in enumerate(rows) if row["embedding"] is None]
     if to_embed:
@@ -303,6 +319,29 @@ async def _driver_connection(conn: AsyncConnection) -> Any:
     """The psycopg AsyncConnection under a SQLAlchemy connection (for COPY)."""
     raw = await conn.get_raw_connection()
     return raw.driver_connection
+
+
+#: The detail PostgreSQL gives for a second row with a stored (id, user_id) key; the id is
+#: matched alone, so what follows it (the user id) never reaches the message.
+_STORED_ID = re.compile(r"Key \(id, user_id\)=\(([0-9a-f-]{36}), ")
+
+
+@contextlib.asynccontextmanager
+async def _ids_stored_once() -> AsyncIterator[None]:
+    """Turn the primary key's refusal of an id the user already has into an error naming it."""
+    try:
+        yield
+    except IntegrityError as exc:
+        found = _STORED_ID.search(
+            str(getattr(getattr(exc.orig, "diag", None), "message_detail", ""))
+        )
+        if found is None:
+            raise
+        raise InvalidInputError(
+            f"memory id {found.group(1)} is already stored in this user's scope (or given twice "
+            "in one import); ids are unique per user: pass id=None for a new id, or delete "
+            "the stored memory first"
+        ) from None
 
 
 def _given_id(value: object, where: str) -> uuid.UUID:

@@ -430,7 +430,7 @@ async def test_validation_messages_never_repeat_text_or_ids(
         (lambda: store.search(collection, scope, query=SECRET, limit=SECRET), "limit is a str"),  # type: ignore[arg-type]
         (lambda: store.search(collection, scope, query=SECRET, mode=SECRET), "mode is not one of"),
         (lambda: store.list(collection, scope, offset=SECRET), "offset is a str"),  # type: ignore[arg-type]
-        (lambda: store.delete(collection, ids=[SECRET]), r"ids\[0\] is not a UUID"),
+        (lambda: store.delete(collection, ids=[SECRET], scope=scope), r"ids\[0\] is not a UUID"),
         (lambda: store.merge_facts("p", MemoryScope(), {"a": 1}), "non-empty"),
         (lambda: store.merge_facts("p", SECRET, {"a": 1}), "got a str"),  # type: ignore[arg-type]
         (lambda: store.merge_facts("p", scope, {"a": object()}), "not JSON-serialisable"),

@@ -170,7 +170,12 @@ async def test_partitioned_reads_and_writes_match_the_plain_table(
 
     doomed = [r.id for r in records if r.scope.user_id == USERS[1]][:2]
     for store in (plain, parted):
-        assert await store.delete(NAME, ids=[str(i) for i in doomed]) == 2
+        assert (
+            await store.delete(
+                NAME, ids=[str(i) for i in doomed], scope=MemoryScope(user_id=USERS[1])
+            )
+            == 2
+        )
         assert await store.delete(NAME, scope=MemoryScope(user_id=USERS[2], session_id="s0")) > 0
         erased = await store.erase_user(USERS[3])
         assert erased

@@ -68,7 +68,7 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
         elif builder == "list_memories":
             for newest_first in (True, False):
                 yield dims, q.list_memories(dims, newest_first=newest_first)
-        elif builder in ("count_memories", "delete_scope"):
+        elif builder in ("count_memories", "delete_scope", "delete_ids"):
             yield dims, getattr(q, builder)(dims)
         else:
             raise AssertionError(

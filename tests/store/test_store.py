@@ -197,7 +197,15 @@ async def test_delete_by_ids_and_by_scope_is_audited(store: MemoryStore, collect
         ]
         + [MemoryRecord(content="b", scope=MemoryScope(user_id=bob))],
     )
-    assert await store.delete(collection, ids=[ids[0]], actor="alice-request") == 1
+    assert (
+        await store.delete(
+            collection,
+            ids=[ids[0], ids[3]],
+            scope=MemoryScope(user_id=alice),
+            actor="alice-request",
+        )
+        == 1
+    )  # bob's id is out of alice's scope
     assert await store.delete(collection, scope=MemoryScope(user_id=alice), actor="gdpr") == 2
     assert await store.count(collection, MemoryScope(user_id=alice)) == 0
     assert await store.count(collection, MemoryScope(user_id=bob)) == 1

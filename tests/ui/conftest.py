@@ -75,7 +75,7 @@ async def seed_user(store: MemoryStore, collection: str, user: str | None = None
     )
     # Delete one memory the first recall returned, so its page shows it as gone.
     deleted = hits[-1].memory.id
-    await store.delete(collection, ids=[deleted], actor="seed")
+    await store.delete(collection, ids=[deleted], scope=MemoryScope(user_id=user), actor="seed")
     await store.merge_facts(
         "profile", MemoryScope(user_id=user), {"name": "Ana", "age": 31}, actor="seed"
     )

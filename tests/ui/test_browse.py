@@ -28,7 +28,7 @@ async def test_users_index_counts_and_walks_in_pages(store: MemoryStore, seeded:
     [gone] = await store.add(
         seeded.collection, [MemoryRecord(content="x", scope=MemoryScope(user_id=other))]
     )
-    await store.delete(seeded.collection, ids=[gone])
+    await store.delete(seeded.collection, ids=[gone], scope=MemoryScope(user_id=other))
     first = await browse.list_users(store, after=seeded.user[:-1], limit=1)
     second = await browse.list_users(store, after=first.next_after or "", limit=1)
     assert [u.user_id for u in first.users] == [seeded.user] and first.next_after == seeded.user

@@ -126,7 +126,7 @@ class AnnPaths:
             "m": check_limit(m, what="m", maximum=100),
             "ef_construction": check_limit(ef_construction, what="ef_construction", maximum=1_000),
         }
-        async with self._db.autocommit() as conn:
+        async with self._db.ddl() as conn:
             valid = (await conn.execute(text(q.ANN_INDEX_VALID), params)).scalar()
             if valid is False:  # a failed concurrent build leaves an invalid index behind
                 drop = (await conn.execute(text(q.ANN_DROP_DDL), params)).scalar_one()
@@ -157,7 +157,7 @@ class AnnPaths:
         """Search every scope of the collection exactly again (optionally drop the index)."""
         self._paths.pop(collection, None)
         if drop_index:
-            async with self._db.autocommit() as conn:
+            async with self._db.ddl() as conn:
                 ddl = (
                     await conn.execute(text(q.ANN_DROP_DDL), {"collection": collection})
                 ).scalar_one()
@@ -204,7 +204,7 @@ class AnnPaths:
     async def _measure(self, collection: str, path: AnnPath, *, samples: int, limit: int) -> None:
         """Refresh the large scopes and measure recall on their stored vectors (see probe)."""
         params = {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples}
-        async with self._db.autocommit() as conn:
+        async with self._db.ddl() as conn:
             large_users = frozenset((await conn.execute(text(q.ANN_LARGE_USERS), params)).scalars())
             rows = (await conn.execute(text(q.ANN_PROBE_SAMPLE), params)).all()
         found = total = 0

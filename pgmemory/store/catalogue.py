@@ -52,7 +52,7 @@ class Catalogue:
             embedding_model = embedding_model or embedder.model_id
         check_dimensions(dimensions)
         check_name(embedding_model, what="embedding_model")
-        async with self._db.transaction() as conn:
+        async with self._db.write() as conn:
             await conn.execute(
                 text(q.INSERT_COLLECTION),
                 {"name": name, "dimensions": dimensions, "embedding_model": embedding_model},
@@ -75,7 +75,7 @@ class Catalogue:
         cached = self._cache.get(name)
         if cached is not None:
             return cached
-        async with self._db.autocommit() as conn:
+        async with self._db.read(None) as conn:
             row = (await conn.execute(text(q.GET_COLLECTION), {"name": name})).mappings().first()
         if row is None:
             raise CollectionError(
@@ -88,14 +88,14 @@ class Catalogue:
 
     async def entries(self) -> list[CollectionInfo]:
         """Every collection in the catalogue, by name."""
-        async with self._db.autocommit() as conn:
+        async with self._db.read(None) as conn:
             rows = (await conn.execute(text(q.LIST_COLLECTIONS))).mappings().all()
         return [CollectionInfo(**row) for row in rows]
 
     async def drop(self, name: str, *, actor: str | None) -> int:
         """Delete a collection and all its memories (each deletion audited); returns the count."""
         await self.get(name)
-        async with self._db.transaction() as conn:
+        async with self._db.write() as conn:
             deleted = await conn.execute(
                 text(q.delete_scope(())), {"collection": name, "actor": actor or ""}
             )

@@ -1,31 +1,41 @@
-"""The store's database: where it is, its life cycle, and how statements get a connection.
+"""The store's database: where it is, its life cycle, and the verbs every statement runs by.
 
 :class:`Database` resolves the URL (starting or reusing the embedded server when none is
-given), optionally migrates, checks the schema, and holds the pooled engine. Every other store
-module takes a connection from it in one of two ways:
+given), optionally migrates, checks the schema, and holds the pooled engine. Every statement
+of either plane (the store, and the operators' :mod:`pgmemory.admin`) runs through one of
+these verbs, and nothing else touches the engine:
 
-* :meth:`Database.transaction` for writes and audited reads: one transaction, committed on
-  success, rolled back on error;
-* :meth:`Database.autocommit` for plain reads and for DDL that must run outside a transaction
-  (``CREATE INDEX CONCURRENTLY``): no BEGIN/COMMIT round trips, and no ROLLBACK, after which
-  psycopg would drop its prepared statements.
+=====================  ===============================  ==========================  ==================
+verb                   transaction                      retry                       replicas
+=====================  ===============================  ==========================  ==================
+:meth:`read`           autocommit, or one READ          the whole read method,      a hot standby when
+                       COMMITTED transaction (for       once, after a lost          one may serve the
+                       ``SET LOCAL``)                   connection (:func:`retried  user; else primary
+                                                        _read`)
+:meth:`fetch`          one statement, one prepared      as :meth:`read`             primary (its audit
+                       round trip, its own commit;                                  row is a write)
+                       joins the unit of work if one
+                       is open
+:meth:`write`          one transaction (a savepoint of  never: a lost commit may    primary; notes the
+                       the unit of work if one is       have taken effect           WAL position for
+                       open)                                                        read-your-writes
+:meth:`unit_of_work`   makes the task's writes one      never                       primary
+                       transaction, committed at the
+                       end of the block
+:meth:`ddl`            autocommit, for DDL that cannot  never                       primary
+                       run in a transaction (``CREATE
+                       INDEX CONCURRENTLY``)
+=====================  ===============================  ==========================  ==================
 
-Both get a healthy connection: the pool replaces connections whose server went away (see
+Every verb gets a healthy connection: the pool replaces connections whose server went away (see
 :func:`pgmemory.store.connector.make_engine`), and when the embedded server itself is gone, it
-is started again before connecting. A statement that loses its connection midway raises;
-:meth:`Database.read` (what the store's reading methods go through) then runs the read once
-more, on a fresh connection. Writes are not retried: a statement may have taken effect before
-its connection was lost.
+is started again before connecting. Autocommit reads cost no BEGIN/COMMIT round trips and no
+ROLLBACK, after which psycopg would drop its prepared statements.
 
-A :meth:`Database.shared_transaction` block makes every :meth:`Database.transaction` of the
-current task (and of tasks it starts) join one transaction, so several writers commit together
-or not at all.
-
-With read replicas (``Settings.read_urls``), :meth:`Database.reading` is where reads are
-routed: it hands out a connection to a hot standby when one is healthy and has replayed the
-reading user's own latest write (see :mod:`pgmemory.store.replicas`), else to the primary.
-For that, every committed :meth:`Database.transaction` notes the primary's WAL position for
-the users it names (``users=``; unnamed: for everyone).
+With read replicas (``Settings.read_urls``), :meth:`read` hands out a connection to a hot
+standby when one is healthy and has replayed the reading user's own latest write (see
+:mod:`pgmemory.store.replicas`), else to the primary. For that, every committed :meth:`write`
+notes the primary's WAL position for the users it names (``users=``; unnamed: for everyone).
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ import contextlib
 import contextvars
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import psycopg
@@ -45,6 +55,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransactio
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
+from pgmemory.store import fastpath
 from pgmemory.store import migrate as migrations
 from pgmemory.store import queries as q
 from pgmemory.store.connector import adopt_engine, check_database, make_engine
@@ -71,7 +82,7 @@ class Database:
         engine: An application's own async engine to use instead of a URL (it stays the
             application's: closing the store does not dispose of it).
         read_urls: URLs of hot standbys of the primary that serve reads (see
-            :meth:`reading`); empty: the primary serves every read.
+            :meth:`read`); empty: the primary serves every read.
     """
 
     def __init__(
@@ -186,12 +197,13 @@ class Database:
         """The read replicas, when ``read_urls`` named any (None before opening)."""
         return self._replicas
 
-    def transaction(
+    def write(
         self, *, users: Iterable[str] | None = None
     ) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
-        """A connection in one transaction: committed when the block ends, rolled back on error.
+        """The write verb: a connection in one transaction on the primary, committed when the
+        block ends, rolled back on error; never retried.
 
-        Inside a :meth:`shared_transaction` block it is a savepoint of the shared transaction
+        Inside a :meth:`unit_of_work` block it is a savepoint of the unit's transaction
         instead: its work commits (or rolls back) with the rest of the block.
 
         Args:
@@ -210,9 +222,9 @@ class Database:
     async def _own_transaction(
         self, users: frozenset[str] | None
     ) -> AsyncIterator[AsyncConnection]:
-        """A connection of its own in one transaction (see :meth:`transaction`)."""
+        """A connection of its own in one transaction (see :meth:`write`)."""
         async with contextlib.AsyncExitStack() as stack:
-            conn = await self.connect()
+            conn = await self._connect()
             stack.push_async_exit(conn)
             committing = False
             try:
@@ -243,10 +255,11 @@ class Database:
         self._replicas.marks.note(users, parse_lsn(position))
 
     @contextlib.asynccontextmanager
-    async def reading(
+    async def read(
         self, user: str | None, *, transaction: bool = False
     ) -> AsyncIterator[AsyncConnection]:
-        """A connection for a read of ``user``'s data: on a replica when one may serve it.
+        """The read verb: a connection for a read of ``user``'s data, on a replica when one may
+        serve it. The method doing the read is retried as a whole (:func:`retried_read`).
 
         A replica serves it when it is reachable, not lagging, and has replayed the user's
         latest write through this database (waiting at most ``replica_wait_ms``); otherwise,
@@ -262,7 +275,7 @@ class Database:
         if self._replicas is not None:
             conn = await self._replicas.acquire(user)
         if conn is None:
-            conn = await self.connect()
+            conn = await self._connect()
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_exit(conn)
             if transaction:
@@ -273,16 +286,17 @@ class Database:
                 yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextlib.asynccontextmanager
-    async def shared_transaction(self) -> AsyncIterator[None]:
-        """Make the writes of the current task join ONE transaction until the block ends.
+    async def unit_of_work(self) -> AsyncIterator[None]:
+        """The unit-of-work verb: make the writes of the current task join ONE transaction
+        until the block ends.
 
-        Every :meth:`transaction` started in this task (or in tasks it starts) while the block
+        Every :meth:`write` (and :meth:`fetch`) started in this task (or in tasks it starts) while the block
         runs becomes a savepoint of one transaction on one connection: when the block ends
         normally everything commits at once; when it raises, everything rolls back. The
         connection is taken, and the transaction begun, at the first write, so a block that
         writes nothing costs nothing. A block inside another one joins the outer one.
 
-        :meth:`autocommit` reads still use their own connections: they do not see the block's
+        :meth:`read` still uses connections of its own: they do not see the block's
         uncommitted writes. Creating a collection inside the block is not supported (the
         catalogue reads it back outside the block).
 
@@ -304,30 +318,32 @@ class Database:
         await shared.finish(commit=True)
 
     @contextlib.asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
-        """A connection in autocommit: each statement commits on its own (see the module doc)."""
+    async def ddl(self) -> AsyncIterator[AsyncConnection]:
+        """The DDL verb: a primary connection in autocommit, each statement committing on its
+        own, for DDL that cannot run in a transaction and the catalog probes around it; never
+        retried."""
         async with contextlib.AsyncExitStack() as stack:
-            conn = await self.connect()
+            conn = await self._connect()
             stack.push_async_exit(conn)
             yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
-    def in_shared_transaction(self) -> bool:
-        """Whether the current task is inside a :meth:`shared_transaction` block."""
+    def in_unit_of_work(self) -> bool:
+        """Whether the current task is inside a :meth:`unit_of_work` block."""
         return self._shared.get() is not None
 
     @contextlib.asynccontextmanager
     async def driver_autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection's own psycopg connection, in autocommit, for statements that skip
-        SQLAlchemy's statement handling (:mod:`pgmemory.store.fastpath`).
+        """A pooled connection's own psycopg connection, in autocommit: what :meth:`fetch` runs
+        on, skipping SQLAlchemy's statement handling (:mod:`pgmemory.store.fastpath`).
 
         Errors come out as from any other statement: a psycopg error raised in the block is
         re-raised as SQLAlchemy's ``DBAPIError`` (parameters hidden). When the connection was
         lost, the pool discards it and the error is ``connection_invalidated``, so
-        :meth:`read` runs the read once more.
+        :func:`retried_read` runs the read once more.
         """
         async with contextlib.AsyncExitStack() as stack:
-            conn = await self.connect()
+            conn = await self._connect()
             stack.push_async_exit(conn)
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver is not None
@@ -354,7 +370,19 @@ class Database:
                     except psycopg.Error:  # e.g. cancelled mid-statement: not reusable
                         await conn.invalidate()
 
-    async def read(self, operation: Callable[[], Awaitable[T]]) -> T:
+    async def fetch(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The fast verb: ``statement`` (``:name`` parameters) in one prepared round trip on the
+        primary, in autocommit, its rows as dicts; inside a :meth:`unit_of_work` it runs in the
+        unit's transaction instead (see :mod:`pgmemory.store.fastpath`).
+        """
+        if self.in_unit_of_work:
+            async with self.write(users=()) as conn:
+                result = await conn.execute(text(statement), dict(params))
+                return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
+        async with self.driver_autocommit() as conn:
+            return await fastpath.run(conn, statement, params)
+
+    async def retried(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run a read; once more, on a fresh connection, if it lost its connection midway.
 
         Only for operations that change nothing but recall audit rows written in the same
@@ -382,7 +410,7 @@ class Database:
             )
         return await operation()
 
-    async def connect(self) -> AsyncConnection:
+    async def _connect(self) -> AsyncConnection:
         """A started pooled connection (the caller closes it).
 
         The pool has already replaced connections whose server went away; when no new one can
@@ -414,8 +442,8 @@ S = TypeVar("S", bound=_HasDatabase)
 def retried_read(
     method: Callable[Concatenate[S, P], Awaitable[T]],
 ) -> Callable[Concatenate[S, P], Awaitable[T]]:
-    """Run a reading method of the store through :meth:`Database.read` (retried once after a
-    lost connection).
+    """Run a reading method (of the store or the admin plane) through :meth:`Database.retried`
+    (retried once after a lost connection).
 
     Args:
         method: An ``async`` method that only reads (and at most writes recall audit rows).
@@ -426,13 +454,13 @@ def retried_read(
 
     @functools.wraps(method)
     async def reading(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._db.read(lambda: method(self, *args, **kwargs))
+        return await self._db.retried(lambda: method(self, *args, **kwargs))
 
     return reading
 
 
 class _SharedTransaction:
-    """One connection and transaction that the writes of a :meth:`Database.shared_transaction`
+    """One connection and transaction that the writes of a :meth:`Database.unit_of_work`
     block join, each as a savepoint; writers from concurrent tasks take turns."""
 
     def __init__(self, db: Database) -> None:
@@ -449,7 +477,7 @@ class _SharedTransaction:
     async def join(self, users: frozenset[str] | None) -> AsyncIterator[AsyncConnection]:
         """The shared connection inside a savepoint (released on success, rolled back on error).
 
-        ``users`` as for :meth:`Database.transaction`: noted for read-your-writes at the commit.
+        ``users`` as for :meth:`Database.write`: noted for read-your-writes at the commit.
         """
         if self._users is not None:
             self._users = None if users is None else self._users | users
@@ -465,7 +493,7 @@ class _SharedTransaction:
                     "the shared transaction has ended; a task started inside the block wrote after it"
                 )
             if self._conn is None:
-                self._conn = await self._db.connect()
+                self._conn = await self._db._connect()
                 self._outer = await self._conn.begin()
             self._owner = task
             try:

@@ -63,7 +63,7 @@ async def delete(
         statement = q.delete_ids(dimensions)
     else:
         statement = q.delete_scope(dimensions)
-    async with db.transaction() as conn:
+    async with db.write() as conn:
         result = await conn.execute(
             text(statement), {**params, "collection": collection, "actor": actor or ""}
         )
@@ -100,7 +100,7 @@ async def expire(
     if collection is not None:
         await catalogue.get(collection)
     check_optional_name(actor, what="actor")
-    async with db.transaction() as conn:
+    async with db.write() as conn:
         result = await conn.execute(
             text(q.DELETE_EXPIRED),
             {
@@ -124,7 +124,7 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
     check_name(user_id, what="user_id")
     check_optional_name(actor, what="actor")
     params = {"user_id": user_id, "actor": actor or ""}
-    async with db.transaction() as conn:
+    async with db.write() as conn:
         memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
         facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
         history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount

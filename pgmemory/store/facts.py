@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 async def get(db: Database, namespace: str, scope: MemoryScope) -> dict[str, Any]:
     """The facts stored for exactly this scope in ``namespace`` (empty when none)."""
     params = _params(namespace, scope)
-    async with db.autocommit() as conn:
+    async with db.read(params["user_id"]) as conn:
         facts = (await conn.execute(text(q.GET_FACTS), params)).scalar()
     return dict(facts or {})
 
@@ -54,7 +54,7 @@ async def merge(
     check_optional_name(actor, what="actor")
     clean = check_metadata(updates, what="fact updates")
     params = _params(namespace, scope)
-    async with db.transaction(users=(params["user_id"],)) as conn:
+    async with db.write(users=(params["user_id"],)) as conn:
         await conn.execute(text(q.ENSURE_FACTS), params)
         current = dict((await conn.execute(text(q.GET_FACTS_FOR_UPDATE), params)).scalar() or {})
         merged = dict(current)
@@ -89,7 +89,7 @@ async def delete(db: Database, scope: MemoryScope, *, namespace: str | None) -> 
     """Erase the scope's facts in one namespace, or in all (None); returns the rows deleted."""
     params: dict[str, Any] = _params(namespace or "-", scope)
     params["namespace"] = namespace
-    async with db.transaction(users=(params["user_id"],)) as conn:
+    async with db.write(users=(params["user_id"],)) as conn:
         return int((await conn.execute(text(q.DELETE_FACTS), params)).rowcount)
 
 

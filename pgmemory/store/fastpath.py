@@ -14,7 +14,7 @@ as before: nothing is deferred, batched or written later. A caller's own recall 
 
 What a lost connection does: the statement is its own commit, so when the connection is lost
 while it runs, its audit row may have committed or not; :meth:`Database.read` runs the search
-once more (see :meth:`pgmemory.store.database.Database.driver_autocommit`), so the recall that
+once more (see :meth:`pgmemory.store.database.Database.fetch`), so the recall that
 returned is audited, and a lost attempt may leave an audit row of its own.
 """
 
@@ -24,11 +24,10 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
-
-from pgmemory.store.database import Database
 
 _DIALECT = PGDialectAsync_psycopg()
 
@@ -40,22 +39,20 @@ def driver_statement(statement: str) -> str:
     return text(statement).compile(dialect=_DIALECT).string
 
 
-async def fetch(db: Database, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Run ``statement`` (``:name`` parameters) in one prepared round trip, in autocommit.
+async def run(
+    conn: psycopg.AsyncConnection[Any], statement: str, params: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Run ``statement`` (``:name`` parameters) on ``conn`` as one prepared round trip.
 
     Args:
-        db: The database (the connection comes from its pool).
+        conn: A psycopg connection in autocommit (:meth:`Database.driver_autocommit
+            <pgmemory.store.database.Database.driver_autocommit>`).
         statement: One statement from :mod:`pgmemory.store.queries`.
         params: Its parameters.
 
     Returns:
         Its rows, as dicts by column name (none for a statement that returns no rows).
-
-    Raises:
-        sqlalchemy.exc.DBAPIError: The statement failed (``connection_invalidated`` when its
-            connection was lost).
     """
-    async with db.driver_autocommit() as conn:
-        cursor = conn.cursor(row_factory=dict_row)
-        await cursor.execute(driver_statement(statement), params, prepare=True)
-        return await cursor.fetchall() if cursor.description is not None else []
+    cursor = conn.cursor(row_factory=dict_row)
+    await cursor.execute(driver_statement(statement), params, prepare=True)
+    return await cursor.fetchall() if cursor.description is not None else []

@@ -76,7 +76,7 @@ async def append(
     if not ids:
         return 0
     params = {"session_id": session_id, "user_id": user_id}
-    async with db.transaction(users=(user_id,)) as conn:
+    async with db.write(users=(user_id,)) as conn:
         await conn.execute(text(q.LOCK_HISTORY), params)
         result = await conn.execute(
             text(q.APPEND_HISTORY),
@@ -95,7 +95,7 @@ async def read(
     if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
         raise InvalidInputError(f"after_seq is {describe(after_seq)}; expected an integer >= 0")
     params = {"session_id": session_id, "user_id": user_id, "after_seq": after_seq, "limit": limit}
-    async with db.reading(user_id) as conn:
+    async with db.read(user_id) as conn:
         rows = (await conn.execute(text(q.READ_HISTORY), params)).mappings().all()
     return [HistoryRow(**row) for row in rows]
 
@@ -103,7 +103,7 @@ async def read(
 async def count(db: Database, session_id: str, *, user_id: str) -> int:
     """How many messages a session's history holds."""
     _check_key(session_id, user_id)
-    async with db.reading(user_id) as conn:
+    async with db.read(user_id) as conn:
         result = await conn.execute(
             text(q.COUNT_HISTORY), {"session_id": session_id, "user_id": user_id}
         )
@@ -113,7 +113,7 @@ async def count(db: Database, session_id: str, *, user_id: str) -> int:
 async def delete(db: Database, session_id: str, *, user_id: str) -> int:
     """Erase a session's history; returns the rows deleted."""
     _check_key(session_id, user_id)
-    async with db.transaction(users=(user_id,)) as conn:
+    async with db.write(users=(user_id,)) as conn:
         result = await conn.execute(
             text(q.DELETE_HISTORY), {"session_id": session_id, "user_id": user_id}
         )

@@ -93,7 +93,7 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
     from pgmemory.store.migrate import MIGRATION_LOCK_KEY
 
     count = check_partitions(partitions)
-    async with db.transaction() as conn:
+    async with db.write() as conn:
         await conn.execute(text(q.MIGRATION_XACT_LOCK), {"key": MIGRATION_LOCK_KEY})
         kind = (await conn.execute(text(q.MEMORIES_RELKIND))).scalar()
         if kind is None:

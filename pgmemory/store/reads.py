@@ -23,7 +23,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import InvalidInputError
-from pgmemory.store import fastpath
 from pgmemory.store import queries as q
 from pgmemory.store.ann import AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
@@ -147,7 +146,7 @@ async def search(
             neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
             ann_dimensions=info.dimensions if on is not None else None,
             # A shared transaction holds the turn's writes: its commit stays durable.
-            relax_commit=not (db.settings.durable_recall_audit or db.in_shared_transaction),
+            relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
             windowed=windowed,
         )
 
@@ -227,12 +226,13 @@ async def _run(
 ) -> Sequence[Any]:
     """Run a search statement on ``path``; fewer than ``wanted`` rows raise _TooFewHits.
 
-    The exact path runs as one prepared round trip (:mod:`pgmemory.store.fastpath`), its audit
-    row committing with it, unless it must join the task's shared transaction.
+    The exact path runs as one prepared round trip (:meth:`Database.fetch`), its audit row
+    committing with it (or with the task's unit of work); the approximate path needs its
+    settings in the same transaction.
     """
-    if path is None and not db.in_shared_transaction:
-        return await fastpath.fetch(db, statement, params)
-    async with db.transaction(users=()) if audit or path else db.autocommit() as conn:
+    if path is None:
+        return await db.fetch(statement, params)
+    async with db.write(users=()) as conn:
         return await _execute(conn, statement, params, path=path, wanted=wanted)
 
 
@@ -248,7 +248,7 @@ async def _run_replicated(
 ) -> Sequence[Any]:
     """As :func:`_run`, for a statement without its audit part, on a connection from
     :meth:`Database.reading` (a replica when one may serve the scope's user)."""
-    async with db.reading(scope.user_id, transaction=path is not None) as conn:
+    async with db.read(scope.user_id, transaction=path is not None) as conn:
         return await _execute(conn, statement, params, path=path, wanted=wanted)
 
 
@@ -318,7 +318,7 @@ async def page(
         "limit": limit,
         "offset": offset,
     }
-    async with db.reading(scope.user_id) as conn:
+    async with db.read(scope.user_id) as conn:
         rows = (await conn.execute(text(statement), params)).mappings().all()
     return [memory_from_row(row) for row in rows]
 
@@ -330,7 +330,7 @@ async def count(
     check_search_scope(scope, allow_unscoped=allow_unscoped)
     await catalogue.get(collection)
     statement = q.count_memories(tuple(scope.as_dict()))
-    async with db.reading(scope.user_id) as conn:
+    async with db.read(scope.user_id) as conn:
         result = await conn.execute(text(statement), {**scope.as_dict(), "collection": collection})
         return int(result.scalar_one())
 

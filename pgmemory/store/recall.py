@@ -13,10 +13,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
-
 from pgmemory.errors import InvalidInputError
-from pgmemory.store import fastpath
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryScope, RecallTrace
@@ -69,10 +66,6 @@ async def insert(db: Database, params: dict[str, Any]) -> None:
     without waiting for the disk flush unless ``durable_recall_audit``. Inside one, the row
     commits with the block, at the block's durability.
     """
-    shared = db.in_shared_transaction
+    shared = db.in_unit_of_work
     statement = q.record_recall(relax_commit=not (db.settings.durable_recall_audit or shared))
-    if shared:
-        async with db.transaction(users=()) as conn:
-            await conn.execute(text(statement), params)
-    else:
-        await fastpath.fetch(db, statement, params)
+    await db.fetch(statement, params)

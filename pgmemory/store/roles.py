@@ -109,7 +109,7 @@ async def create_app_role(db: Database, name: str, password: str) -> RoleReport:
     """
     check_role_name(name)
     _check_password(password)
-    async with db.transaction() as conn:
+    async with db.write() as conn:
         powerful = (await conn.execute(text(q.ROLE_ATTRIBUTES), {"name": name})).scalar()
         if powerful:
             raise InvalidInputError(

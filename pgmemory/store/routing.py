@@ -143,7 +143,7 @@ async def distribute(db: Database) -> Distribution:
         DatabaseNotReadyError: The ``citus`` extension is not installed in the database
             (nothing is changed).
     """
-    async with db.autocommit() as conn:
+    async with db.ddl() as conn:
         database = (await conn.execute(text(q.CURRENT_DATABASE))).scalar_one()
         if not (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
             raise DatabaseNotReadyError(

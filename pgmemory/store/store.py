@@ -172,7 +172,7 @@ class MemoryStore:
                 await store.append_history(session_id, messages, user_id="alice")
                 await store.add("chat", records)  # both, or neither
         """
-        return self._db.shared_transaction()
+        return self._db.unit_of_work()
 
     # --- collections -----------------------------------------------------------------------
 

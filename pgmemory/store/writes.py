@@ -88,7 +88,7 @@ async def add(
     stored: set[uuid.UUID] = set()
     async with (
         _ids_stored_once(),
-        db.transaction(users={row["user_id"] or "" for row in rows}) as conn,
+        db.write(users={row["user_id"] or "" for row in rows}) as conn,
     ):
         for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
             chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
@@ -131,7 +131,7 @@ async def import_records(
 
     info = await catalogue.get(collection)
     bar = tqdm(desc=f"import {collection}", unit="rows", disable=not progress)
-    async with _ids_stored_once(), db.transaction() as conn:
+    async with _ids_stored_once(), db.write() as conn:
         await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
         await conn.execute(text(q.CREATE_STAGING))
         cursor = (await _driver_connection(conn)).cursor()

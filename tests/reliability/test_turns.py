@@ -236,7 +236,7 @@ async def test_a_failed_write_inside_the_block_leaves_the_others_usable(
     async with store.shared_transaction():
         await store.add(collection, _records(user, "kept"))
         with pytest.raises(sa.exc.DataError):  # division by zero, inside a joined write
-            async with store._db.transaction() as conn:
+            async with store._db.write() as conn:
                 await conn.execute(sa.text("SELECT 1 / 0"))
         await store.append_history("s2", [{"message_id": "m1", "role": "user"}], user_id=user)
     assert await store.count(collection, MemoryScope(user_id=user)) == 1

@@ -12,7 +12,6 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-from pgmemory.store import fastpath
 from pgmemory.store import queries as q
 
 DIM = 8
@@ -86,7 +85,7 @@ async def test_errors_hide_parameters_and_leave_the_connection_usable(
 ) -> None:
     secret = "diagnosed with diabetes"
     with pytest.raises(DBAPIError) as raised:
-        await fastpath.fetch(store._db, "SELECT CAST(:note AS text), 1 / 0", {"note": secret})
+        await store._db.fetch("SELECT CAST(:note AS text), 1 / 0", {"note": secret})
     assert "division by zero" in str(raised.value)
     assert not raised.value.connection_invalidated
     assert secret not in str(raised.value) and secret not in repr(raised.value)
@@ -122,9 +121,9 @@ async def test_a_cancelled_statement_leaves_the_pool_usable(database_url: str) -
     settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
     async with MemoryStore(database_url, settings=settings) as store:
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(fastpath.fetch(store._db, "SELECT pg_sleep(5)", {}), 0.2)
+            await asyncio.wait_for(store._db.fetch("SELECT pg_sleep(5)", {}), 0.2)
         # The one pooled connection (or its replacement) answers, in a transaction again.
-        assert await fastpath.fetch(store._db, "SELECT 1 AS one", {}) == [{"one": 1}]
+        assert await store._db.fetch("SELECT 1 AS one", {}) == [{"one": 1}]
         async with store.engine.connect() as conn:
             raw = (await conn.get_raw_connection()).driver_connection
             assert raw is not None and not raw.autocommit
@@ -141,7 +140,7 @@ async def test_recalls_inside_a_shared_transaction_leave_the_turn_durable(
         await store.add(collection, [MemoryRecord(content="the turn", scope=scope)])
         await store.search(collection, scope, query="kept", mode="text", limit=1)
         await store.record_recall(collection, scope, memory_ids=[], scores=[], query="q")
-        async with store._db.transaction() as conn:
+        async with store._db.write() as conn:
             setting = (await conn.execute(text("SHOW synchronous_commit"))).scalar_one()
     assert setting == "on"
     assert await store.count(collection, scope) == 2

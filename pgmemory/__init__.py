@@ -4,241 +4,99 @@ The public surface is what this module exports; everything else is internal.
 
 Names are imported on first use (PEP 562), so ``import pgmemory`` is cheap and loads neither
 SQLAlchemy, the ``openai`` package nor numpy: ``pgmemory.MemoryStore`` imports the store when
-it is first asked for. Type checkers and IDEs see the real imports below.
+it is first asked for. The imports under ``TYPE_CHECKING`` below are the one list of public
+names: type checkers and IDEs read them, and :func:`pgmemory._exports.lazy_exports` makes
+``__all__`` and the lazy imports from the same lines. ``pgmemory.__version__`` is the installed
+distribution's version.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pgmemory._exports import lazy_exports
 
 if TYPE_CHECKING:
     from pgmemory.embedders import (
-        CachedEmbedder,
-        Embedder,
-        OpenAIEmbedder,
-        USEEmbedder,
-        make_embedder,
+        CachedEmbedder as CachedEmbedder,
+        Embedder as Embedder,
+        OpenAIEmbedder as OpenAIEmbedder,
+        USEEmbedder as USEEmbedder,
+        make_embedder as make_embedder,
     )
     from pgmemory.errors import (
-        AfterRunError,
-        CollectionError,
-        DatabaseNotReadyError,
-        EmbeddingError,
-        InvalidInputError,
-        MissingExtraError,
-        PgMemoryError,
-        ScopeError,
-        StructuredOutputError,
-        ToolArgumentsError,
-        ToolLoopLimitError,
+        CollectionError as CollectionError,
+        DatabaseNotReadyError as DatabaseNotReadyError,
+        DuplicateIdError as DuplicateIdError,
+        EmbeddingError as EmbeddingError,
+        InvalidInputError as InvalidInputError,
+        MissingExtraError as MissingExtraError,
+        PgMemoryError as PgMemoryError,
+        ScopeError as ScopeError,
+        StructuredOutputError as StructuredOutputError,
+        ToolArgumentsError as ToolArgumentsError,
+        ToolLoopLimitError as ToolLoopLimitError,
     )
     from pgmemory.memory import (
-        ChatHistoryMemoryProvider,
-        ChatHistoryMemoryProviderOptions,
-        FactMemoryProvider,
-        PostgresHistoryProvider,
+        ChatHistoryMemoryProvider as ChatHistoryMemoryProvider,
+        ChatHistoryMemoryProviderOptions as ChatHistoryMemoryProviderOptions,
+        FactMemoryProvider as FactMemoryProvider,
+        PostgresHistoryProvider as PostgresHistoryProvider,
     )
     from pgmemory.runtime import (
-        Agent,
-        AgentResponse,
-        AgentResponseUpdate,
-        AgentSession,
-        ChatClient,
-        ChatReducer,
-        ChatResponse,
-        ContextProvider,
-        FunctionCallContent,
-        FunctionResultContent,
-        HistoryProvider,
-        InMemoryHistoryProvider,
-        Message,
-        MessageCountingReducer,
-        MessageFilter,
-        OpenAIChatClient,
-        ProviderSessionState,
-        SessionContext,
-        SummarizingReducer,
-        TextContent,
-        Tool,
-        all_messages,
-        external_only,
-        filter_by_source,
-        tool,
+        AfterRunError as AfterRunError,
+        Agent as Agent,
+        AgentResponse as AgentResponse,
+        AgentResponseUpdate as AgentResponseUpdate,
+        AgentSession as AgentSession,
+        ChatClient as ChatClient,
+        ChatReducer as ChatReducer,
+        ChatResponse as ChatResponse,
+        ContextProvider as ContextProvider,
+        FunctionCallContent as FunctionCallContent,
+        FunctionResultContent as FunctionResultContent,
+        HistoryProvider as HistoryProvider,
+        InMemoryHistoryProvider as InMemoryHistoryProvider,
+        Message as Message,
+        MessageCountingReducer as MessageCountingReducer,
+        MessageFilter as MessageFilter,
+        OpenAIChatClient as OpenAIChatClient,
+        ProviderSessionState as ProviderSessionState,
+        SessionContext as SessionContext,
+        SummarizingReducer as SummarizingReducer,
+        TextContent as TextContent,
+        Tool as Tool,
+        all_messages as all_messages,
+        external_only as external_only,
+        filter_by_source as filter_by_source,
+        tool as tool,
     )
-    from pgmemory.settings import Settings
+    from pgmemory.settings import (
+        Settings as Settings,
+    )
     from pgmemory.store.records import (
-        AnnStatus,
-        CollectionInfo,
-        HistoryRow,
-        Memory,
-        MemoryHit,
-        MemoryRecord,
-        MemoryScope,
-        RecallTrace,
-        SearchWeights,
+        AnnStatus as AnnStatus,
+        CollectionInfo as CollectionInfo,
+        HistoryRow as HistoryRow,
+        Memory as Memory,
+        MemoryHit as MemoryHit,
+        MemoryRecord as MemoryRecord,
+        MemoryScope as MemoryScope,
+        RecallTrace as RecallTrace,
+        SearchWeights as SearchWeights,
     )
-    from pgmemory.store.store import MemoryStore
-    from pgmemory.sync import SyncMemoryStore
-
-#: Module -> the public names imported from it. The imports above, this table and ``__all__``
-#: must name the same things; tests/test_startup.py checks that they do.
-_MODULES: dict[str, tuple[str, ...]] = {
-    "pgmemory.embedders": (
-        "CachedEmbedder",
-        "Embedder",
-        "OpenAIEmbedder",
-        "USEEmbedder",
-        "make_embedder",
-    ),
-    "pgmemory.errors": (
-        "AfterRunError",
-        "CollectionError",
-        "DatabaseNotReadyError",
-        "EmbeddingError",
-        "InvalidInputError",
-        "MissingExtraError",
-        "PgMemoryError",
-        "ScopeError",
-        "StructuredOutputError",
-        "ToolArgumentsError",
-        "ToolLoopLimitError",
-    ),
-    "pgmemory.memory": (
-        "ChatHistoryMemoryProvider",
-        "ChatHistoryMemoryProviderOptions",
-        "FactMemoryProvider",
-        "PostgresHistoryProvider",
-    ),
-    "pgmemory.runtime": (
-        "Agent",
-        "AgentResponse",
-        "AgentResponseUpdate",
-        "AgentSession",
-        "ChatClient",
-        "ChatReducer",
-        "ChatResponse",
-        "ContextProvider",
-        "FunctionCallContent",
-        "FunctionResultContent",
-        "HistoryProvider",
-        "InMemoryHistoryProvider",
-        "Message",
-        "MessageCountingReducer",
-        "MessageFilter",
-        "OpenAIChatClient",
-        "ProviderSessionState",
-        "SessionContext",
-        "SummarizingReducer",
-        "TextContent",
-        "Tool",
-        "all_messages",
-        "external_only",
-        "filter_by_source",
-        "tool",
-    ),
-    "pgmemory.settings": ("Settings",),
-    "pgmemory.sync": ("SyncMemoryStore",),
-    "pgmemory.store.records": (
-        "AnnStatus",
-        "CollectionInfo",
-        "HistoryRow",
-        "Memory",
-        "MemoryHit",
-        "MemoryRecord",
-        "MemoryScope",
-        "RecallTrace",
-        "SearchWeights",
-    ),
-    "pgmemory.store.store": ("MemoryStore",),
-}
-
-#: Public name -> the module to import it from.
-_EXPORTS: dict[str, str] = {name: module for module, names in _MODULES.items() for name in names}
-
-# A literal list, so type checkers and IDEs know what `from pgmemory import *` brings.
-__all__ = [
-    "AfterRunError",
-    "Agent",
-    "AgentResponse",
-    "AgentResponseUpdate",
-    "AgentSession",
-    "AnnStatus",
-    "CachedEmbedder",
-    "ChatClient",
-    "ChatHistoryMemoryProvider",
-    "ChatHistoryMemoryProviderOptions",
-    "ChatReducer",
-    "ChatResponse",
-    "CollectionError",
-    "CollectionInfo",
-    "ContextProvider",
-    "DatabaseNotReadyError",
-    "Embedder",
-    "EmbeddingError",
-    "FactMemoryProvider",
-    "FunctionCallContent",
-    "FunctionResultContent",
-    "HistoryProvider",
-    "HistoryRow",
-    "InMemoryHistoryProvider",
-    "InvalidInputError",
-    "Memory",
-    "MemoryHit",
-    "MemoryRecord",
-    "MemoryScope",
-    "MemoryStore",
-    "Message",
-    "MessageCountingReducer",
-    "MessageFilter",
-    "MissingExtraError",
-    "OpenAIChatClient",
-    "OpenAIEmbedder",
-    "PgMemoryError",
-    "PostgresHistoryProvider",
-    "ProviderSessionState",
-    "RecallTrace",
-    "ScopeError",
-    "SearchWeights",
-    "SessionContext",
-    "Settings",
-    "StructuredOutputError",
-    "SummarizingReducer",
-    "SyncMemoryStore",
-    "TextContent",
-    "Tool",
-    "ToolArgumentsError",
-    "ToolLoopLimitError",
-    "USEEmbedder",
-    "all_messages",
-    "external_only",
-    "filter_by_source",
-    "make_embedder",
-    "tool",
-]
+    from pgmemory.store.store import (
+        MemoryStore as MemoryStore,
+    )
+    from pgmemory.sync import (
+        SyncMemoryStore as SyncMemoryStore,
+    )
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first access (PEP 562).
+def _version() -> str:
+    from importlib.metadata import version
 
-    Args:
-        name: the attribute asked for.
-
-    Returns:
-        The object ``name`` refers to (also cached in this module's namespace, so later
-        accesses are plain attribute lookups).
-
-    Raises:
-        AttributeError: ``name`` is not a public name of pgmemory.
-    """
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return version("pgmemory")
 
 
-def __dir__() -> list[str]:
-    """The module's namespace plus every public name, imported or not."""
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, computed={"__version__": _version})

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from pgmemory.admin import Admin
 from pgmemory.embedders import CachedEmbedder, USEEmbedder
 from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.settings import Settings
@@ -89,7 +90,7 @@ def app_role_url(database_url: str) -> Iterator[str]:
 
     async def create() -> None:
         async with MemoryStore(database_url) as owner:
-            await owner.create_app_role(role, APP_ROLE_PASSWORD)
+            await Admin(owner).create_app_role(role, APP_ROLE_PASSWORD)
 
     asyncio.run(create())
     url = make_url(database_url).set(username=role, password=APP_ROLE_PASSWORD)

@@ -31,8 +31,10 @@ import pytest
 import sqlalchemy as sa
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, RecallTrace, Settings
+from pgmemory.admin import Admin
+from pgmemory.admin.retention import PruneRecord
 from pgmemory.cli import _parser, run
-from pgmemory.store import browse, migrate
+from pgmemory.store import migrate
 
 CONSOLE = shutil.which("pgmemory", path=str(Path(sys.executable).parent))
 ENTRY = [CONSOLE] if CONSOLE else [sys.executable, "-m", "pgmemory"]
@@ -513,9 +515,9 @@ def test_prune_audit_deletes_only_old_rows_and_records_itself(
     finally:
         engine.dispose()
 
-    async def prunes() -> list[browse.PruneRecord]:
+    async def prunes() -> list[PruneRecord]:
         async with MemoryStore(url, settings=settings()) as store:
-            return await browse.list_prunes(store)
+            return await Admin(store).list_prunes()
 
     latest = asyncio.run(prunes())[0]
     assert latest.actor == "retention-test" and latest.deleted == pruned["deleted"]
@@ -527,8 +529,7 @@ def test_prune_audit_deletes_only_old_rows_and_records_itself(
 def test_ui_is_a_subcommand_taking_its_token_from_the_settings(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pgmemory.ui import cli as ui_cli
-    from pgmemory.ui import server
+    from pgmemory.ui import cli as ui_cli, server
 
     assert (ui_cli.DEFAULT_HOST, ui_cli.DEFAULT_PORT, ui_cli.TOKEN_ENV) == (
         server.DEFAULT_HOST, server.DEFAULT_PORT, server.TOKEN_ENV

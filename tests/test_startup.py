@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import pgmemory
+from pgmemory._exports import export_table
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Each takes from a tenth of a second to most of a second to import on a 2-core machine.
@@ -98,10 +99,15 @@ def _type_checking_imports(path: Path) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("package", ["pgmemory", "pgmemory.embedders"])
+@pytest.mark.parametrize(
+    "package", ["pgmemory", "pgmemory.embedders", "pgmemory.ui", "pgmemory.admin"]
+)
 def test_lazy_table_matches_what_type_checkers_see(package: str) -> None:
     """The TYPE_CHECKING imports (what IDEs see), the run-time table and __all__ agree."""
-    module = __import__(package, fromlist=["_EXPORTS"])
+    module = __import__(package, fromlist=["__all__"])
     path = ROOT / package.replace(".", "/") / "__init__.py"
-    assert _type_checking_imports(path) == module._EXPORTS
-    assert sorted(module.__all__) == sorted(module._EXPORTS)
+    table = export_table(path.read_text())
+    assert _type_checking_imports(path) == table
+    assert sorted(module.__all__) == sorted(table)
+    for name, source in table.items():  # each lazy name is the object its module defines
+        assert getattr(module, name) is getattr(__import__(source, fromlist=[name]), name)

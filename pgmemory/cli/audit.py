@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from pgmemory.cli.common import add_json, print_json, print_table, with_store
+from pgmemory.cli.common import add_json, admin_of, print_json, print_table, with_store
 
 if TYPE_CHECKING:
     from pgmemory.store.store import MemoryStore
@@ -55,7 +55,7 @@ def verify_command(args: argparse.Namespace) -> int:
 
 
 async def _verify(store: MemoryStore, args: argparse.Namespace) -> int:
-    report = await store.verify_audit()
+    report = await admin_of(store).verify_audit()
     if args.json:
         print_json(report.as_dict())
     else:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from pgmemory.admin import Admin
     from pgmemory.settings import Settings
     from pgmemory.store.store import MemoryStore
 
@@ -26,39 +27,6 @@ T = TypeVar("T")
 MAX_LIMIT = 200
 #: Longest content shown in a table cell (``--json`` gives the whole text).
 CELL_CHARS = 100
-
-#: What a search's score measures, per mode (see pgmemory.store.records.MemoryHit).
-SCORE_KINDS = {
-    "vector": "cosine similarity",
-    "text": "BM25",
-    "hybrid": "fused score",
-}
-#: The column title of a score, per mode.
-SCORE_TITLES = {
-    "vector": "SCORE(cosine)",
-    "text": "SCORE(BM25)",
-    "hybrid": "SCORE(fused)",
-}
-SCORE_HELP = (
-    "scores: vector mode = cosine similarity (-1..1, 1 = same direction); text mode = BM25 "
-    "keyword relevance (> 0, unbounded); hybrid mode = fused score, the sum of cosine "
-    "similarity and BM25 each scaled to 0..1 within the scope (0..2, comparable within one "
-    "search only); "
-    "higher is better in every mode"
-)
-
-
-def score_kind(mode: str) -> str:
-    """What a score of a recall in ``mode`` measures ('score' for a mode pgmemory did not set).
-
-    Args:
-        mode: the search mode (``vector``, ``text``, ``hybrid``) or a provider's own label.
-
-    Returns:
-        A short name, e.g. ``"cosine similarity"``.
-    """
-    return SCORE_KINDS.get(mode, "score")
-
 
 # --- errors ---------------------------------------------------------------------------------
 
@@ -173,6 +141,14 @@ def with_store(
 
     with database_url(settings, args.url) as url:
         return asyncio.run(run(url))
+
+
+def admin_of(store: MemoryStore) -> Admin:
+    """The admin plane over ``store`` (imported here, so that ``pgmemory --help`` loads no
+    driver)."""
+    from pgmemory.admin import Admin
+
+    return Admin(store)
 
 
 async def known_collection(store: MemoryStore, name: str, *, hint: str = "") -> None:

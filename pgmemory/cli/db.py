@@ -16,6 +16,7 @@ from pgmemory.cli.common import (
     CliError,
     add_json,
     add_yes,
+    admin_of,
     confirm,
     database_url,
     print_json,
@@ -353,7 +354,7 @@ def roles_command(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
-    from pgmemory.store.roles import check_role_name
+    from pgmemory.admin.roles import check_role_name
 
     check_role_name(args.name)  # before asking for a password
     password = _password(args.password_env, args.name)
@@ -381,7 +382,7 @@ def _password(variable: str, role: str) -> str:
 
 
 async def _roles(store: MemoryStore, args: argparse.Namespace, password: str) -> int:
-    report = await store.create_app_role(args.name, password)
+    report = await admin_of(store).create_app_role(args.name, password)
     if args.json:
         print_json(report.as_dict())
         return 0
@@ -433,7 +434,7 @@ def distribute_command(args: argparse.Namespace) -> int:
 async def _distribute(store: MemoryStore, args: argparse.Namespace) -> int:
     from pgmemory.store import routing
 
-    done = await store.distribute()
+    done = await admin_of(store).distribute()
     if args.json:
         print_json(
             {
@@ -462,7 +463,7 @@ def add_partition_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         sub: the ``db`` sub-parsers.
         common: the parent parser of options every command takes (``--url``).
     """
-    from pgmemory.store.partitioning import MAX_PARTITIONS, MIN_PARTITIONS
+    from pgmemory.admin.partitioning import MAX_PARTITIONS, MIN_PARTITIONS
 
     partition = sub.add_parser(
         "partition", parents=[common],
@@ -491,14 +492,14 @@ def partition_command(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
-    from pgmemory.store.partitioning import check_partitions
+    from pgmemory.admin.partitioning import check_partitions
 
     check_partitions(args.partitions)  # before connecting
     return with_store(args, _partition)
 
 
 async def _partition(store: MemoryStore, args: argparse.Namespace) -> int:
-    report = await store.partition_memories(partitions=args.partitions)
+    report = await admin_of(store).partition_memories(partitions=args.partitions)
     if args.json:
         print_json(report.as_dict())
         return 0

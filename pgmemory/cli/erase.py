@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pgmemory.cli.common import (
     add_json,
     add_yes,
+    admin_of,
     confirm,
     describe_age,
     duration_type,
@@ -125,7 +126,7 @@ async def _prune(store: MemoryStore, args: argparse.Namespace) -> int:
         f"Delete the audit rows (recalls, memory writes and deletes, fact changes) older than "
         f"{describe_age(args.older_than)}, i.e. written before {when(cutoff)}?",
     )
-    counts = await store.prune_audit(cutoff, actor=args.actor)
+    counts = await admin_of(store).prune_audit(cutoff, actor=args.actor)
     if args.json:
         print_json({"cutoff": cutoff, "deleted": counts})
     else:

@@ -17,22 +17,23 @@ from typing import TYPE_CHECKING, Any
 from pgmemory.cli import audit as audit_cli
 from pgmemory.cli.common import (
     MAX_LIMIT,
-    SCORE_HELP,
-    SCORE_TITLES,
     CliError,
     add_json,
+    admin_of,
     clip,
     known_collection,
     limit_type,
     note,
     print_json,
     print_table,
-    score_kind,
     with_store,
 )
+from pgmemory.store.modes import DEFAULT_MODE, MODES, SEARCH_MODES, score_kind, scores_help
 
 if TYPE_CHECKING:
-    from pgmemory.store.browse import FactChange, MemoryAuditEntry, Recall
+    from pgmemory.admin.facts import FactChange
+    from pgmemory.admin.memories import MemoryAuditEntry
+    from pgmemory.admin.recalls import Recall
     from pgmemory.store.records import Memory, MemoryScope
     from pgmemory.store.store import MemoryStore
 
@@ -146,7 +147,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "writes and deletes of their memories and facts",
         description="Show the audit of a user, newest first: each recall (which memories went "
         "into an answer, with their scores), then the writes, deletes and expiries of memories, "
-        "then fact changes. " + SCORE_HELP + ".",
+        "then fact changes. " + scores_help() + ".",
     )  # fmt: skip
     audit.add_argument("--user", help="the user id (required unless a sub-command is given)")
     audit.add_argument(
@@ -179,7 +180,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "recall", parents=[common],
         help="search a scope's memories, best first (audited as provider 'cli')",
         description="Search a scope's memories the way the library's providers do; the "
-        "recall is audited (provider 'cli'). " + SCORE_HELP + ".",
+        "recall is audited (provider 'cli'). " + scores_help() + ".",
     )  # fmt: skip
     recall.add_argument("collection", help="the collection to search")
     recall.add_argument("query", help="the text to search for")
@@ -191,7 +192,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "--limit", type=limit_type, default=5, help=f"most hits (1-{MAX_LIMIT}, default 5)"
     )
     recall.add_argument(
-        "--mode", choices=("vector", "text", "hybrid"), default="hybrid",
+        "--mode", choices=SEARCH_MODES, default=DEFAULT_MODE,
         help="vector: cosine similarity of embeddings; text: BM25 keyword match; hybrid "
         "(default): both fused, each scaled to 0..1 within the scope and summed",
     )  # fmt: skip
@@ -231,7 +232,7 @@ async def _collections(store: MemoryStore, args: argparse.Namespace) -> int:
 
 
 async def _users(store: MemoryStore, args: argparse.Namespace) -> int:
-    page = await store.list_users(after=args.after, limit=args.limit)
+    page = await admin_of(store).list_users(after=args.after, limit=args.limit)
     if args.json:
         print_json(
             {
@@ -273,7 +274,9 @@ async def _memories(store: MemoryStore, args: argparse.Namespace) -> int:
     found: list[Memory] = []
     more = False
     for name in names:
-        page = await store.user_memories(args.user, name, session_id=args.session, limit=args.limit)
+        page = await admin_of(store).user_memories(
+            args.user, name, session_id=args.session, limit=args.limit
+        )
         found.extend(page.items)
         more = more or page.older is not None
     found.sort(key=lambda m: (m.created_at, m.id), reverse=True)
@@ -318,11 +321,11 @@ async def _sessions(store: MemoryStore, args: argparse.Namespace) -> int:
         row["first_at"] = first if row["first_at"] is None else min(row["first_at"], first)
         row["last_at"] = last if row["last_at"] is None else max(row["last_at"], last)
 
-    for chat in await store.user_sessions(args.user, limit=args.limit):
+    for chat in await admin_of(store).user_sessions(args.user, limit=args.limit):
         row = entry(chat.session_id)
         row["messages"] += chat.messages
         span(row, chat.first_at, chat.last_at)
-    for scope in await store.user_scopes(args.user, limit=MAX_LIMIT):
+    for scope in await admin_of(store).user_scopes(args.user, limit=MAX_LIMIT):
         if scope.session_id:
             row = entry(scope.session_id)
             row["memories"] += scope.memories
@@ -386,17 +389,17 @@ async def _audit(store: MemoryStore, args: argparse.Namespace) -> int:
         "limit": args.limit,
     }
     recalls, more_recalls = await _scan(
-        lambda **page: store.user_recalls(args.user, **page),
+        lambda **page: admin_of(store).user_recalls(args.user, **page),
         lambda r: _in_session(session, r.session_id, r.requesting_session_id),
         **scan,
     )
     writes, more_writes = await _scan(
-        lambda **page: store.user_memory_audit(args.user, **page),
+        lambda **page: admin_of(store).user_memory_audit(args.user, **page),
         lambda w: _in_session(session, w.session_id),
         **scan,
     )
     facts, more_facts = await _scan(
-        lambda **page: store.user_fact_history(args.user, **page),
+        lambda **page: admin_of(store).user_fact_history(args.user, **page),
         lambda f: _in_session(session, f.session_id),
         **scan,
     )
@@ -578,7 +581,7 @@ async def _recall(store: MemoryStore, args: argparse.Namespace) -> int:
         )
         return 0
     print_table(
-        ["RANK", SCORE_TITLES[args.mode], "CREATED", "ROLE", "ID", "CONTENT"],
+        ["RANK", MODES[args.mode].title, "CREATED", "ROLE", "ID", "CONTENT"],
         [
             [rank, hit.score, m.created_at, m.role, m.id, m.content]
             for rank, hit in enumerate(hits, 1)

@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from pgmemory.cli.common import (
     CliError,
     add_json,
+    admin_of,
     dumps,
     known_collection,
     note,
@@ -28,6 +29,7 @@ from pgmemory.cli.common import (
     with_store,
 )
 from pgmemory.cli.listing import MEMORY_KEYS, memory_json
+from pgmemory.errors import DuplicateIdError
 
 if TYPE_CHECKING:
     import uuid
@@ -141,14 +143,14 @@ def _floats(vector: Any) -> list[float]:
 async def _export(store: MemoryStore, args: argparse.Namespace) -> int:
     import uuid
 
-    from pgmemory.store.browse import Cursor
+    from pgmemory.admin.pages import Cursor
 
     await known_collection(store, args.collection)
     cursor = Cursor(_DISTANT_PAST, uuid.UUID(int=0))
     count = 0
     with _output(args.output) as out:
         while True:
-            page = await store.user_memories(
+            page = await admin_of(store).user_memories(
                 args.user, args.collection, session_id=args.session, after=cursor, limit=_PAGE
             )
             oldest_first = page.items[::-1]
@@ -284,11 +286,13 @@ async def _import(store: MemoryStore, args: argparse.Namespace) -> int:
             imported = await store.import_records(
                 info.name, records(), actor=args.actor, progress=sys.stderr.isatty()
             )
-        except Exception as exc:
-            duplicate = _duplicate(exc)
-            if duplicate is None:
-                raise
-            raise duplicate from None
+        except DuplicateIdError as exc:
+            raise CliError(
+                f"memory {exc.memory_id} of this file is already stored under its id for the "
+                "same user, or given twice (the import was undone, nothing was stored): pass "
+                "--new-ids to import copies, or delete the originals first",
+                code=1,
+            ) from None
     finally:
         if source is not sys.stdin:
             source.close()
@@ -299,17 +303,3 @@ async def _import(store: MemoryStore, args: argparse.Namespace) -> int:
         extra = f" ({skipped} skipped: their messages were already stored)" if skipped else ""
         print(f"imported {imported} of {read} memories into {info.name!r}{extra}")
     return 0
-
-
-def _duplicate(exc: BaseException) -> CliError | None:
-    """A one-line error for a memory id the user already has, else None."""
-    orig = getattr(exc, "orig", None)
-    constraint = getattr(getattr(orig, "diag", None), "constraint_name", None)
-    if getattr(orig, "sqlstate", None) == "23505" and constraint == "pk_pgmemory_memories":
-        return CliError(
-            "a memory of this file is already stored under its id for the same user (the "
-            "import was undone, nothing was stored): pass --new-ids to import copies, or "
-            "delete the originals first",
-            code=1,
-        )
-    return None

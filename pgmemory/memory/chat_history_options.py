@@ -10,6 +10,7 @@ from pgmemory.errors import InvalidInputError
 from pgmemory.memory.rendering import DEFAULT_CONTEXT_PROMPT
 from pgmemory.runtime.messages import all_messages, external_only
 from pgmemory.runtime.providers import MessageFilter
+from pgmemory.store.modes import DEFAULT_MODE, SearchMode
 from pgmemory.store.records import SearchWeights
 
 #: When the provider recalls: before every model call, or when the model calls its tool.
@@ -70,7 +71,7 @@ class ChatHistoryMemoryProviderOptions:
     recent_turns: int = 2
     #: How memories are ranked: "hybrid" fuses similarity, keywords and recency; "vector" is
     #: similarity alone; "text" is keywords alone.
-    recall_mode: Literal["vector", "text", "hybrid"] = "hybrid"
+    recall_mode: SearchMode = DEFAULT_MODE
     #: Weights of the hybrid ranking: score fusion of similarity and keywords, with a little
     #: recency, so of two equally good matches the newer wins ("I moved to Berlin" over "I
     #: live in Lisbon"); the most recent turns are shown anyway (``recent_turns``).

@@ -5,7 +5,7 @@ Each concept has its own module; everything public is re-exported here. The runt
 nothing of the database: providers backed by the store live in :mod:`pgmemory.memory`.
 """
 
-from pgmemory.runtime.agent import Agent, AgentResponse, AgentResponseUpdate
+from pgmemory.runtime.agent import AfterRunError, Agent, AgentResponse, AgentResponseUpdate
 from pgmemory.runtime.chat import ChatClient, ChatResponse, ChatResponseUpdate
 from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
 from pgmemory.runtime.messages import (
@@ -30,6 +30,7 @@ __all__ = [
     "CHAT_HISTORY",
     "CONTEXT_PROVIDER",
     "EXTERNAL",
+    "AfterRunError",
     "Agent",
     "AgentResponse",
     "AgentResponseUpdate",

@@ -23,18 +23,41 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing
 from types import TracebackType
 from typing import Any
 
-from pgmemory.errors import AfterRunError, InvalidInputError
+from pgmemory.errors import InvalidInputError, PgMemoryError
 from pgmemory.runtime.chat import ChatClient, ToolChoice
 from pgmemory.runtime.history import HistoryProvider, InMemoryHistoryProvider
 from pgmemory.runtime.messages import AgentInput, as_messages
 from pgmemory.runtime.providers import ContextProvider, SessionContext
+from pgmemory.runtime.responses import AgentResponse, AgentResponseUpdate
 from pgmemory.runtime.session import AgentSession
-from pgmemory.runtime.tool_loop import AgentResponse, AgentResponseUpdate, tool_loop
+from pgmemory.runtime.tool_loop import tool_loop
 from pgmemory.runtime.tools import Tool, ToolLike, as_tools, merge_tools
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOOL_ITERATIONS = 10
+
+
+class AfterRunError(PgMemoryError):
+    """One or more providers' ``after_run`` failed after the model had answered.
+
+    Every provider's ``after_run`` still ran, inside the providers' units of work, which were
+    then rolled back: what the database-backed providers would have stored of the turn is not
+    kept, so a retried run stores it once. ``errors`` holds each failure as (provider source
+    id, exception), in provider order, and ``response`` the model's answer, so the caller can
+    still use it. The message names only providers, exception types and counts: the
+    exceptions' own messages may carry user text, so they are left to ``errors``.
+    """
+
+    def __init__(self, response: AgentResponse, errors: list[tuple[str, Exception]]) -> None:
+        self.response = response
+        self.errors = errors
+        details = "; ".join(f"{source}: {type(exc).__name__}" for source, exc in errors)
+        super().__init__(
+            f"{len(errors)} context provider failure(s) after the model answered ({details}); "
+            "every provider's after_run ran and their units of work were rolled back; the "
+            "answer is in this error's .response and the exceptions in .errors"
+        )
 
 
 def _check_iterations(value: object) -> int:

@@ -33,8 +33,8 @@ from pgmemory.runtime.messages import (
 from pgmemory.runtime.tools import Tool, ToolLike, as_tools, merge_tools
 
 if TYPE_CHECKING:
+    from pgmemory.runtime.responses import AgentResponse
     from pgmemory.runtime.session import AgentSession
-    from pgmemory.runtime.tool_loop import AgentResponse
 
 #: Picks the messages a provider searches with or stores (``external_only`` by default).
 MessageFilter = Callable[[Sequence[Message]], Sequence[Message]]

@@ -1,11 +1,12 @@
-"""The PostgreSQL store: memories, their audit trail, chat history and facts.
+"""The data plane: the PostgreSQL store a turn and an application call.
 
 :class:`pgmemory.store.store.MemoryStore` is the public front; each of its methods hands over
 to the module that owns the concern:
 
-* ``database`` – where the database is, its life cycle, and connections (transaction or
-  autocommit); ``connector`` builds the engine, ``embedded`` runs the embedded server,
-  ``migrate`` runs the alembic migrations;
+* ``database`` – where the database is, its life cycle, and the verbs every statement runs by
+  (read, fetch, write, unit of work, DDL); ``connector`` builds the engine, ``fastpath`` runs
+  one prepared round trip on psycopg, ``replicas`` routes reads to hot standbys, ``embedded``
+  runs the embedded server, ``migrate`` runs the alembic migrations;
 * ``catalogue`` – collections (vector size and model) and embedding texts for them;
 * ``writes`` – storing memories: batched inserts and bulk COPY imports;
 * ``reads`` – search, pages in time order, counts;
@@ -15,5 +16,9 @@ to the module that owns the concern:
 * ``history`` – chat history; ``facts`` – facts per scope and namespace.
 
 Shared by them: ``records`` (the value types), ``validation`` (input checks), ``columns`` (a
-memory row's columns, defined once), ``queries`` (every SQL statement), ``models`` (the schema).
+memory row's columns, defined once), ``queries`` (every data statement), ``routing`` (how the
+statements spread over Citus), ``models`` (the schema), ``uuid7`` (time-ordered ids).
+
+What operators do (user directory, audit pages, retention, audit verify, roles, partitioning)
+is the admin plane, :mod:`pgmemory.admin`, which builds on this package; nothing here imports it.
 """

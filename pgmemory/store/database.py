@@ -55,9 +55,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransactio
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
-from pgmemory.store import fastpath
-from pgmemory.store import migrate as migrations
-from pgmemory.store import queries as q
+from pgmemory.store import fastpath, migrate as migrations, queries as q
 from pgmemory.store.connector import adopt_engine, check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
@@ -433,7 +431,8 @@ class Database:
 class _HasDatabase(Protocol):
     """An object whose reads go through a :class:`Database` (the store)."""
 
-    _db: Database
+    @property
+    def _db(self) -> Database: ...
 
 
 S = TypeVar("S", bound=_HasDatabase)

@@ -29,6 +29,7 @@ from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+from pgmemory.store.modes import SEARCH_MODES
 from pgmemory.store.recall import insert as insert_recall
 from pgmemory.store.records import (
     Memory,
@@ -109,7 +110,7 @@ async def search(
     check_search_scope(scope, allow_unscoped=allow_unscoped)
     info = await catalogue.get(collection)
     check_limit(limit)
-    check_choice(mode, what="mode", choices=q.SEARCH_MODES)
+    check_choice(mode, what="mode", choices=SEARCH_MODES)
     weights = weights or SearchWeights()
     floor = -2.0 if min_score is None else check_min_score(min_score, mode=mode)
     window = _window(since, until)

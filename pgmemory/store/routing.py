@@ -10,9 +10,10 @@ Every statement in :mod:`pgmemory.store.queries` that touches a per-user table n
 (:func:`names_one_user`: a ``user_id = :param`` filter, or one user's value in an INSERT), so
 Citus routes it to one shard; the exceptions are listed here, each with why, in
 :data:`FAN_OUT` (runs on every shard) and :data:`CONSTANT_USER` (one shard, named by a
-constant). ``tests/store/test_routing.py`` reads every statement and fails on one that is in
-neither. The lists live here, not on the statements, so that editing a statement and
-classifying it stay separate changes.
+constant); the admin plane's statements have their own two lists beside them
+(:mod:`pgmemory.admin.statements`). ``tests/store/test_routing.py`` reads every statement of
+both planes and fails on one that is in neither list. The lists live beside the statements,
+not on them, so that editing a statement and classifying it stay separate changes.
 """
 
 from __future__ import annotations
@@ -66,24 +67,12 @@ FAN_OUT: dict[str, str] = {
     "count_memories": "counting a scope without a user (session, agent or application)",
     "ANN_INDEX_DDL": "DDL: the approximate index is built on every shard",
     "MEMORIES_RELKIND": "pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
-    "MEMORIES_ANY_ROW": "pgmemory db partition: refused unless the table is empty (any user)",
-    "PARTITION_MEMORIES": "DDL: pgmemory db partition rebuilds the whole (empty) table",
-    "MEMORIES_PARTITIONS": "pgmemory db partition: the catalog's count of partitions, no rows",
     "ANN_LARGE_USERS": "the approximate-index probe: which users' scopes are large (all users)",
     "ANN_PROBE_SAMPLE": "the approximate-index probe: sample vectors from the large scopes",
-    "USER_PAGE": "the operator's user directory: a page of user ids across all tables",
-    "USER_MEMORY_COUNTS": "the operator's user directory: counts for one page of users",
-    "USER_ACTIVITY": "the operator's user directory: activity for one page of users",
-    "PRUNE_AUDIT": "audit retention (pgmemory_prune_audit): rows older than a cutoff, of every user",
-    "audit_row_check": "pgmemory audit verify rechecks every row hash of an audit table",
-    "audit_guard_probe": "pgmemory audit verify's rolled-back UPDATE of an audit table's newest row",
-    "UNRECORDED_PSEUDONYMS": "pgmemory audit verify: erased users' pseudonyms across all audits",
 }
 
 #: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.
-CONSTANT_USER: dict[str, str] = {
-    "LIST_PRUNES": "the records of audit prunes, kept under user '' (one shard)",
-}
+CONSTANT_USER: dict[str, str] = {}
 
 _PER_USER = re.compile(r"\b(?:" + "|".join(PER_USER_TABLES + PER_USER_FUNCTIONS) + r")\b")
 #: A ``user_id = :param`` filter, with or without a table alias.

@@ -16,18 +16,7 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
-from pgmemory.store import (
-    erasure,
-    facts,
-    history,
-    integrity,
-    partitioning,
-    reads,
-    recall,
-    roles,
-    routing,
-    writes,
-)
+from pgmemory.store import erasure, facts, history, reads, recall, writes
 from pgmemory.store.ann import (
     ANN_EF_SEARCH,
     ANN_MIN_SCOPE_ROWS,
@@ -37,6 +26,7 @@ from pgmemory.store.ann import (
 )
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database, retried_read
+from pgmemory.store.modes import STORE_DEFAULT_MODE, SearchMode
 from pgmemory.store.records import (
     AnnStatus,
     CollectionInfo,
@@ -50,10 +40,7 @@ from pgmemory.store.records import (
 )
 
 if TYPE_CHECKING:
-    from datetime import timedelta
-
     from pgmemory.embedders.base import Embedder
-    from pgmemory.store import browse
 
 
 class MemoryStore:
@@ -142,6 +129,11 @@ class MemoryStore:
     def url(self) -> str:
         """The SQLAlchemy URL in use (password included: don't log it)."""
         return self._db.url
+
+    @property
+    def database(self) -> Database:
+        """The store's database and its statement verbs (for :mod:`pgmemory.admin`)."""
+        return self._db
 
     @property
     def engine(self) -> AsyncEngine:
@@ -293,7 +285,7 @@ class MemoryStore:
         query: str | None = None,
         vector: Sequence[float] | np.ndarray | None = None,
         limit: int = 3,
-        mode: str = "vector",
+        mode: SearchMode = STORE_DEFAULT_MODE,
         weights: SearchWeights | None = None,
         min_score: float | None = None,
         since: datetime | None = None,
@@ -498,66 +490,6 @@ class MemoryStore:
         """
         return await erasure.erase_user(self._db, user_id, actor=actor)
 
-    async def verify_audit(self) -> integrity.AuditReport:
-        """Check that the audit is intact: its guard (triggers, functions, grants) and every
-        audit row's hash. Reads only; a full scan of the audit tables.
-
-        Returns:
-            The report: ``report.ok``, and each failed check naming the problem. See
-            :mod:`pgmemory.store.integrity` for what it can and cannot detect.
-        """
-        return await integrity.verify(self._db)
-
-    async def create_app_role(self, name: str, password: str) -> roles.RoleReport:
-        """Create (or reset) a least-privilege application role for this store's schema.
-
-        It may read and write the data tables, only INSERT and SELECT the audits, erase and
-        prune through pgmemory's functions, and create nothing. Run as the schema's owner; the
-        password reaches the server only as a SCRAM verifier. See :mod:`pgmemory.store.roles`.
-
-        Args:
-            name: the role's name: 1-63 of a-z, 0-9 and _ (e.g. ``pgmemory_app``).
-            password: its password, 12 characters at least.
-
-        Returns:
-            What was done (statements run, with the password masked, and any warnings).
-        """
-        return await roles.create_app_role(self._db, name, password)
-
-    async def partition_memories(self, *, partitions: int = 16) -> partitioning.PartitionReport:
-        """Hash-partition the EMPTY memories table by ``user_id`` into ``partitions`` partitions.
-
-        Opt-in, once, right after the migrations and before any memory is written (and before
-        ``create_app_role``, whose grants name the table): heavy user scopes import and search
-        faster, ``VACUUM ANALYZE`` is slower, and ``enable_ann`` is refused (see the README's
-        Scaling section and :mod:`pgmemory.store.partitioning`). Runs in one transaction under
-        the migration lock; every column, default, key, foreign key and index is kept.
-
-        Args:
-            partitions: The number of hash partitions, an int from 2 to 256.
-
-        Returns:
-            What was done.
-
-        Raises:
-            InvalidInputError: A bad count.
-            DatabaseNotReadyError: The table is missing, already partitioned or not empty
-                (nothing is changed).
-        """
-        return await partitioning.partition_memories(self._db, partitions)
-
-    async def distribute(self) -> routing.Distribution:
-        """On a Citus coordinator: make the catalogue a reference table and distribute every
-        per-user table by ``user_id``, co-located (see :func:`pgmemory.store.routing.distribute`).
-
-        Returns:
-            What was done (tables Citus already manages are left as they are).
-
-        Raises:
-            DatabaseNotReadyError: The ``citus`` extension is not installed (nothing is changed).
-        """
-        return await routing.distribute(self._db)
-
     # --- chat history ----------------------------------------------------------------------
 
     async def append_history(
@@ -613,142 +545,6 @@ class MemoryStore:
     async def delete_facts(self, scope: MemoryScope, *, namespace: str | None = None) -> int:
         """Erase the scope's facts (one namespace, or all); returns rows deleted."""
         return await facts.delete(self._db, scope, namespace=namespace)
-
-    # --- operators: browsing what is kept about a user, and audit retention ----------------
-    # Fronts over pgmemory.store.browse (bounded pages for the CLI and the audit page).
-
-    async def prune_audit(
-        self,
-        older_than: timedelta | datetime,
-        *,
-        actor: str | None = None,
-        recall_audit: bool = True,
-        memory_audit: bool = True,
-        fact_audit: bool = True,
-    ) -> dict[str, int]:
-        """Delete audit rows older than a cutoff, in ONE transaction (audit retention).
-
-        The default retention is to keep everything: pgmemory never deletes audit rows on its
-        own. Call this (or run ``pgmemory prune-audit --older-than 90d`` on a schedule) to keep
-        the recall audit, the memory write/delete audit and the fact audit bounded. Memories,
-        facts and chat history are untouched. The prune records itself (cutoff, counts, actor)
-        in the fact audit, and later prunes keep those records.
-
-        Args:
-            older_than: An age (rows older than now minus it go) or an aware datetime cutoff.
-            actor: Who asked, kept in the prune's own record.
-            recall_audit: Prune ``pgmemory_recall_audit``.
-            memory_audit: Prune ``pgmemory_memory_audit``.
-            fact_audit: Prune ``pgmemory_fact_audit``.
-
-        Returns:
-            Rows deleted per table: ``recall_audit``, ``memory_audit``, ``fact_audit``.
-
-        Raises:
-            InvalidInputError: A negative age or a naive datetime.
-        """
-        from pgmemory.store import browse
-
-        return await browse.prune_audit(
-            self, older_than, actor=actor, recall_audit=recall_audit,
-            memory_audit=memory_audit, fact_audit=fact_audit,
-        )  # fmt: skip
-
-    async def list_users(self, *, after: str = "", limit: int | None = None) -> browse.UserPage:
-        """A page of users found in any table, in id order, with memory and recall counts.
-
-        Args:
-            after: List the users whose id sorts after this one ('' = from the start).
-            limit: Users per page (clamped to 1..200).
-        """
-        from pgmemory.store import browse
-
-        return await browse.list_users(self, after=after, limit=limit)
-
-    async def user_scopes(
-        self, user_id: str, *, limit: int | None = None
-    ) -> Sequence[browse.ScopeSummary]:
-        """The scopes a user's memories live in (one per collection, application, agent and
-        session), most recently written first, with their row counts (at most ``limit``, 1..200).
-        """
-        from pgmemory.store import browse
-
-        return await browse.user_scopes(self, user_id, limit=limit)
-
-    async def user_sessions(
-        self, user_id: str, *, limit: int | None = None
-    ) -> Sequence[browse.SessionSummary]:
-        """A user's chat-history sessions, most recently active first (``limit``: 1..200)."""
-        from pgmemory.store import browse
-
-        return await browse.user_sessions(self, user_id, limit=limit)
-
-    async def user_memories(
-        self,
-        user_id: str,
-        collection: str,
-        *,
-        session_id: str | None = None,
-        before: browse.Cursor | None = None,
-        after: browse.Cursor | None = None,
-        limit: int | None = None,
-    ) -> browse.Page[Memory]:
-        """A page of a user's memories in a collection, newest first (expired ones included
-        until :meth:`expire` reclaims them); walk it with the page's ``older``/``newer`` cursors.
-
-        Args:
-            user_id: The user.
-            collection: The collection (an unknown one has no memories).
-            session_id: Only this session's memories (None: every session).
-            before: The memories older than this cursor (a page's ``older``).
-            after: The memories newer than this cursor (a page's ``newer``).
-            limit: Memories per page (clamped to 1..200).
-        """
-        from pgmemory.store import browse
-
-        return await browse.user_memories(
-            self, user_id, collection, session_id=session_id, before=before, after=after,
-            limit=limit,
-        )  # fmt: skip
-
-    async def user_recalls(
-        self,
-        user_id: str,
-        *,
-        before: browse.Cursor | None = None,
-        limit: int | None = None,
-        preview: int = 10,
-    ) -> browse.Page[browse.Recall]:
-        """A page of a user's recalls (the recall audit), newest first, each with the first
-        ``preview`` memories it returned and their scores ("which memories went into that answer").
-
-        Args:
-            user_id: The user.
-            before: The recalls older than this cursor (a page's ``older``).
-            limit: Recalls per page (clamped to 1..200).
-            preview: Returned memories joined per recall.
-        """
-        from pgmemory.store import browse
-
-        return await browse.user_recalls(self, user_id, before=before, limit=limit, preview=preview)
-
-    async def user_memory_audit(
-        self, user_id: str, *, before: browse.Cursor | None = None, limit: int | None = None
-    ) -> browse.Page[browse.MemoryAuditEntry]:
-        """A page of a user's memory writes, deletes and expiries (the memory audit), newest
-        first; walk it with the page's ``older`` cursor (``limit`` clamped to 1..200)."""
-        from pgmemory.store import browse
-
-        return await browse.user_memory_audit(self, user_id, before=before, limit=limit)
-
-    async def user_fact_history(
-        self, user_id: str, *, before: browse.Cursor | None = None, limit: int | None = None
-    ) -> browse.Page[browse.FactChange]:
-        """A page of a user's fact changes (the fact audit), newest first; walk it with the
-        page's ``older`` cursor (``limit`` clamped to 1..200)."""
-        from pgmemory.store import browse
-
-        return await browse.user_fact_history(self, user_id, before=before, limit=limit)
 
     # --- last, because its name shadows the builtin `list` in annotations after it ----------
 

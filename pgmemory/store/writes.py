@@ -20,7 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.errors import DuplicateIdError, InvalidInputError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
@@ -220,10 +220,11 @@ async def prepare(
         if record.id is not None:
             key = (row["user_id"], row["id"])
             if key in given:
-                raise InvalidInputError(
+                raise DuplicateIdError(
                     f"records[{first + i}].id {row['id']} repeats records[{given[key]}].id in "
                     "the same user's scope; ids are unique per user: drop the repeat, or pass "
-                    "id=None for a new id"
+                    "id=None for a new id",
+                    str(row["id"]),
                 )
             given[key] = first + i
         rows.append(row)
@@ -337,10 +338,11 @@ async def _ids_stored_once() -> AsyncIterator[None]:
         )
         if found is None:
             raise
-        raise InvalidInputError(
+        raise DuplicateIdError(
             f"memory id {found.group(1)} is already stored in this user's scope (or given twice "
             "in one import); ids are unique per user: pass id=None for a new id, or delete "
-            "the stored memory first"
+            "the stored memory first",
+            found.group(1),
         ) from None
 
 

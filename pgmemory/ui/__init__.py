@@ -8,23 +8,18 @@ went into an answer. Needs the ``ui`` extra (``pip install 'pgmemory[ui]'``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pgmemory._exports import lazy_exports
 
 if TYPE_CHECKING:
-    from pgmemory.ui.app import create_app
-    from pgmemory.ui.server import serve, serve_store
+    from pgmemory.ui.app import (
+        create_app as create_app,
+    )
+    from pgmemory.ui.server import (
+        serve as serve,
+        serve_store as serve_store,
+    )
 
-__all__ = ["create_app", "serve", "serve_store"]
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy, so `pgmemory.ui.cli` (argparse only) imports without the ui extra installed.
-    if name == "create_app":
-        from pgmemory.ui.app import create_app
-
-        return create_app
-    if name in ("serve", "serve_store"):
-        from pgmemory.ui import server
-
-        return getattr(server, name)
-    raise AttributeError(f"module 'pgmemory.ui' has no attribute {name!r}")
+# Lazy, so `pgmemory.ui.cli` (argparse only) imports without the ui extra installed.
+__all__, __getattr__, __dir__ = lazy_exports(__name__)

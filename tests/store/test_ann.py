@@ -9,8 +9,7 @@ from sqlalchemy import text
 
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, queries
-from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE
-from pgmemory.store.reads import DISTANT_PAST as _DISTANT_PAST
+from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE, DISTANT_PAST as _DISTANT_PAST
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 

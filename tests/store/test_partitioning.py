@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from pgmemory.admin import Admin
 from pgmemory.cli import run
 from pgmemory.embedders.cache import CachedEmbedder
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
@@ -112,7 +113,7 @@ async def pair(
             MemoryStore(fresh_database, settings=_settings(), embedder=embedder) as plain,
             MemoryStore(parted_url, settings=_settings(), embedder=embedder) as parted,
         ):
-            report = await parted.partition_memories(partitions=4)
+            report = await Admin(parted).partition_memories(partitions=4)
             assert report.as_dict() == {
                 "table": "pgmemory_memories",
                 "partitions": 4,
@@ -192,14 +193,14 @@ async def test_refused_when_not_empty_or_already_partitioned_or_bad_count(
     await plain.add(NAME, _records()[:1])
     before = _memories_layout(str(plain.url))
     with pytest.raises(DatabaseNotReadyError, match="holds memories.*nothing was changed"):
-        await plain.partition_memories(partitions=8)
+        await Admin(plain).partition_memories(partitions=8)
     assert _memories_layout(str(plain.url)) == before
     with pytest.raises(DatabaseNotReadyError, match=r"already partitioned \(4 partitions\)"):
-        await parted.partition_memories(partitions=8)
+        await Admin(parted).partition_memories(partitions=8)
     assert _memories_layout(parted_url)["partitions"] == 4
     for bad in (1, 257, 0, -3, True, 16.0, "16"):
         with pytest.raises(InvalidInputError, match=r"partitions must be an int from 2 to 256"):
-            await parted.partition_memories(partitions=bad)  # type: ignore[arg-type]
+            await Admin(parted).partition_memories(partitions=bad)  # type: ignore[arg-type]
 
 
 async def test_enable_ann_on_a_partitioned_table_is_refused_clearly(

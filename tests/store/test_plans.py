@@ -122,8 +122,6 @@ def store_statement(store: MemoryStore) -> str:
 def explain_params(query: np.ndarray) -> dict:
     from pgmemory.store.reads import (
         DISTANT_FUTURE as _DISTANT_FUTURE,
-    )
-    from pgmemory.store.reads import (
         DISTANT_PAST as _DISTANT_PAST,
     )
 

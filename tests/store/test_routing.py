@@ -10,15 +10,16 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import sqlalchemy as sa
 
 from pgmemory import MemoryStore
+from pgmemory.admin import Admin, statements as s
 from pgmemory.cli import run
 from pgmemory.errors import DatabaseNotReadyError
-from pgmemory.store import queries as q
-from pgmemory.store import routing
+from pgmemory.store import queries as q, routing
 from pgmemory.store.models import Base
 from pgmemory.store.records import MemoryScope
 
@@ -32,8 +33,8 @@ DIMENSION_SETS = [
 def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
     """Every statement a builder makes, with the scope dimensions it was made for."""
     if builder in ("audit_row_check", "audit_guard_probe"):
-        for table in q.AUDIT_TABLES:
-            yield (), getattr(q, builder)(table)
+        for table in s.AUDIT_TABLES:
+            yield (), getattr(s, builder)(table)
         return
     if builder == "record_recall":
         for relax in (True, False):
@@ -77,24 +78,29 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
             )
 
 
-def _builders() -> dict[str, Callable[..., str]]:
-    """The public statement builders of queries.py (plain or cached functions)."""
-    found = {
-        name: value
-        for name, value in vars(q).items()
-        if callable(value)
-        and not inspect.isclass(value)
-        and getattr(value, "__module__", None) == q.__name__
-        and not name.startswith("_")
-    }
-    assert "search_memories" in found
-    return found
+#: Each plane's statement catalogue with its Citus lists (FAN_OUT, CONSTANT_USER).
+CATALOGUES = [
+    pytest.param(q, routing.FAN_OUT, routing.CONSTANT_USER, id="store.queries"),
+    pytest.param(s, s.FAN_OUT, s.CONSTANT_USER, id="admin.statements"),
+]
 
 
-def _constants() -> dict[str, str]:
+def _builders(module: ModuleType) -> dict[str, Callable[..., str]]:
+    """The public statement builders of a catalogue (plain or cached functions)."""
     return {
         name: value
-        for name, value in vars(q).items()
+        for name, value in vars(module).items()
+        if callable(value)
+        and not inspect.isclass(value)
+        and getattr(value, "__module__", None) == module.__name__
+        and not name.startswith("_")
+    }
+
+
+def _constants(module: ModuleType) -> dict[str, str]:
+    return {
+        name: value
+        for name, value in vars(module).items()
         if name.isupper()
         and not name.startswith("_")
         and isinstance(value, str)
@@ -102,43 +108,55 @@ def _constants() -> dict[str, str]:
     }
 
 
-def test_every_statement_on_per_user_tables_names_one_user_or_is_a_listed_fan_out() -> None:
+def test_both_catalogues_have_statements_and_builders() -> None:
+    assert "search_memories" in _builders(q) and "audit_row_check" in _builders(s)
+    assert not set(_constants(q)) & set(_constants(s)), "a statement is defined in both planes"
+
+
+@pytest.mark.parametrize(("module", "fan_out", "constant_user"), CATALOGUES)
+def test_every_statement_on_per_user_tables_names_one_user_or_is_a_listed_fan_out(
+    module: ModuleType, fan_out: dict[str, str], constant_user: dict[str, str]
+) -> None:
     unmarked = []
-    for name, statement in _constants().items():
+    for name, statement in _constants(module).items():
         if not routing.touches_per_user_tables(statement) or routing.names_one_user(statement):
             continue
-        if name not in routing.FAN_OUT and name not in routing.CONSTANT_USER:
+        if name not in fan_out and name not in constant_user:
             unmarked.append(name)
-    for name in _builders():
+    for name in _builders(module):
         for dims, statement in _variants(name):
             if not routing.touches_per_user_tables(statement):
                 continue
             if "user_id" in dims:
                 assert routing.names_one_user(statement), (name, dims)
-            elif name not in routing.FAN_OUT:
+            elif name not in fan_out:
                 unmarked.append(f"{name}{dims}")
     assert not unmarked, (
         f"statements touch per-user tables without a user_id = :param filter: {unmarked}; "
-        "filter them on user_id or list them in pgmemory.store.routing.FAN_OUT with why"
+        f"filter them on user_id or list them in {module.__name__}'s FAN_OUT with why"
     )
 
 
-def test_the_lists_name_real_statements_that_need_to_be_there() -> None:
-    constants, builders = _constants(), _builders()
-    for name in {**routing.FAN_OUT, **routing.CONSTANT_USER}:
-        assert name in constants or name in builders, f"{name} is no statement in queries.py"
+@pytest.mark.parametrize(("module", "fan_out", "constant_user"), CATALOGUES)
+def test_the_lists_name_real_statements_that_need_to_be_there(
+    module: ModuleType, fan_out: dict[str, str], constant_user: dict[str, str]
+) -> None:
+    constants, builders = _constants(module), _builders(module)
+    for name in {**fan_out, **constant_user}:
+        assert name in constants or name in builders, f"{name} is no statement in {module}"
         if name in constants:
             statement = constants[name]
             assert routing.touches_per_user_tables(statement), name
             assert not routing.names_one_user(statement), f"{name} names one user: unlist it"
-    assert set(routing.FAN_OUT).isdisjoint(routing.CONSTANT_USER)
+    assert set(fan_out).isdisjoint(constant_user)
 
 
 def test_the_readme_lists_exactly_these_statements() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     table = readme.split("| statement | why it fans out |", 1)[1].split("\n\n", 1)[0]
     listed = re.findall(r"^\| `(\w+)` \| (.+) \|$", table, re.MULTILINE)
-    assert listed == [*routing.FAN_OUT.items(), *routing.CONSTANT_USER.items()]
+    lists = (routing.FAN_OUT, routing.CONSTANT_USER, s.FAN_OUT, s.CONSTANT_USER)
+    assert sorted(listed) == sorted(item for found in lists for item in found.items())
 
 
 def test_the_rule_tells_a_user_filter_from_a_fan_out() -> None:
@@ -200,7 +218,7 @@ def test_distribute_without_citus_says_so_and_changes_nothing(
 ) -> None:
     async def distribute() -> None:
         async with MemoryStore(database_url) as store:
-            await store.distribute()
+            await Admin(store).distribute()
 
     with pytest.raises(DatabaseNotReadyError, match="citus extension is not installed"):
         asyncio.run(distribute())

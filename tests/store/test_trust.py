@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from pgmemory.admin import Admin
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.errors import InvalidInputError
 from pgmemory.settings import Settings
@@ -144,15 +145,15 @@ async def test_audit_rows_refuse_update_delete_and_truncate(
 async def test_verify_passes_on_a_store_after_erasure_and_after_prune(
     store: MemoryStore, collection: str
 ) -> None:
-    report = await store.verify_audit()
+    report = await Admin(store).verify_audit()
     assert report.ok, report.problems
     user = unique("dave")
     await _seed(store, collection, user)
     await store.erase_user(user, actor="dpo")
-    report = await store.verify_audit()
+    report = await Admin(store).verify_audit()
     assert report.ok, report.problems
-    await store.prune_audit(timedelta(days=3650), actor="retention")
-    report = await store.verify_audit()
+    await Admin(store).prune_audit(timedelta(days=3650), actor="retention")
+    report = await Admin(store).verify_audit()
     assert report.ok, report.problems
     assert {c.name for c in report.checks} >= {"guard triggers", "row hashes", "grants"}
     assert report.tables["pgmemory_memory_audit"]["rows"]
@@ -163,19 +164,19 @@ async def test_verify_names_a_disabled_trigger_and_a_row_the_owner_changed(
 ) -> None:
     migrate.upgrade(fresh_database)
     async with MemoryStore(fresh_database, settings=settings, embedder=embedder) as store:
-        assert (await store.verify_audit()).ok  # an empty audit
+        assert (await Admin(store).verify_audit()).ok  # an empty audit
         name = unique("c")
         await store.create_collection(name, dimensions=3, embedding_model="test")
         await store.add(
             name,
             [MemoryRecord(content="x", embedding=[1.0, 0, 0], scope=MemoryScope(user_id="u"))],
         )
-        assert (await store.verify_audit()).ok
+        assert (await Admin(store).verify_audit()).ok
         async with store.engine.begin() as conn:
             await conn.execute(
                 text("ALTER TABLE pgmemory_memory_audit DISABLE TRIGGER pgmemory_audit_guard")
             )
-        report = await store.verify_audit()
+        report = await Admin(store).verify_audit()
         assert not report.ok
         assert [c.name for c in report.problems] == ["guard triggers", "guard probe"]
         assert "pgmemory_memory_audit: trigger pgmemory_audit_guard is disabled" in (
@@ -187,7 +188,7 @@ async def test_verify_names_a_disabled_trigger_and_a_row_the_owner_changed(
             await conn.execute(
                 text("ALTER TABLE pgmemory_memory_audit ENABLE TRIGGER pgmemory_audit_guard")
             )
-        report = await store.verify_audit()
+        report = await Admin(store).verify_audit()
         assert [c.name for c in report.problems] == ["row hashes"]
         assert "pgmemory_memory_audit: 1 row(s)" in report.problems[0].detail
 
@@ -219,9 +220,9 @@ async def test_the_application_role_writes_erases_and_prunes_but_cannot_touch_th
         # The sanctioned paths work as the application role.
         counts = await app.erase_user(user, actor="dpo")
         assert counts["memories"] == 1 and counts["memory_audit_rows_pseudonymised"] == 2
-        pruned = await app.prune_audit(timedelta(days=3650), actor="retention")
+        pruned = await Admin(app).prune_audit(timedelta(days=3650), actor="retention")
         assert set(pruned) == {"recall_audit", "memory_audit", "fact_audit"}
-        report = await app.verify_audit()
+        report = await Admin(app).verify_audit()
         assert report.ok, report.problems
         assert "privileges refused the probe" in next(
             c.detail for c in report.checks if c.name == "guard probe"
@@ -237,8 +238,8 @@ async def test_create_app_role_sends_only_a_verifier_and_refuses_bad_names(
     password = "correct horse battery staple"
     role = f"pgmemory_app_{unique('r').split('-')[1]}"
     async with MemoryStore(database_url, embedder=store.embedder) as owner:
-        report = await owner.create_app_role(role, password)
-        again = await owner.create_app_role(role, password + "!")  # a re-run resets it
+        report = await Admin(owner).create_app_role(role, password)
+        again = await Admin(owner).create_app_role(role, password + "!")  # a re-run resets it
         assert report.created and not again.created
         assert all(password not in s for s in report.statements)
         async with owner.engine.begin() as conn:
@@ -261,6 +262,6 @@ async def test_create_app_role_sends_only_a_verifier_and_refuses_bad_names(
         assert keys.split(":")[0] == base64.b64encode(hashlib.sha256(client_key).digest()).decode()
         for bad in ('x"; DROP TABLE t; --', "Robert", "pg_app", "", "a" * 64, "1abc"):
             with pytest.raises(InvalidInputError, match="role name must be"):
-                await owner.create_app_role(bad, password)
+                await Admin(owner).create_app_role(bad, password)
         with pytest.raises(InvalidInputError, match="shorter than 12"):
-            await owner.create_app_role("pgmemory_short", "short")
+            await Admin(owner).create_app_role("pgmemory_short", "short")

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from pgmemory.store import browse
+from pgmemory.admin import Admin, pages
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from pgmemory.ui import create_app
@@ -100,7 +100,7 @@ async def test_read_only_refuses_erasure(
     assert refused.status_code == 403 and "read-only" in refused.text
     assert (await reader.get("/user/erase", params={"user": seeded.user})).status_code == 403
     assert "Erase" not in (await reader.get("/user", params={"user": seeded.user})).text
-    assert len((await browse.user_memories(store, seeded.user, seeded.collection)).items) == 3
+    assert len((await Admin(store).user_memories(seeded.user, seeded.collection)).items) == 3
 
 
 async def test_markup_in_a_memory_renders_as_text(
@@ -132,14 +132,14 @@ async def test_pages_are_bounded_and_linked(
     params = {"user": user, "collection": collection}
     first = await reader.get("/user/memories", params={**params, "limit": "1000000"})
     rows = links(first.text, r"^/user/memory\?")
-    assert len(rows) == browse.MAX_PAGE
+    assert len(rows) == pages.MAX_PAGE
     [older] = links(first.text, r"before=")
     assert "limit" not in older or "limit=200" in older
     second = await reader.get(older)
     assert len(links(second.text, r"^/user/memory\?")) == 50
     assert not links(second.text, r"before=") and links(second.text, r"after=")
     default = await reader.get("/user/memories", params=params)
-    assert len(links(default.text, r"^/user/memory\?")) == browse.DEFAULT_PAGE
+    assert len(links(default.text, r"^/user/memory\?")) == pages.DEFAULT_PAGE
     junk = await reader.get("/user/memories", params={**params, "before": "not-a-cursor"})
     assert junk.status_code == 400
 
@@ -205,7 +205,7 @@ async def test_search_shows_scores_and_the_mode(
     assert page.status_code == 200 and "BM25" in page.text
     assert re.search(r'class="num score"[^>]*>\d+\.\d{4}<', page.text)
     assert "I am allergic to peanuts" in page.text
-    recalls = await browse.user_recalls(store, seeded.user)
+    recalls = await Admin(store).user_recalls(seeded.user)
     assert recalls.items[0].provider == "pgmemory-ui" and recalls.items[0].mode == "text"
 
 
@@ -250,9 +250,9 @@ async def test_erasure_needs_confirmation_and_csrf_and_is_audited(
         assert cross.status_code == 403
         done = await client.post("/user/erase", data={**base, "confirm": "yes"})
         assert done.status_code == 200 and "Erased" in done.text
-    assert (await browse.user_memories(store, seeded.user, seeded.collection)).items == []
+    assert (await Admin(store).user_memories(seeded.user, seeded.collection)).items == []
     # The audit keeps the deletions under the erasure's pseudonym, not the user id.
-    assert (await browse.user_memory_audit(store, seeded.user)).items == []
+    assert (await Admin(store).user_memory_audit(seeded.user)).items == []
     async with store.engine.connect() as conn:
         pseudonym = (
             await conn.execute(
@@ -269,7 +269,7 @@ async def test_erasure_needs_confirmation_and_csrf_and_is_audited(
             {"u": pseudonym},
         )
         assert texts.scalar_one() == 0
-    audit = await browse.user_memory_audit(store, pseudonym)
+    audit = await Admin(store).user_memory_audit(pseudonym)
     assert [(e.operation, e.actor) for e in audit.items[:3]] == [("delete", ACTOR)] * 3
 
 
@@ -293,7 +293,7 @@ async def test_erasing_one_scope_leaves_the_rest(store: MemoryStore, seeded: See
         csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', confirm.text).group(1)
         done = await client.post("/user/erase", data={**target, "csrf": csrf, "confirm": "yes"})
         assert done.status_code == 200
-    left = await browse.user_memories(store, seeded.user, seeded.collection)
+    left = await Admin(store).user_memories(seeded.user, seeded.collection)
     assert [m.content for m in left.items] == ["other session"]
 
 

@@ -7,9 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from pgmemory.admin import Admin, pages, statements
 from pgmemory.errors import InvalidInputError
-from pgmemory.store import browse
-from pgmemory.store import queries as q
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from tests.conftest import unique
@@ -17,7 +16,7 @@ from tests.ui.conftest import SCRIPT_MEMORY, Seeded, random_vectors
 
 
 async def test_users_index_counts_and_walks_in_pages(store: MemoryStore, seeded: Seeded) -> None:
-    page = await browse.list_users(store.engine, after=seeded.user[:-1], limit=200)
+    page = await Admin(store).list_users(after=seeded.user[:-1], limit=200)
     mine = next(u for u in page.users if u.user_id == seeded.user)
     assert mine.memories == {seeded.collection: 3}
     assert mine.recalls == 2
@@ -29,8 +28,8 @@ async def test_users_index_counts_and_walks_in_pages(store: MemoryStore, seeded:
         seeded.collection, [MemoryRecord(content="x", scope=MemoryScope(user_id=other))]
     )
     await store.delete(seeded.collection, ids=[gone], scope=MemoryScope(user_id=other))
-    first = await browse.list_users(store, after=seeded.user[:-1], limit=1)
-    second = await browse.list_users(store, after=first.next_after or "", limit=1)
+    first = await Admin(store).list_users(after=seeded.user[:-1], limit=1)
+    second = await Admin(store).list_users(after=first.next_after or "", limit=1)
     assert [u.user_id for u in first.users] == [seeded.user] and first.next_after == seeded.user
     assert [(u.user_id, u.total_memories) for u in second.users] == [(other, 0)]
 
@@ -54,34 +53,34 @@ async def test_memories_page_newest_first_with_keyset_cursors(
         ],
     )
     seen: list[str] = []
-    page = await browse.user_memories(store, user, collection, limit=50)
+    page = await Admin(store).user_memories(user, collection, limit=50)
     assert page.newer is None
     while True:
         seen += [m.content for m in page.items]
         if page.older is None:
             break
-        page = await browse.user_memories(store, user, collection, before=page.older, limit=50)
+        page = await Admin(store).user_memories(user, collection, before=page.older, limit=50)
     assert seen == [f"note {i}" for i in range(119, -1, -1)]
     # Going back from the last page gives the middle page again.
-    back = await browse.user_memories(store, user, collection, after=page.newer, limit=50)
+    back = await Admin(store).user_memories(user, collection, after=page.newer, limit=50)
     assert [m.content for m in back.items] == [f"note {i}" for i in range(69, 19, -1)]
     assert back.older is not None and back.newer is not None
     # A page never exceeds MAX_PAGE, whatever is asked.
-    huge = await browse.user_memories(store, user, collection, limit=10**9)
+    huge = await Admin(store).user_memories(user, collection, limit=10**9)
     assert len(huge.items) == 120
-    assert browse.clamp_limit(10**9) == browse.MAX_PAGE
+    assert pages.clamp_limit(10**9) == pages.MAX_PAGE
 
 
 async def test_recall_joins_memories_and_marks_deleted_ones(
     store: MemoryStore, seeded: Seeded
 ) -> None:
-    page = await browse.user_recalls(store, seeded.user)
+    page = await Admin(store).user_recalls(seeded.user)
     assert [r.mode for r in page.items] == ["vector", "hybrid"]
     first = page.items[1]
     assert first.query_text == seeded.recall_query
     assert first.requesting_session_id == seeded.session
     assert page.items[0].query_text is None and len(page.items[0].query_sha256) == 64
-    recall = await browse.get_recall(store, seeded.user, first.id)
+    recall = await Admin(store).get_recall(seeded.user, first.id)
     assert recall is not None and recall.returned == 3
     assert [m.rank for m in recall.memories] == [1, 2, 3]
     gone = [m for m in recall.memories if m.deleted]
@@ -89,47 +88,47 @@ async def test_recall_joins_memories_and_marks_deleted_ones(
     assert gone[0].deleted_by == "delete" and gone[0].deleted_at is not None
     assert all(m.content for m in recall.memories if not m.deleted)
     # Another user cannot read it.
-    assert await browse.get_recall(store, unique("other"), first.id) is None
-    used = await browse.recalls_of_memory(store, seeded.user, recall.memories[0].memory_id)
+    assert await Admin(store).get_recall(unique("other"), first.id) is None
+    used = await Admin(store).recalls_of_memory(seeded.user, recall.memories[0].memory_id)
     assert first.id in [u.recall.id for u in used]
 
 
 async def test_audit_facts_scopes_and_history(store: MemoryStore, seeded: Seeded) -> None:
-    audit = await browse.user_memory_audit(store, seeded.user)
+    audit = await Admin(store).user_memory_audit(seeded.user)
     assert [e.operation for e in audit.items] == ["delete"] + ["insert"] * 4
-    trail = await browse.memory_audit_trail(store, seeded.user, seeded.deleted_id)
+    trail = await Admin(store).memory_audit_trail(seeded.user, seeded.deleted_id)
     assert [e.operation for e in trail] == ["insert", "delete"]
-    facts = await browse.user_facts(store, seeded.user)
+    facts = await Admin(store).user_facts(seeded.user)
     assert facts[0].facts == {"name": "Ana", "age": 32}
-    history = await browse.user_fact_history(store, seeded.user)
+    history = await Admin(store).user_fact_history(seeded.user)
     assert next((c.key, c.old_value, c.new_value) for c in history.items) == ("age", 31, 32)
-    scopes = await browse.user_scopes(store, seeded.user)
+    scopes = await Admin(store).user_scopes(seeded.user)
     assert [(s.collection, s.session_id, s.memories) for s in scopes] == [
         (seeded.collection, seeded.session, 3)
     ]
-    sessions = await browse.user_sessions(store, seeded.user)
+    sessions = await Admin(store).user_sessions(seeded.user)
     assert [(s.session_id, s.messages) for s in sessions] == [(seeded.session, 2)]
-    chat = await browse.session_history(store, seeded.user, seeded.session, limit=1)
+    chat = await Admin(store).session_history(seeded.user, seeded.session, limit=1)
     assert chat.total == 2 and chat.rows[0].message["text"] == "Can you order dinner?"
-    later = await browse.session_history(
-        store, seeded.user, seeded.session, after_seq=chat.next_after_seq, limit=1
+    later = await Admin(store).session_history(
+        seeded.user, seeded.session, after_seq=chat.next_after_seq, limit=1
     )
     assert later.next_after_seq is None and later.prev_before_seq is not None
-    earlier = await browse.session_history(
-        store, seeded.user, seeded.session, before_seq=later.prev_before_seq, limit=1
+    earlier = await Admin(store).session_history(
+        seeded.user, seeded.session, before_seq=later.prev_before_seq, limit=1
     )
     assert [r.seq for r in earlier.rows] == [r.seq for r in chat.rows]
-    memories = await browse.user_memories(store, seeded.user, seeded.collection)
+    memories = await Admin(store).user_memories(seeded.user, seeded.collection)
     assert SCRIPT_MEMORY in [m.content for m in memories.items]
 
 
 async def test_cursor_round_trip_and_garbage() -> None:
-    cursor = browse.Cursor(datetime(2024, 5, 1, 12, tzinfo=UTC), 42)
-    assert browse.Cursor.decode(cursor.encode()) == cursor
+    cursor = pages.Cursor(datetime(2024, 5, 1, 12, tzinfo=UTC), 42)
+    assert pages.Cursor.decode(cursor.encode()) == cursor
     with pytest.raises(InvalidInputError):
-        browse.Cursor.decode("yesterday~1")
+        pages.Cursor.decode("yesterday~1")
     with pytest.raises(InvalidInputError):
-        browse.Cursor.decode("2024-05-01T12:00:00~1")  # no time zone
+        pages.Cursor.decode("2024-05-01T12:00:00~1")  # no time zone
 
 
 async def test_prune_audit_deletes_only_old_rows_and_records_itself(
@@ -148,27 +147,27 @@ async def test_prune_audit_deletes_only_old_rows_and_records_itself(
                 ),
                 {"old": old, "u": seeded.user},
             )
-    counts = await browse.prune_audit(store, timedelta(days=3650), actor="retention-job")
+    counts = await Admin(store).prune_audit(timedelta(days=3650), actor="retention-job")
     assert counts == {"recall_audit": 1, "memory_audit": 1, "fact_audit": 1}
-    assert len((await browse.user_recalls(store, seeded.user)).items) == 1
-    assert len((await browse.user_memory_audit(store, seeded.user)).items) == 4
-    assert len((await browse.user_fact_history(store, seeded.user)).items) == 2  # 3 changes before
-    prunes = await browse.list_prunes(store)
+    assert len((await Admin(store).user_recalls(seeded.user)).items) == 1
+    assert len((await Admin(store).user_memory_audit(seeded.user)).items) == 4
+    assert len((await Admin(store).user_fact_history(seeded.user)).items) == 2  # 3 changes before
+    prunes = await Admin(store).list_prunes()
     assert prunes[0].actor == "retention-job" and prunes[0].deleted == counts
     assert prunes[0].cutoff is not None and prunes[0].cutoff < datetime.now(UTC) - timedelta(
         days=3649
     )
     # A later prune never deletes the record of an earlier one; memories are untouched.
-    again = await browse.prune_audit(store, datetime.now(UTC) - timedelta(days=3650))
+    again = await Admin(store).prune_audit(datetime.now(UTC) - timedelta(days=3650))
     assert again == {"recall_audit": 0, "memory_audit": 0, "fact_audit": 0}
     async with store.engine.connect() as conn:
         kept = await conn.execute(
             text("SELECT count(*) FROM pgmemory_fact_audit WHERE namespace = :n AND user_id = ''"),
-            {"n": q.RETENTION_NAMESPACE},
+            {"n": statements.RETENTION_NAMESPACE},
         )
         assert kept.scalar_one() >= 2
-    assert len((await browse.user_memories(store, seeded.user, seeded.collection)).items) == 3
+    assert len((await Admin(store).user_memories(seeded.user, seeded.collection)).items) == 3
     with pytest.raises(InvalidInputError):
-        await browse.prune_audit(store, datetime(2020, 1, 1))  # naive
+        await Admin(store).prune_audit(datetime(2020, 1, 1))  # naive
     with pytest.raises(InvalidInputError):
-        await browse.prune_audit(store, timedelta(days=-1))
+        await Admin(store).prune_audit(timedelta(days=-1))

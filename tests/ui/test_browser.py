@@ -21,9 +21,9 @@ import pytest
 import uvicorn
 from sqlalchemy import text
 
+from pgmemory.admin import Admin
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.settings import Settings
-from pgmemory.store import browse
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from pgmemory.ui import create_app
@@ -206,7 +206,7 @@ async def test_erase_a_user_with_confirmation(
     await tab.get_by_role("link", name="Write/delete audit").click()
     # The audit no longer names the user: its rows now carry the erasure's pseudonym.
     await expect(tab.locator("tr", has_text="pgmemory-ui")).to_have_count(0)
-    assert (await browse.user_memories(store, seeded.user, seeded.collection)).items == []
+    assert (await Admin(store).user_memories(seeded.user, seeded.collection)).items == []
     async with store.engine.connect() as conn:
         pseudonym = (
             await conn.execute(

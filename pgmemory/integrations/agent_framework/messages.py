@@ -13,8 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent_framework import Content, FunctionTool
-from agent_framework import Message as FrameworkMessage
+from agent_framework import Content, FunctionTool, Message as FrameworkMessage
 
 from pgmemory.errors import InvalidInputError
 from pgmemory.runtime.messages import (

@@ -30,13 +30,14 @@ from pgmemory.integrations.agent_framework.messages import (
     to_framework_tool,
     to_pgmemory,
 )
-from pgmemory.memory.chat_history import ChatHistoryMemoryProvider as _ChatHistoryMemory
-from pgmemory.memory.chat_history import ChatHistoryMemoryProviderOptions
+from pgmemory.memory.chat_history import (
+    ChatHistoryMemoryProvider as _ChatHistoryMemory,
+    ChatHistoryMemoryProviderOptions,
+)
 from pgmemory.memory.facts import FactMemoryProvider as _FactMemory
 from pgmemory.memory.postgres_history import PostgresHistoryProvider as _PostgresHistory
 from pgmemory.runtime.agent import AgentResponse
-from pgmemory.runtime.providers import ContextProvider as _CoreProvider
-from pgmemory.runtime.providers import SessionContext
+from pgmemory.runtime.providers import ContextProvider as _CoreProvider, SessionContext
 from pgmemory.runtime.session import AgentSession
 
 

@@ -89,6 +89,7 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
     """
     from sqlalchemy import text
 
+    from pgmemory.admin import statements as s
     from pgmemory.store import queries as q
     from pgmemory.store.migrate import MIGRATION_LOCK_KEY
 
@@ -102,19 +103,19 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
                 "first; nothing was changed"
             )
         if kind == "p":
-            made = (await conn.execute(text(q.MEMORIES_PARTITIONS))).scalar_one()
+            made = (await conn.execute(text(s.MEMORIES_PARTITIONS))).scalar_one()
             raise DatabaseNotReadyError(
                 f"{MEMORIES_TABLE} is already partitioned ({made} partitions); nothing was "
                 "changed. To repartition, start from an empty database"
             )
-        if (await conn.execute(text(q.MEMORIES_ANY_ROW))).scalar_one():
+        if (await conn.execute(text(s.MEMORIES_ANY_ROW))).scalar_one():
             raise DatabaseNotReadyError(
                 f"{MEMORIES_TABLE} holds memories, and only an empty table is partitioned in "
                 "place; nothing was changed. Partition a new database right after `pgmemory db "
                 "upgrade`, then import the memories into it (export/import)"
             )
-        await conn.execute(text(q.SET_PARTITION_COUNT), {"partitions": count})
-        await conn.execute(text(q.PARTITION_MEMORIES))
-        made = (await conn.execute(text(q.MEMORIES_PARTITIONS))).scalar_one()
+        await conn.execute(text(s.SET_PARTITION_COUNT), {"partitions": count})
+        await conn.execute(text(s.PARTITION_MEMORIES))
+        made = (await conn.execute(text(s.MEMORIES_PARTITIONS))).scalar_one()
     assert made == count, (made, count)
     return PartitionReport(table=MEMORIES_TABLE, partitions=count)

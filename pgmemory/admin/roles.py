@@ -20,14 +20,14 @@ from typing import Any
 
 from sqlalchemy import text
 
+from pgmemory.admin import statements as s
 from pgmemory.errors import InvalidInputError
-from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 
 logger = logging.getLogger(__name__)
 
-_ROLE_NAME = re.compile(q.ROLE_NAME_PATTERN)
-_VERIFIER = re.compile(q.PASSWORD_VERIFIER_PATTERN)
+_ROLE_NAME = re.compile(s.ROLE_NAME_PATTERN)
+_VERIFIER = re.compile(s.PASSWORD_VERIFIER_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -110,14 +110,14 @@ async def create_app_role(db: Database, name: str, password: str) -> RoleReport:
     check_role_name(name)
     _check_password(password)
     async with db.write() as conn:
-        powerful = (await conn.execute(text(q.ROLE_ATTRIBUTES), {"name": name})).scalar()
+        powerful = (await conn.execute(text(s.ROLE_ATTRIBUTES), {"name": name})).scalar()
         if powerful:
             raise InvalidInputError(
                 f"role {name} exists with powers an application role must not have "
                 "(superuser, CREATEROLE, CREATEDB, BYPASSRLS or REPLICATION); choose another name"
             )
         created = powerful is None
-        context = (await conn.execute(text(q.ROLE_CONTEXT))).mappings().one()
+        context = (await conn.execute(text(s.ROLE_CONTEXT))).mappings().one()
         quote = conn.dialect.identifier_preparer.quote_identifier
         names = {
             "role": quote(name),
@@ -129,10 +129,10 @@ async def create_app_role(db: Database, name: str, password: str) -> RoleReport:
         driver = raw.driver_connection
         assert driver is not None
         verifier = _verifier(driver, name, password)
-        template = q.CREATE_APP_ROLE if created else q.ALTER_APP_ROLE
+        template = s.CREATE_APP_ROLE if created else s.ALTER_APP_ROLE
         await driver.execute(template.format(verifier=verifier, **names))
         statements = [template.format(verifier="SCRAM-SHA-256$…", **names)]
-        for grant in q.APP_ROLE_GRANTS:
+        for grant in s.APP_ROLE_GRANTS:
             statement = grant.format(**names)
             await driver.execute(statement)
             statements.append(statement)

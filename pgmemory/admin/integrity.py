@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from pgmemory.store import queries as q
+from pgmemory.admin import statements as s
 from pgmemory.store.database import Database
 
 logger = logging.getLogger(__name__)
@@ -103,17 +103,17 @@ async def verify(db: Database) -> AuditReport:
     Returns:
         The report; ``report.ok`` is False when anything is wrong, each failed check naming it.
     """
-    tables = list(q.AUDIT_TABLES)
+    tables = list(s.AUDIT_TABLES)
     checks: list[Check] = []
     summary: dict[str, dict[str, int | None]] = {}
     async with db.engine.connect() as conn, conn.begin() as transaction:
-        triggers = (await conn.execute(text(q.AUDIT_TRIGGERS), {"tables": tables})).mappings().all()
+        triggers = (await conn.execute(text(s.AUDIT_TRIGGERS), {"tables": tables})).mappings().all()
         checks.append(_check_triggers(triggers))
         functions = (
             (
                 await conn.execute(
-                    text(q.AUDIT_FUNCTIONS),
-                    {"names": [*q.DEFINER_FUNCTIONS, q.GUARD_FUNCTION]},
+                    text(s.AUDIT_FUNCTIONS),
+                    {"names": [*s.DEFINER_FUNCTIONS, s.GUARD_FUNCTION]},
                 )
             )
             .mappings()
@@ -122,8 +122,8 @@ async def verify(db: Database) -> AuditReport:
         grants = (
             (
                 await conn.execute(
-                    text(q.AUDIT_GRANTS),
-                    {"tables": [*tables, q.SECRETS_TABLE], "secrets": q.SECRETS_TABLE},
+                    text(s.AUDIT_GRANTS),
+                    {"tables": [*tables, s.SECRETS_TABLE], "secrets": s.SECRETS_TABLE},
                 )
             )
             .mappings()
@@ -132,14 +132,14 @@ async def verify(db: Database) -> AuditReport:
         owners = {
             r[0]
             for r in await conn.execute(
-                text(q.TABLE_OWNERS), {"tables": [*tables, q.SECRETS_TABLE]}
+                text(s.TABLE_OWNERS), {"tables": [*tables, s.SECRETS_TABLE]}
             )
         }
         checks.append(_check_functions(functions, owners))
         checks.append(_check_grants(grants))
         members: list[str] = []
         for owner in sorted(owners):
-            found = await conn.execute(text(q.ROLE_MEMBERS), {"role": owner})
+            found = await conn.execute(text(s.ROLE_MEMBERS), {"role": owner})
             members += [r[0] for r in found]
         checks.append(
             Check(
@@ -150,11 +150,11 @@ async def verify(db: Database) -> AuditReport:
                 else "no other role may act as the owner of the audits",
             )
         )
-        await conn.execute(text(q.HASH_TIME_ZONE))
-        await conn.execute(text(q.HASH_FLOAT_DIGITS))
+        await conn.execute(text(s.HASH_TIME_ZONE))
+        await conn.execute(text(s.HASH_FLOAT_DIGITS))
         bad: list[str] = []
         for table in tables:
-            row = (await conn.execute(text(q.audit_row_check(table)))).mappings().one()
+            row = (await conn.execute(text(s.audit_row_check(table)))).mappings().one()
             summary[table] = {"rows": int(row["rows"]), "max_id": row["max_id"]}
             if row["mismatched"]:
                 ids = ", ".join(str(i) for i in row["examples"])
@@ -171,7 +171,7 @@ async def verify(db: Database) -> AuditReport:
         )
         unrecorded = (
             await conn.execute(
-                text(q.UNRECORDED_PSEUDONYMS), {"erasure_namespace": q.ERASURE_NAMESPACE}
+                text(s.UNRECORDED_PSEUDONYMS), {"erasure_namespace": s.ERASURE_NAMESPACE}
             )
         ).scalar_one()
         checks.append(
@@ -184,7 +184,7 @@ async def verify(db: Database) -> AuditReport:
             )
         )
         checks.append(await _probe(conn, tables, summary))
-        superusers = [r[0] for r in await conn.execute(text(q.SUPERUSERS))]
+        superusers = [r[0] for r in await conn.execute(text(s.SUPERUSERS))]
         await transaction.rollback()
     notes = [
         f"superusers ({', '.join(superusers)}) bypass privileges and may disable the guard; "
@@ -200,14 +200,14 @@ async def verify(db: Database) -> AuditReport:
 def _check_triggers(rows: Any) -> Check:
     found = {(r["table_name"], r["trigger_name"]): r for r in rows}
     problems = []
-    for table in q.AUDIT_TABLES:
-        for name in q.GUARD_TRIGGERS:
+    for table in s.AUDIT_TABLES:
+        for name in s.GUARD_TRIGGERS:
             row = found.get((table, name))
             if row is None:
                 problems.append(f"{table}: trigger {name} is missing")
             elif row["enabled"] not in _FIRING:
                 problems.append(f"{table}: trigger {name} is disabled (tgenabled {row['enabled']})")
-            elif row["function_name"] != q.GUARD_FUNCTION:
+            elif row["function_name"] != s.GUARD_FUNCTION:
                 problems.append(f"{table}: trigger {name} runs {row['function_name']}")
             elif row["type_bits"] != _EXPECTED_TYPE[name]:
                 problems.append(f"{table}: trigger {name} fires on other events")
@@ -219,14 +219,14 @@ def _check_triggers(rows: Any) -> Check:
 def _check_functions(rows: Any, owners: set[str]) -> Check:
     found = {r["name"]: r for r in rows}
     problems = []
-    for name in (*q.DEFINER_FUNCTIONS, q.GUARD_FUNCTION):
+    for name in (*s.DEFINER_FUNCTIONS, s.GUARD_FUNCTION):
         row = found.get(name)
         if row is None:
             problems.append(f"function {name} is missing")
             continue
         if row["owner"] not in owners:
             problems.append(f"function {name} is owned by {row['owner']}, not the audits' owner")
-        if name == q.GUARD_FUNCTION:
+        if name == s.GUARD_FUNCTION:
             continue
         if not row["definer"]:
             problems.append(f"function {name} is not SECURITY DEFINER")
@@ -258,7 +258,7 @@ async def _probe(conn: Any, tables: list[str], summary: dict[str, dict[str, int 
             continue
         try:
             async with conn.begin_nested() as savepoint:
-                await conn.execute(text(q.audit_guard_probe(table)))
+                await conn.execute(text(s.audit_guard_probe(table)))
                 await savepoint.rollback()
             problems.append(f"{table}: an UPDATE of an audit row was not refused")
         except DBAPIError as exc:

@@ -1,0 +1,310 @@
+"""The admin plane's front: what operators, the CLI and the audit page do with a store.
+
+:class:`Admin` wraps an open :class:`~pgmemory.store.store.MemoryStore` and hands each method
+to the module that owns it: ``users`` (the directory, scopes, sessions), ``memories`` (a user's
+memories and their write/delete audit), ``recalls`` (the recall audit), ``facts``, ``history``,
+``retention`` (audit pruning), ``integrity`` (audit verify), ``roles`` (the least-privilege
+role), ``partitioning`` and Citus distribution. Every read runs through the store's database
+verbs (replica routing, read-your-writes, one retry after a lost connection), exactly like the
+store's own reads.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from pgmemory.admin import (
+    facts,
+    history,
+    integrity,
+    memories,
+    partitioning,
+    recalls,
+    retention,
+    roles,
+    users,
+)
+from pgmemory.admin.facts import FactChange, FactSet
+from pgmemory.admin.history import HistoryPage
+from pgmemory.admin.memories import MemoryAuditEntry
+from pgmemory.admin.pages import Cursor, Page
+from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW, MemoryRecall, Recall
+from pgmemory.admin.retention import PruneRecord
+from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
+from pgmemory.store import routing
+from pgmemory.store.database import Database, retried_read
+from pgmemory.store.records import Memory
+from pgmemory.store.store import MemoryStore
+
+
+class Admin:
+    """Operator views and deployment tasks over an open store.
+
+    Usage::
+
+        async with MemoryStore() as store:
+            admin = Admin(store)
+            page = await admin.list_users(limit=20)
+            report = await admin.verify_audit()
+
+    Args:
+        store: An open (or about to be opened) store; the admin plane uses its database.
+    """
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    @property
+    def _db(self) -> Database:
+        return self.store.database
+
+    # --- users, scopes and sessions ---------------------------------------------------------
+
+    @retried_read
+    async def list_users(self, *, after: str = "", limit: int | None = None) -> UserPage:
+        """A page of users found in any table, in id order, with memory and recall counts.
+
+        Args:
+            after: List the users whose id sorts after this one ('' = from the start).
+            limit: Users per page (clamped to 1..200).
+        """
+        return await users.list_users(self._db, after=after, limit=limit)
+
+    @retried_read
+    async def user_scopes(self, user_id: str, *, limit: int | None = None) -> list[ScopeSummary]:
+        """The scopes a user's memories live in (one per collection, application, agent and
+        session), most recently written first, with their row counts (``limit``: 1..200)."""
+        return await users.user_scopes(self._db, user_id, limit=limit)
+
+    @retried_read
+    async def user_sessions(
+        self, user_id: str, *, limit: int | None = None
+    ) -> list[SessionSummary]:
+        """A user's chat-history sessions, most recently active first (``limit``: 1..200)."""
+        return await users.user_sessions(self._db, user_id, limit=limit)
+
+    # --- memories and their audit -----------------------------------------------------------
+
+    @retried_read
+    async def user_memories(
+        self,
+        user_id: str,
+        collection: str,
+        *,
+        session_id: str | None = None,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+        limit: int | None = None,
+    ) -> Page[Memory]:
+        """A page of a user's memories in a collection, newest first (expired ones included
+        until ``store.expire`` reclaims them); walk it with the page's ``older``/``newer``.
+
+        Args:
+            user_id: The user.
+            collection: The collection (an unknown one has no memories).
+            session_id: Only this session's memories (None: every session).
+            before: The memories older than this cursor (a page's ``older``).
+            after: The memories newer than this cursor (a page's ``newer``).
+            limit: Memories per page (clamped to 1..200).
+        """
+        return await memories.user_memories(
+            self._db, user_id, collection, session_id=session_id, before=before, after=after,
+            limit=limit,
+        )  # fmt: skip
+
+    @retried_read
+    async def get_memory(self, user_id: str, memory_id: uuid.UUID) -> Memory | None:
+        """One of a user's memories, or None if it is not stored (never was, or deleted)."""
+        return await memories.get_memory(self._db, user_id, memory_id)
+
+    @retried_read
+    async def user_memory_audit(
+        self,
+        user_id: str,
+        *,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+        limit: int | None = None,
+    ) -> Page[MemoryAuditEntry]:
+        """A page of a user's memory writes, deletes and expiries (the memory audit), newest
+        first (``limit`` clamped to 1..200)."""
+        return await memories.user_memory_audit(
+            self._db, user_id, before=before, after=after, limit=limit
+        )
+
+    @retried_read
+    async def memory_audit_trail(
+        self, user_id: str, memory_id: uuid.UUID, *, limit: int = 100
+    ) -> list[MemoryAuditEntry]:
+        """The audit entries of one of a user's memories, newest first."""
+        return await memories.memory_audit_trail(self._db, user_id, memory_id, limit=limit)
+
+    # --- recalls (the recall audit) ---------------------------------------------------------
+
+    @retried_read
+    async def user_recalls(
+        self,
+        user_id: str,
+        *,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+        limit: int | None = None,
+        preview: int = RECALL_PREVIEW,
+    ) -> Page[Recall]:
+        """A page of a user's recalls, newest first, each with the first ``preview`` memories
+        it returned and their scores ("which memories went into that answer").
+
+        Args:
+            user_id: The user.
+            before: The recalls older than this cursor (a page's ``older``).
+            after: The recalls newer than this cursor (a page's ``newer``).
+            limit: Recalls per page (clamped to 1..200).
+            preview: Returned memories joined per recall.
+        """
+        return await recalls.user_recalls(
+            self._db, user_id, before=before, after=after, limit=limit, preview=preview
+        )
+
+    @retried_read
+    async def get_recall(
+        self, user_id: str, recall_id: int, *, limit: int = RECALL_DETAIL_MAX
+    ) -> Recall | None:
+        """One of a user's recalls with up to ``limit`` of the memories it returned."""
+        return await recalls.get_recall(self._db, user_id, recall_id, limit=limit)
+
+    @retried_read
+    async def recalls_of_memory(
+        self, user_id: str, memory_id: uuid.UUID, *, limit: int | None = 20
+    ) -> list[MemoryRecall]:
+        """The latest recalls that returned one of a user's memories, newest first."""
+        return await recalls.recalls_of_memory(self._db, user_id, memory_id, limit=limit)
+
+    # --- facts and chat history -------------------------------------------------------------
+
+    @retried_read
+    async def user_facts(self, user_id: str, *, limit: int | None = None) -> list[FactSet]:
+        """A user's facts as stored now, one set per scope and namespace."""
+        return await facts.user_facts(self._db, user_id, limit=limit)
+
+    @retried_read
+    async def user_fact_history(
+        self,
+        user_id: str,
+        *,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+        limit: int | None = None,
+    ) -> Page[FactChange]:
+        """A page of a user's fact changes (the fact audit), newest first (``limit`` clamped
+        to 1..200)."""
+        return await facts.user_fact_history(
+            self._db, user_id, before=before, after=after, limit=limit
+        )
+
+    @retried_read
+    async def session_history(
+        self,
+        user_id: str,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> HistoryPage:
+        """A page of one of a user's chat sessions, in order, with its message count."""
+        return await history.session_history(
+            self._db, user_id, session_id, after_seq=after_seq, before_seq=before_seq,
+            limit=limit,
+        )  # fmt: skip
+
+    # --- audit retention and integrity ------------------------------------------------------
+
+    async def prune_audit(
+        self,
+        older_than: timedelta | datetime,
+        *,
+        actor: str | None = None,
+        recall_audit: bool = True,
+        memory_audit: bool = True,
+        fact_audit: bool = True,
+    ) -> dict[str, int]:
+        """Delete audit rows older than a cutoff, in ONE transaction (audit retention).
+
+        pgmemory never deletes audit rows on its own. Call this (or run ``pgmemory prune-audit
+        --older-than 90d`` on a schedule) to keep the recall, memory and fact audits bounded.
+        Memories, facts and chat history are untouched. The prune records itself (cutoff,
+        counts, actor) in the fact audit, and later prunes keep those records.
+
+        Args:
+            older_than: An age (rows older than now minus it go) or an aware datetime cutoff.
+            actor: Who asked, kept in the prune's own record.
+            recall_audit: Prune ``pgmemory_recall_audit``.
+            memory_audit: Prune ``pgmemory_memory_audit``.
+            fact_audit: Prune ``pgmemory_fact_audit``.
+
+        Returns:
+            Rows deleted per table: ``recall_audit``, ``memory_audit``, ``fact_audit``.
+
+        Raises:
+            InvalidInputError: A negative age or a naive datetime.
+        """
+        return await retention.prune_audit(
+            self._db, older_than, actor=actor, recall_audit=recall_audit,
+            memory_audit=memory_audit, fact_audit=fact_audit,
+        )  # fmt: skip
+
+    @retried_read
+    async def list_prunes(self, *, limit: int | None = 20) -> list[PruneRecord]:
+        """The latest audit prunes, newest first."""
+        return await retention.list_prunes(self._db, limit=limit)
+
+    async def verify_audit(self) -> integrity.AuditReport:
+        """Check that the audit is intact: its guard (triggers, functions, grants) and every
+        audit row's hash. Reads only; a full scan of the audit tables.
+
+        Returns:
+            The report: ``report.ok``, and each failed check naming the problem. See
+            :mod:`pgmemory.admin.integrity` for what it can and cannot detect.
+        """
+        return await integrity.verify(self._db)
+
+    # --- deployment: roles, partitioning, Citus ---------------------------------------------
+
+    async def create_app_role(self, name: str, password: str) -> roles.RoleReport:
+        """Create (or reset) a least-privilege application role for this store's schema.
+
+        It may read and write the data tables, only INSERT and SELECT the audits, erase and
+        prune through pgmemory's functions, and create nothing. Run as the schema's owner; the
+        password reaches the server only as a SCRAM verifier. See :mod:`pgmemory.admin.roles`.
+
+        Args:
+            name: The role's name: 1-63 of a-z, 0-9 and _ (e.g. ``pgmemory_app``).
+            password: Its password, 12 characters at least.
+
+        Returns:
+            What was done (statements run, with the password masked, and any warnings).
+        """
+        return await roles.create_app_role(self._db, name, password)
+
+    async def partition_memories(self, *, partitions: int = 16) -> partitioning.PartitionReport:
+        """Hash-partition the EMPTY memories table by ``user_id`` into ``partitions`` partitions.
+
+        Opt-in, once, right after the migrations and before any memory is written (and before
+        ``create_app_role``, whose grants name the table); see :mod:`pgmemory.admin.partitioning`.
+
+        Raises:
+            InvalidInputError: A bad count.
+            DatabaseNotReadyError: The table is missing, already partitioned or not empty
+                (nothing is changed).
+        """
+        return await partitioning.partition_memories(self._db, partitions)
+
+    async def distribute(self) -> routing.Distribution:
+        """On a Citus coordinator: make the catalogue a reference table and distribute every
+        per-user table by ``user_id``, co-located (see :func:`pgmemory.store.routing.distribute`).
+
+        Raises:
+            DatabaseNotReadyError: The ``citus`` extension is not installed (nothing is changed).
+        """
+        return await routing.distribute(self._db)

@@ -1,0 +1,570 @@
+"""Every SQL statement of the admin plane (operators, the CLI, the audit page), each with a
+one-line purpose; the data plane's are in :mod:`pgmemory.store.queries`.
+
+As there, every statement is parameterised, and the only text ever spliced into one is chosen
+from the fixed fragments and table names below; nothing a caller passes becomes SQL text.
+:data:`FAN_OUT` and :data:`CONSTANT_USER` classify, for Citus, the statements here that touch
+per-user tables without naming one user (see :mod:`pgmemory.store.routing`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+# --- browsing and retention (UI, CLI) ------------------------------------------------------
+# Reads behind the operators' audit page and the retention sweep. Pages are bounded by
+# :limit (the caller clamps it) and walk by keyset: ``(time, id) < (:before_at, :before_id)``
+# for older rows, ``> (:after_at, :after_id)`` for newer ones (read ascending, then reversed).
+# Every statement about one user filters ``user_id = :user_id`` on every table it reads.
+
+#: Tables whose ``user_id`` leads an index, so their distinct users can be walked by skip scan.
+_USER_SOURCES = (
+    "pgmemory_recall_audit",
+    "pgmemory_memory_audit",
+    "pgmemory_chat_messages",
+    "pgmemory_facts",
+    "pgmemory_fact_audit",
+)
+
+
+def _skip_scan(name: str, table: str) -> str:
+    """A recursive CTE yielding up to :limit distinct user ids of ``table`` after :after, one
+    index probe each (a loose index scan), instead of reading every row of the table."""
+    return f"""{name}(user_id, depth) AS (
+    SELECT (SELECT min(t.user_id) FROM {table} AS t WHERE t.user_id > :after), 1
+    UNION ALL
+    SELECT (SELECT min(t.user_id) FROM {table} AS t WHERE t.user_id > s.user_id), s.depth + 1
+    FROM {name} AS s WHERE s.user_id IS NOT NULL AND s.depth < :limit
+)"""
+
+
+def _build_user_page() -> str:
+    # Memories: per collection, the (collection, user_id, created_at) index is walked instead.
+    ctes = [
+        """memory_users(collection, user_id, depth) AS (
+    SELECT c.name,
+           (SELECT min(m.user_id) FROM pgmemory_memories AS m
+            WHERE m.collection = c.name AND m.user_id > :after), 1
+    FROM pgmemory_collections AS c
+    UNION ALL
+    SELECT s.collection,
+           (SELECT min(m.user_id) FROM pgmemory_memories AS m
+            WHERE m.collection = s.collection AND m.user_id > s.user_id), s.depth + 1
+    FROM memory_users AS s WHERE s.user_id IS NOT NULL AND s.depth < :limit
+)"""
+    ]
+    ctes += [_skip_scan(f"users_{i}", table) for i, table in enumerate(_USER_SOURCES)]
+    union = "\n    UNION ".join(
+        ["SELECT user_id FROM memory_users"]
+        + [f"SELECT user_id FROM users_{i}" for i in range(len(_USER_SOURCES))]
+    )
+    return f"""
+WITH RECURSIVE {("," + chr(10)).join(ctes)}
+SELECT user_id FROM (
+    {union}
+) AS found
+WHERE user_id IS NOT NULL
+ORDER BY user_id
+LIMIT :limit
+"""
+
+
+#: One page of user ids (ascending, after :after; '' = "no user" is never listed) found in any
+#: table: memories, either audit, chat history or facts. At most :limit index probes per source.
+USER_PAGE = _build_user_page()
+
+#: Memories per collection of each user on a page (the ids come from USER_PAGE).
+USER_MEMORY_COUNTS = """
+SELECT u.user_id, c.name AS collection, s.memories, s.last_at
+FROM unnest(CAST(:user_ids AS text[])) AS u(user_id)
+CROSS JOIN pgmemory_collections AS c
+CROSS JOIN LATERAL (
+    SELECT count(*) AS memories, max(m.created_at) AS last_at FROM pgmemory_memories AS m
+    WHERE m.collection = c.name AND m.user_id = u.user_id
+) AS s
+WHERE s.memories > 0
+ORDER BY u.user_id, c.name
+"""
+
+#: Recalls, chat messages and facts of each user on a page, with the latest time of each.
+USER_ACTIVITY = """
+SELECT u.user_id, r.recalls, r.last_recall_at, h.last_message_at, f.last_fact_at
+FROM unnest(CAST(:user_ids AS text[])) AS u(user_id)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS recalls, max(a.at) AS last_recall_at FROM pgmemory_recall_audit AS a
+    WHERE a.user_id = u.user_id
+) AS r
+CROSS JOIN LATERAL (
+    SELECT max(h.created_at) AS last_message_at FROM pgmemory_chat_messages AS h
+    WHERE h.user_id = u.user_id
+) AS h
+CROSS JOIN LATERAL (
+    SELECT max(f.updated_at) AS last_fact_at FROM pgmemory_facts AS f WHERE f.user_id = u.user_id
+) AS f
+"""
+
+#: A user's memory scopes: each collection/application/agent/session with its row count.
+USER_MEMORY_SCOPES = """
+SELECT m.collection, m.application_id, m.agent_id, m.session_id, count(*) AS memories,
+       min(m.created_at) AS first_at, max(m.created_at) AS last_at
+FROM pgmemory_memories AS m
+WHERE m.user_id = :user_id
+GROUP BY m.collection, m.application_id, m.agent_id, m.session_id
+ORDER BY max(m.created_at) DESC
+LIMIT :limit
+"""
+
+#: A user's chat sessions, most recently active first, with their message counts.
+USER_SESSIONS = """
+SELECT h.session_id, count(*) AS messages, min(h.created_at) AS first_at,
+       max(h.created_at) AS last_at
+FROM pgmemory_chat_messages AS h
+WHERE h.user_id = :user_id
+GROUP BY h.session_id
+ORDER BY max(h.created_at) DESC
+LIMIT :limit
+"""
+
+_BROWSE_MEMORY_COLUMNS = """m.id, m.collection, m.application_id, m.agent_id, m.user_id,
+       m.session_id, m.role, m.content, m.author_name, m.message_id, m.source_type, m.source_id,
+       m.embedding_model, m.created_at, m.expires_at, m.metadata"""
+#: Optional narrowing of a user's memories to one session (NULL = every session).
+_SESSION_FILTER = "(CAST(:session_id AS text) IS NULL OR m.session_id = :session_id)"
+
+#: A page of a user's memories in a collection (optionally one session), older than the
+#: cursor, newest first; expired rows not yet reclaimed are included (they are still stored).
+USER_MEMORIES_OLDER = f"""
+SELECT {_BROWSE_MEMORY_COLUMNS}
+FROM pgmemory_memories AS m
+WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}
+  AND (m.created_at, m.id) < (:before_at, :before_id)
+ORDER BY m.created_at DESC, m.id DESC
+LIMIT :limit
+"""
+
+#: The page of a user's memories just newer than the cursor, oldest first (the caller reverses).
+USER_MEMORIES_NEWER = f"""
+SELECT {_BROWSE_MEMORY_COLUMNS}
+FROM pgmemory_memories AS m
+WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}
+  AND (m.created_at, m.id) > (:after_at, :after_id)
+ORDER BY m.created_at ASC, m.id ASC
+LIMIT :limit
+"""
+
+#: One memory of a user (in any collection).
+USER_MEMORY = f"""
+SELECT {_BROWSE_MEMORY_COLUMNS}
+FROM pgmemory_memories AS m
+WHERE m.user_id = :user_id AND m.id = :memory_id
+"""
+
+_RECALL_COLUMNS = """a.id, a.at, a.collection, a.application_id, a.agent_id, a.session_id,
+       a.provider, a.mode, a.requesting_session_id, a.query_sha256, a.query_text,
+       cardinality(a.memory_ids) AS returned"""
+
+#: A page of a user's recalls older than the cursor, newest first.
+USER_RECALLS_OLDER = f"""
+SELECT {_RECALL_COLUMNS}
+FROM pgmemory_recall_audit AS a
+WHERE a.user_id = :user_id AND (a.at, a.id) < (:before_at, :before_id)
+ORDER BY a.at DESC, a.id DESC
+LIMIT :limit
+"""
+
+#: The page of a user's recalls just newer than the cursor, oldest first (the caller reverses).
+USER_RECALLS_NEWER = f"""
+SELECT {_RECALL_COLUMNS}
+FROM pgmemory_recall_audit AS a
+WHERE a.user_id = :user_id AND (a.at, a.id) > (:after_at, :after_id)
+ORDER BY a.at ASC, a.id ASC
+LIMIT :limit
+"""
+
+#: One recall of a user.
+USER_RECALL = f"""
+SELECT {_RECALL_COLUMNS}
+FROM pgmemory_recall_audit AS a
+WHERE a.user_id = :user_id AND a.id = :recall_id
+"""
+
+#: What the given recalls of a user returned, in rank order (the first :per_recall of each),
+#: joined to the memories (NULL columns: deleted since) and to the latest deletion or expiry
+#: audited for each memory.
+RECALLED_MEMORIES = """
+SELECT a.id AS recall_id, r.rank, r.memory_id, r.score, m.collection, m.role, m.content,
+       m.session_id, m.created_at, m.expires_at, d.at AS deleted_at, d.operation AS deleted_by
+FROM pgmemory_recall_audit AS a
+CROSS JOIN LATERAL unnest(a.memory_ids, a.scores) WITH ORDINALITY AS r(memory_id, score, rank)
+LEFT JOIN pgmemory_memories AS m ON m.user_id = :user_id AND m.id = r.memory_id
+LEFT JOIN LATERAL (
+    SELECT x.at, x.operation FROM pgmemory_memory_audit AS x
+    WHERE x.user_id = :user_id AND x.memory_id = r.memory_id
+      AND x.operation IN ('delete', 'expire')
+    ORDER BY x.at DESC, x.id DESC
+    LIMIT 1
+) AS d ON m.id IS NULL
+WHERE a.user_id = :user_id AND a.id = ANY(CAST(:recall_ids AS bigint[])) AND r.rank <= :per_recall
+ORDER BY a.id, r.rank
+"""
+
+#: The latest recalls of a user that returned a given memory (newest first).
+RECALLS_OF_MEMORY = f"""
+SELECT {_RECALL_COLUMNS}, s.score, s.rank
+FROM pgmemory_recall_audit AS a
+CROSS JOIN LATERAL (
+    SELECT r.score, r.rank
+    FROM unnest(a.memory_ids, a.scores) WITH ORDINALITY AS r(memory_id, score, rank)
+    WHERE r.memory_id = :memory_id
+    LIMIT 1
+) AS s
+WHERE a.user_id = :user_id AND :memory_id = ANY(a.memory_ids)
+ORDER BY a.at DESC, a.id DESC
+LIMIT :limit
+"""
+
+_MEMORY_AUDIT_COLUMNS = """x.id, x.at, x.txid, x.operation, x.memory_id, x.collection,
+       x.application_id, x.agent_id, x.session_id, x.content_sha256, x.actor"""
+
+#: A page of a user's memory write/delete audit older than the cursor, newest first.
+USER_MEMORY_AUDIT_OLDER = f"""
+SELECT {_MEMORY_AUDIT_COLUMNS}
+FROM pgmemory_memory_audit AS x
+WHERE x.user_id = :user_id AND (x.at, x.id) < (:before_at, :before_id)
+ORDER BY x.at DESC, x.id DESC
+LIMIT :limit
+"""
+
+#: The page of a user's memory audit just newer than the cursor, oldest first (reversed later).
+USER_MEMORY_AUDIT_NEWER = f"""
+SELECT {_MEMORY_AUDIT_COLUMNS}
+FROM pgmemory_memory_audit AS x
+WHERE x.user_id = :user_id AND (x.at, x.id) > (:after_at, :after_id)
+ORDER BY x.at ASC, x.id ASC
+LIMIT :limit
+"""
+
+#: The audit trail of one memory of a user, oldest first.
+MEMORY_AUDIT_TRAIL = f"""
+SELECT {_MEMORY_AUDIT_COLUMNS}
+FROM pgmemory_memory_audit AS x
+WHERE x.user_id = :user_id AND x.memory_id = :memory_id
+ORDER BY x.at, x.id
+LIMIT :limit
+"""
+
+#: A user's current facts, one row per scope and namespace.
+USER_FACTS = """
+SELECT f.application_id, f.agent_id, f.session_id, f.namespace, f.facts, f.updated_at
+FROM pgmemory_facts AS f
+WHERE f.user_id = :user_id
+ORDER BY f.namespace, f.application_id, f.agent_id, f.session_id
+LIMIT :limit
+"""
+
+_FACT_AUDIT_COLUMNS = """x.id, x.at, x.application_id, x.agent_id, x.session_id, x.namespace,
+       x.key, x.old_value, x.new_value, x.actor"""
+
+#: A page of a user's fact changes older than the cursor, newest first.
+USER_FACT_AUDIT_OLDER = f"""
+SELECT {_FACT_AUDIT_COLUMNS}
+FROM pgmemory_fact_audit AS x
+WHERE x.user_id = :user_id AND (x.at, x.id) < (:before_at, :before_id)
+ORDER BY x.at DESC, x.id DESC
+LIMIT :limit
+"""
+
+#: The page of a user's fact changes just newer than the cursor, oldest first (reversed later).
+USER_FACT_AUDIT_NEWER = f"""
+SELECT {_FACT_AUDIT_COLUMNS}
+FROM pgmemory_fact_audit AS x
+WHERE x.user_id = :user_id AND (x.at, x.id) > (:after_at, :after_id)
+ORDER BY x.at ASC, x.id ASC
+LIMIT :limit
+"""
+
+#: The page of a session's history just before :before_seq, newest first (the caller reverses).
+READ_HISTORY_BEFORE = """
+SELECT seq, message, created_at FROM pgmemory_chat_messages
+WHERE user_id = :user_id AND session_id = :session_id AND seq < :before_seq
+ORDER BY seq DESC
+LIMIT :limit
+"""
+
+# Retention. A prune is recorded in pgmemory_fact_audit under an all-blank scope (no real
+# fact can have one: facts need a scope) and the namespace below; the memory audit cannot hold
+# it (its operation check admits only insert/delete/expire, and memory_id is required).
+
+#: Namespace of the fact-audit rows that record audit prunes (kept by later prunes).
+RETENTION_NAMESPACE = "pgmemory:retention"
+#: Namespace of the fact-audit rows that record erasures (kept by prunes too; migration 0006
+#: writes both names into its functions).
+ERASURE_NAMESPACE = "pgmemory:erasure"
+
+#: Delete the chosen audits' rows older than the cutoff (except the records of earlier prunes
+#: and erasures) and record the prune: cutoff and counts as the new value, who asked as actor
+#: (a SECURITY DEFINER function, like ERASE_USER_AUDIT). Returns {"cutoff", "deleted"}.
+PRUNE_AUDIT = """
+SELECT pgmemory_prune_audit(:cutoff, :recall_audit, :memory_audit, :fact_audit, :actor)
+"""
+
+#: The latest prune records, newest first.
+LIST_PRUNES = """
+SELECT x.id, x.at, x.new_value AS summary, x.actor
+FROM pgmemory_fact_audit AS x
+WHERE x.user_id = '' AND x.application_id = '' AND x.agent_id = '' AND x.session_id = ''
+  AND x.namespace = :retention_namespace
+ORDER BY x.at DESC, x.id DESC
+LIMIT :limit
+"""
+
+
+# --- audit integrity (pgmemory audit verify) and the application role (pgmemory db roles) --
+# Migration 0006 guards the audit tables with a trigger and two SECURITY DEFINER functions;
+# these statements read that guard back. Table names come from AUDIT_TABLES only.
+
+#: The audit tables the guard protects.
+AUDIT_TABLES = ("pgmemory_memory_audit", "pgmemory_recall_audit", "pgmemory_fact_audit")
+#: The table of per-user secrets keying audit hashes (no role but its owner may touch it).
+SECRETS_TABLE = "pgmemory_user_secrets"
+#: The functions the guard consists of; the first three run as their owner.
+DEFINER_FUNCTIONS = (
+    "pgmemory_keyed_sha256",
+    "pgmemory_erase_user_audit",
+    "pgmemory_prune_audit",
+)
+GUARD_FUNCTION = "pgmemory_audit_guard"
+#: The guard's triggers on each audit table.
+GUARD_TRIGGERS = ("pgmemory_audit_guard", "pgmemory_audit_no_truncate")
+
+#: Row hashes are computed in UTC with shortest-exact floats (the guard function's settings).
+HASH_TIME_ZONE = "SET LOCAL \"TimeZone\" = 'UTC'"
+HASH_FLOAT_DIGITS = "SET LOCAL extra_float_digits = 1"
+
+#: The non-internal triggers of the given tables: table, name, state ('D': disabled), function,
+#: and type bits (row, before, insert, delete, update, truncate).
+AUDIT_TRIGGERS = """
+SELECT c.relname AS table_name, t.tgname AS trigger_name, t.tgenabled AS enabled,
+       p.proname AS function_name, t.tgtype AS type_bits
+FROM pg_trigger AS t
+JOIN pg_class AS c ON c.oid = t.tgrelid
+JOIN pg_proc AS p ON p.oid = t.tgfoid
+WHERE c.oid = ANY(CAST(:tables AS regclass[])) AND NOT t.tgisinternal
+"""
+
+#: The guard's functions in the current schema: owner, SECURITY DEFINER, settings, whether
+#: PUBLIC may execute them.
+AUDIT_FUNCTIONS = """
+SELECT p.proname AS name, pg_get_userbyid(p.proowner) AS owner, p.prosecdef AS definer,
+       COALESCE(p.proconfig, '{}') AS config,
+       EXISTS (SELECT 1 FROM aclexplode(COALESCE(p.proacl, acldefault('f', p.proowner))) AS a
+               WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') AS public_execute
+FROM pg_proc AS p
+WHERE p.proname = ANY(CAST(:names AS text[])) AND p.pronamespace = CAST(current_schema() AS regnamespace)
+"""
+
+#: Owners of the given tables, and every privilege held on them by another role that would
+#: let it change audit rows (UPDATE, DELETE, TRUNCATE, TRIGGER), or touch the secrets at all.
+AUDIT_GRANTS = """
+SELECT c.relname AS table_name, pg_get_userbyid(c.relowner) AS owner,
+       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END AS grantee,
+       a.privilege_type
+FROM pg_class AS c
+CROSS JOIN LATERAL aclexplode(COALESCE(c.relacl, acldefault('r', c.relowner))) AS a
+WHERE c.oid = ANY(CAST(:tables AS regclass[]))
+  AND a.grantee <> c.relowner
+  AND (c.relname = :secrets OR a.privilege_type IN ('UPDATE', 'DELETE', 'TRUNCATE', 'TRIGGER'))
+"""
+
+#: The owners of the given tables.
+TABLE_OWNERS = """
+SELECT DISTINCT pg_get_userbyid(c.relowner) FROM pg_class AS c
+WHERE c.oid = ANY(CAST(:tables AS regclass[]))
+"""
+
+#: Roles that may act as the given role (its members, directly or not) and are not superusers.
+ROLE_MEMBERS = """
+WITH RECURSIVE members AS (
+    SELECT m.member FROM pg_auth_members AS m WHERE m.roleid = CAST(:role AS regrole)
+    UNION
+    SELECT m.member FROM pg_auth_members AS m JOIN members AS x ON m.roleid = x.member
+)
+SELECT r.rolname FROM members AS x JOIN pg_roles AS r ON r.oid = x.member ORDER BY r.rolname
+"""
+
+#: The superusers (they bypass every privilege and may disable triggers).
+SUPERUSERS = "SELECT rolname FROM pg_roles WHERE rolsuper ORDER BY rolname"
+
+
+@lru_cache(maxsize=8)
+def audit_row_check(table: str) -> str:
+    """Rows of an audit table, its highest id, and the rows whose ``row_sha256`` does not match
+    their content (count and the first few ids): a full scan."""
+    if table not in AUDIT_TABLES:
+        raise ValueError(f"not an audit table: {table!r}")
+    return f"""
+SELECT count(*) AS rows, max(t.id) AS max_id,
+       count(*) FILTER (WHERE t.row_sha256 IS DISTINCT FROM pgmemory_audit_row_sha256(to_jsonb(t)))
+           AS mismatched,
+       (array_agg(t.id ORDER BY t.id)
+           FILTER (WHERE t.row_sha256 IS DISTINCT FROM pgmemory_audit_row_sha256(to_jsonb(t))))[1:5]
+           AS examples
+FROM {table} AS t
+"""
+
+
+@lru_cache(maxsize=8)
+def audit_guard_probe(table: str) -> str:
+    """A no-op UPDATE of the newest row of an audit table (run in a savepoint that is rolled
+    back): the guard must refuse it."""
+    if table not in AUDIT_TABLES:
+        raise ValueError(f"not an audit table: {table!r}")
+    return f"""
+UPDATE {table} SET user_id = user_id WHERE id = (SELECT max(id) FROM {table}) RETURNING id
+"""
+
+
+#: Pseudonyms in the audits with no erasure record (rows pseudonymised outside erasure).
+UNRECORDED_PSEUDONYMS = """
+SELECT count(*) FROM (
+    SELECT user_id FROM pgmemory_memory_audit WHERE left(user_id, 7) = 'erased:'
+    UNION
+    SELECT user_id FROM pgmemory_recall_audit WHERE left(user_id, 7) = 'erased:'
+    UNION
+    SELECT user_id FROM pgmemory_fact_audit WHERE left(user_id, 7) = 'erased:'
+) AS u
+WHERE NOT EXISTS (
+    SELECT 1 FROM pgmemory_fact_audit AS r
+    WHERE r.user_id = '' AND r.application_id = '' AND r.agent_id = '' AND r.session_id = ''
+      AND r.namespace = :erasure_namespace AND r.new_value ->> 'pseudonym' = u.user_id
+)
+"""
+
+# The application role. Role, database and schema names are DDL identifiers (never parameters):
+# the role name is checked against ROLE_NAME_PATTERN and every name is quoted with the dialect's
+# identifier quoting before it fills a {placeholder}; the password goes in only as the SCRAM
+# verifier libpq computes from it, checked against PASSWORD_VERIFIER_PATTERN.
+
+#: What a role name passed to ``pgmemory db roles`` may look like (lower case, no quoting needed).
+ROLE_NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
+#: A SCRAM-SHA-256 verifier (base64 parts): the only form a password reaches the server in.
+PASSWORD_VERIFIER_PATTERN = (
+    r"SCRAM-SHA-256\$[0-9]+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+"
+)
+
+#: Whether the role exists and what it may do beyond its grants.
+ROLE_ATTRIBUTES = """
+SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls OR rolreplication AS powerful
+FROM pg_roles WHERE rolname = :name
+"""
+
+#: The database and schema the store works in, and whether PUBLIC may create objects there.
+ROLE_CONTEXT = """
+SELECT current_database() AS database, current_schema() AS schema,
+       EXISTS (SELECT 1 FROM pg_namespace AS n
+               CROSS JOIN LATERAL aclexplode(COALESCE(n.nspacl, acldefault('n', n.nspowner))) AS a
+               WHERE n.nspname = current_schema() AND a.grantee = 0
+                 AND a.privilege_type = 'CREATE') AS public_create
+"""
+
+#: Create the application role: it may log in and nothing else beyond its grants.
+CREATE_APP_ROLE = (
+    "CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+    "PASSWORD '{verifier}'"
+)
+#: Reset an existing application role to the same attributes and a new password.
+ALTER_APP_ROLE = (
+    "ALTER ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+    "PASSWORD '{verifier}'"
+)
+
+_DATA_TABLES = "pgmemory_collections, pgmemory_memories, pgmemory_chat_messages, pgmemory_facts"
+_AUDIT_TABLE_LIST = ", ".join(AUDIT_TABLES)
+
+#: The application role's privileges, in order: first anything a re-run must take back.
+APP_ROLE_GRANTS = (
+    f"REVOKE UPDATE, DELETE, TRUNCATE, TRIGGER, REFERENCES ON {_AUDIT_TABLE_LIST} FROM {{role}}",
+    f"REVOKE ALL ON {SECRETS_TABLE} FROM {{role}}",
+    "REVOKE CREATE ON SCHEMA {schema} FROM {role}",
+    "GRANT CONNECT, TEMPORARY ON DATABASE {database} TO {role}",
+    "GRANT USAGE ON SCHEMA {schema} TO {role}",
+    f"GRANT SELECT, INSERT, UPDATE, DELETE ON {_DATA_TABLES} TO {{role}}",
+    f"GRANT SELECT, INSERT ON {_AUDIT_TABLE_LIST} TO {{role}}",
+    "GRANT SELECT ON pgmemory_alembic_version TO {role}",
+    "GRANT EXECUTE ON FUNCTION pgmemory_keyed_sha256(text, text), "
+    "pgmemory_erase_user_audit(text, text), "
+    "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text) TO {role}",
+)
+
+
+# --- hash partitioning of the memories table by user (see pgmemory.admin.partitioning) -------
+
+#: Whether the memories table holds any row at all (partitioning is refused then).
+MEMORIES_ANY_ROW = "SELECT EXISTS (SELECT 1 FROM pgmemory_memories)"
+
+#: The partition count for PARTITION_MEMORIES, transaction-local (DDL takes no parameters).
+SET_PARTITION_COUNT = "SELECT set_config('pgmemory.partitions', CAST(:partitions AS text), true)"
+
+#: Turn the EMPTY memories table into one hash-partitioned by user_id into
+#: current_setting('pgmemory.partitions') partitions, keeping every column, default, check,
+#: storage setting, key, foreign key and index (by name). Run after SET_PARTITION_COUNT, in
+#: one transaction; no '%' and no bind marker in it, so it runs as written.
+PARTITION_MEMORIES = """
+DO $$
+DECLARE
+    partitions int := current_setting('pgmemory.partitions')::int;
+    indexes text[] := ARRAY(
+        SELECT indexdef FROM pg_indexes
+        WHERE schemaname = current_schema() AND tablename = 'pgmemory_memories'
+          AND indexname NOT IN (SELECT conname FROM pg_constraint
+                                WHERE conrelid = 'pgmemory_memories'::regclass));
+    keys text[] := ARRAY(
+        SELECT 'ALTER TABLE pgmemory_memories ADD CONSTRAINT ' || quote_ident(conname) || ' '
+               || pg_get_constraintdef(oid)
+        FROM pg_constraint
+        WHERE conrelid = 'pgmemory_memories'::regclass AND contype IN ('p', 'u', 'f')
+        ORDER BY contype <> 'p', conname);
+    statement text;
+BEGIN
+    ALTER TABLE pgmemory_memories RENAME TO pgmemory_memories_plain;
+    CREATE TABLE pgmemory_memories (LIKE pgmemory_memories_plain
+        INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)
+        PARTITION BY HASH (user_id);
+    DROP TABLE pgmemory_memories_plain;
+    FOR i IN 0 .. partitions - 1 LOOP
+        EXECUTE 'CREATE TABLE ' || quote_ident('pgmemory_memories_p' || i)
+             || ' PARTITION OF pgmemory_memories FOR VALUES WITH (MODULUS ' || partitions
+             || ', REMAINDER ' || i || ')';
+    END LOOP;
+    FOREACH statement IN ARRAY keys LOOP EXECUTE statement; END LOOP;
+    FOREACH statement IN ARRAY indexes LOOP EXECUTE statement; END LOOP;
+END $$
+"""
+
+#: How many partitions the memories table has (0: not partitioned).
+MEMORIES_PARTITIONS = """
+SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('pgmemory_memories')
+"""
+
+
+# --- how these statements spread over Citus (see pgmemory.store.routing) -------------------
+
+#: Statements here that touch per-user tables without naming one user, so that on Citus they
+#: run on every shard, and why that is acceptable.
+FAN_OUT: dict[str, str] = {
+    "MEMORIES_ANY_ROW": "pgmemory db partition: refused unless the table is empty (any user)",
+    "PARTITION_MEMORIES": "DDL: pgmemory db partition rebuilds the whole (empty) table",
+    "MEMORIES_PARTITIONS": "pgmemory db partition: the catalog's count of partitions, no rows",
+    "USER_PAGE": "the operator's user directory: a page of user ids across all tables",
+    "USER_MEMORY_COUNTS": "the operator's user directory: counts for one page of users",
+    "USER_ACTIVITY": "the operator's user directory: activity for one page of users",
+    "PRUNE_AUDIT": "audit retention (pgmemory_prune_audit): rows older than a cutoff, of every user",
+    "audit_row_check": "pgmemory audit verify rechecks every row hash of an audit table",
+    "audit_guard_probe": "pgmemory audit verify's rolled-back UPDATE of an audit table's newest row",
+    "UNRECORDED_PSEUDONYMS": "pgmemory audit verify: erased users' pseudonyms across all audits",
+}
+
+#: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.
+CONSTANT_USER: dict[str, str] = {
+    "LIST_PRUNES": "the records of audit prunes, kept under user '' (one shard)",
+}

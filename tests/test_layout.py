@@ -1,0 +1,152 @@
+"""The package's layout rules, read from the source: arrows point one way, the two planes stay
+apart, and no module grows past one concept's size.
+
+Every import counts, wherever it is written: at module level, under ``if TYPE_CHECKING:`` and
+inside functions. A dependency a reader follows is a dependency, whether or not it runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pgmemory
+
+PACKAGE = Path(pgmemory.__file__).parent
+#: Longest module, in lines; the statement catalogues are exempt (one statement after another).
+MAX_LINES = 600
+CATALOGUES = {"pgmemory.store.queries", "pgmemory.admin.statements"}
+#: What the data plane must never import: the planes and faces built on it.
+ABOVE_THE_STORE = (
+    "pgmemory.admin",
+    "pgmemory.memory",
+    "pgmemory.runtime",
+    "pgmemory.cli",
+    "pgmemory.ui",
+    "pgmemory.integrations",
+    "pgmemory.sync",
+)
+#: What the admin plane may import of pgmemory: the store and the ground floor.
+ADMIN_MAY_IMPORT = (
+    "pgmemory.admin",
+    "pgmemory.store",
+    "pgmemory.errors",
+    "pgmemory.settings",
+    "pgmemory.text",
+    "pgmemory.vocabulary",
+    "pgmemory.extras",
+    "pgmemory._exports",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(name: str) -> Iterator[str]:
+    """The pgmemory modules ``name`` imports anywhere in its source."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from pkg import submodule` imports the submodule; `from mod import name`, mod.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                for alias in node.names
+            ]
+        else:
+            continue
+        yield from (t for t in targets if t in MODULES and t != name)
+
+
+GRAPH = {name: set(_imports(name)) for name in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(GRAPH[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(GRAPH):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    assert _cycles() == []
+
+
+def test_the_store_never_imports_the_planes_and_faces_above_it() -> None:
+    wrong = {
+        name: sorted(t for t in targets if _within(t, ABOVE_THE_STORE))
+        for name, targets in GRAPH.items()
+        if _within(name, ("pgmemory.store",))
+    }
+    assert {name: targets for name, targets in wrong.items() if targets} == {}
+
+
+def test_the_admin_plane_imports_only_the_store_and_the_ground_floor() -> None:
+    wrong = {
+        name: sorted(t for t in targets if not _within(t, ADMIN_MAY_IMPORT))
+        for name, targets in GRAPH.items()
+        if _within(name, ("pgmemory.admin",))
+    }
+    assert {name: targets for name, targets in wrong.items() if targets} == {}
+    assert any(_within(t, ("pgmemory.store",)) for t in GRAPH["pgmemory.admin.admin"])
+
+
+def test_the_ground_floor_imports_nothing_of_pgmemory_but_itself() -> None:
+    for name in ("pgmemory.errors", "pgmemory.vocabulary", "pgmemory._exports"):
+        assert GRAPH[name] == set(), name
+
+
+def test_no_module_is_longer_than_one_concept() -> None:
+    long = {
+        name: n
+        for name, path in MODULES.items()
+        if name not in CATALOGUES
+        and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}

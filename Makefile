@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	$(PY) bench/store_bench.py
+	$(PY) bench/store/store_bench.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

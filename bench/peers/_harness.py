@@ -1,7 +1,8 @@
-"""Shared measurement loop for bench/scale.py: pgmemory and every peer run exactly this code.
+"""Shared measurement loop for bench/store/scale.py: pgmemory and every peer run exactly this code.
 
 Standard library + numpy only, so a peer's own venv can import it (the peer modules put this
-directory on sys.path by being run as scripts from it). An *adapter* is an object with async
+directory on sys.path by being run as scripts from it; scale.py and _startup.py import it as
+``bench.peers._harness``). An *adapter* is an object with async
 methods:
 
     setup()                                  create the collection / table

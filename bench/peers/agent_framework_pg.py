@@ -14,7 +14,7 @@ Notes from its source (agent_framework_postgres/_vector_store.py, 1.0.0a261015):
   ``user_id COLLATE "C" IS NOT DISTINCT FROM $1``, which no B-tree can serve: every scoped
   search scans the whole table (the ``small`` figures show it).
 * exact search orders by ``(embedding <=> q) + 0`` inside a forced-rollback savepoint.
-Run by bench/scale.py in bench/.peers/agent-framework/.
+Run by bench/store/scale.py in bench/.peers/agent-framework/.
 """
 
 import warnings

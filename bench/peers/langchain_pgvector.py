@@ -4,7 +4,7 @@ Used as its docs show: one collection, the user as a metadata filter (``{"user_i
 vectors passed in (``aadd_embeddings``), ``asimilarity_search_with_score_by_vector``. PGVector
 creates no vector index of its own (only a GIN index on cmetadata), so search is exact:
 filter on JSONB, then sort the collection's matching rows by cosine distance.
-Run by bench/scale.py in bench/.peers/langchain/ (see PEERS there).
+Run by bench/store/scale.py in bench/.peers/langchain/ (see PEERS there).
 """
 
 from __future__ import annotations

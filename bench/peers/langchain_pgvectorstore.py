@@ -5,7 +5,7 @@ pool 8 + 2), ``ainit_vectorstore_table(..., metadata_columns=[Column("user_id", 
 ``PGVectorStore.create(...)``, ``aadd_embeddings`` and ``asimilarity_search_with_score_by_vector``
 with ``filter={"user_id": {"$eq": u}}``. No vector index by default (so search is exact); we add
 a plain B-tree on user_id, which any deployment would, so the filter is not a table scan.
-Run by bench/scale.py in bench/.peers/langchain/.
+Run by bench/store/scale.py in bench/.peers/langchain/.
 """
 
 from __future__ import annotations

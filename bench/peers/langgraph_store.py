@@ -6,7 +6,7 @@ Used as its docs show: namespace ``("memories", user_id)``, ``index={"dims", "em
 lookup of the precomputed vectors (by row index parsed from the text, or registered just
 before the call): no model runs. A pool of 8-10 connections (autocommit, as the store sets).
 Note: the store runs in autocommit mode; a turn's 2 puts go in one ``abatch`` (one pipeline),
-not in one transaction. Run by bench/scale.py in bench/.peers/langgraph/.
+not in one transaction. Run by bench/store/scale.py in bench/.peers/langgraph/.
 """
 
 from __future__ import annotations

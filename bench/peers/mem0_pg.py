@@ -28,7 +28,7 @@ SQLite. The store's own calls are synchronous psycopg run in threads (``asyncio.
 here; recall@3 should measure the store, not the relevance cut-off.
 We add a B-tree on ``(payload->>'user_id')`` (mem0 creates none), as the PGVectorStore adapter
 adds one on user_id: without it the scope filter has no statistics and no index.
-Run by bench/scale.py in bench/.peers/mem0/.
+Run by bench/store/scale.py in bench/.peers/mem0/.
 """
 
 from __future__ import annotations

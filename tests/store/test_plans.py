@@ -193,7 +193,7 @@ async def test_a_generic_plan_reads_a_large_scope_from_the_covering_index(
     ]
     for statement in defaults:
         # no time bound for a generic plan to misprice (on 100k-1M rows a generic plan read
-        # every scope row from the heap through the (user, created_at) index: bench/scale.py)
+        # every scope row from the heap through the (user, created_at) index: bench/store/scale.py)
         assert "created_at >=" not in statement and ":since" not in statement
         plan = _generic_plan(fresh_database, statement)
         assert "Index Only Scan using ix_pgmemory_memories_user_cover" in plan, plan

@@ -1,6 +1,6 @@
-"""A scripted OpenAI-compatible chat-completions server for bench/serve.py (stdlib only).
+"""A scripted OpenAI-compatible chat-completions server for bench/serve/serve.py (stdlib only).
 
-Run as its own process (``python bench/_chat_server.py``) so its work does not share the
+Run as its own process (``python bench/serve/_chat_server.py``) so its work does not share the
 application's interpreter lock. It listens on 127.0.0.1 (a free port, printed as
 ``PORT <n>`` on the first line of stdout), keeps connections alive, and answers every
 ``POST /v1/chat/completions`` (non-streaming) with a short reply that differs per request

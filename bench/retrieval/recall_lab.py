@@ -1,7 +1,7 @@
 """Exploration of recall candidates, client-side, on the same data and cached vectors as retrieval.py.
 
-    python bench/recall_lab.py --dataset lme --slice dev
-    python bench/recall_lab.py --dataset locomo
+    python bench/retrieval/recall_lab.py --dataset lme --slice dev
+    python bench/retrieval/recall_lab.py --dataset locomo
 
 Not the benchmark of record: ``retrieval.py`` ranks in PostgreSQL through the store. This
 replays the store's two rankings in numpy, exactly (cosine over the scope; the store's BM25
@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import retrieval as R
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
+from bench.retrieval import _datasets as D
+from bench.retrieval._datasets import chunk_words, lme_parts
 from pgmemory.text import terms as pgterms
 
 # --- BM25 exactly as the store's SQL computes it ---------------------------------------------
@@ -62,42 +63,6 @@ class BM25:
                 if f:
                     out[i] += idf * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * self.dl[i] / avgdl))
         return out
-
-
-# --- chunks of a long memory ----------------------------------------------------------------
-
-
-def chunk_words(parts: list[str], max_words: int) -> list[str]:
-    """Consecutive parts packed into chunks of at most ``max_words`` words (longer parts split)."""
-    chunks: list[str] = []
-    cur: list[str] = []
-    n = 0
-    for part in parts:
-        words = part.split()
-        while len(words) > max_words:
-            if cur:
-                chunks.append(" ".join(cur))
-                cur, n = [], 0
-            chunks.append(" ".join(words[:max_words]))
-            words = words[max_words:]
-        if not words:
-            continue
-        if n + len(words) > max_words and cur:
-            chunks.append(" ".join(cur))
-            cur, n = [], 0
-        cur.extend(words)
-        n += len(words)
-    if cur:
-        chunks.append(" ".join(cur))
-    return chunks or [""]
-
-
-def lme_parts(path: Path) -> dict[str, list[str]]:
-    raw = json.loads(gzip.decompress(path.read_bytes()))
-    return {
-        sid: [t["content"] for t in turns if t["role"] == "user"]
-        for sid, turns in raw["sessions"].items()
-    }
 
 
 # --- fusion -----------------------------------------------------------------------------------
@@ -242,7 +207,7 @@ class WordLlamaEmbedder:
 
         import wordllama  # pip install wordllama (bench only)
 
-        cache = R.CACHE_DIR / "wordllama"
+        cache = D.CACHE_DIR / "wordllama"
         (cache / "tokenizers").mkdir(parents=True, exist_ok=True)
         shipped = Path(wordllama.__file__).parent / "tokenizers"
         for f in shipped.glob("*.json"):
@@ -255,33 +220,33 @@ class WordLlamaEmbedder:
 
 async def embed_all(name: str, texts: list[str], threads: int, desc: str) -> dict[str, np.ndarray]:
     if name == "wordllama":
-        emb = R.DiskCachedEmbedder(WordLlamaEmbedder(), R.CACHE_DIR / "embeddings.sqlite")
+        emb = D.DiskCachedEmbedder(WordLlamaEmbedder(), D.CACHE_DIR / "embeddings.sqlite")
     elif name.startswith("e5-"):  # e5-passage | e5-query
-        emb = R.DiskCachedEmbedder(
-            E5Embedder(name.removeprefix("e5-"), threads), R.CACHE_DIR / "embeddings.sqlite"
+        emb = D.DiskCachedEmbedder(
+            E5Embedder(name.removeprefix("e5-"), threads), D.CACHE_DIR / "embeddings.sqlite"
         )
     else:
-        emb = R.make_embedder(name, threads, R.CACHE_DIR)
+        emb = D.make_embedder(name, threads, D.CACHE_DIR)
     await emb.warm(texts, desc=desc, chunk=32 if name.startswith("e5-") else 128)
     vecs = await emb.embed(texts)
     return dict(zip(texts, vecs, strict=True))
 
 
-def evaluate(dataset: str, data: R.Dataset, rankers: dict[str, Any]) -> dict[str, dict[str, float]]:
-    names = R.LME_METRICS if dataset == "lme" else R.LOCOMO_METRICS
+def evaluate(dataset: str, data: D.Dataset, rankers: dict[str, Any]) -> dict[str, dict[str, float]]:
+    names = D.LME_METRICS if dataset == "lme" else D.LOCOMO_METRICS
     out = {}
     for label, fn in rankers.items():
         rows = []
         for q in data.questions:
             ranked = fn(q)
-            rows.append(R.score(dataset, ranked, q))
-        out[label] = R.mean_scores(rows, names)
+            rows.append(D.score(dataset, ranked, q))
+        out[label] = D.mean_scores(rows, names)
     return out
 
 
 def part3_rankers(
     args: argparse.Namespace,
-    data: R.Dataset,
+    data: D.Dataset,
     per_scope: dict[str, dict[str, Any]],
     signals: dict[str, dict[str, np.ndarray]],
 ) -> dict[str, Any]:
@@ -291,7 +256,7 @@ def part3_rankers(
         raw = json.loads(
             gzip.decompress((Path(args.data_dir) / f"lme_s_{args.slice}.json.gz").read_bytes())
         )
-        now_of = {q["question_id"]: R._lme_date(q["question_date"]) for q in raw["questions"]}
+        now_of = {q["question_id"]: D._lme_date(q["question_date"]) for q in raw["questions"]}
     else:  # LoCoMo has no question date: the conversation's last session stands for "now"
         now_of = {
             q.qid: datetime.fromtimestamp(per_scope[q.scope]["created"].max(), tz=UTC)
@@ -350,7 +315,7 @@ def part3_rankers(
         cands: str = "pool",
         time_w: float = 0.0,
     ):
-        def f(q: R.Question) -> list[str]:
+        def f(q: D.Question) -> list[str]:
             p = pre[q.qid]
             score = p[f"{vec}_{e}"] + wt * p[text]
             if nb_w:
@@ -418,7 +383,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", choices=("lme", "locomo"), default="lme")
     ap.add_argument("--slice", choices=("dev", "test"), default="dev")
-    ap.add_argument("--data-dir", default=str(R.DEFAULT_DATA_DIR))
+    ap.add_argument("--data-dir", default=str(D.DEFAULT_DATA_DIR))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--embedders", nargs="+", default=["use", "minilm"])
     ap.add_argument(
@@ -447,14 +412,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.dataset == "lme" and args.slice == "test" and not args.warm_only:
         ap.error("the lab explores on lme_s_dev and LoCoMo only")
-    R.LOCOMO_DOC = args.locomo_doc
+    D.LOCOMO_DOC = args.locomo_doc
     data_dir = Path(args.data_dir)
     if args.dataset == "lme":
         path = data_dir / f"lme_s_{args.slice}.json.gz"
-        data = R.load_lme(path)
+        data = D.load_lme(path)
         parts = lme_parts(path) if args.chunk_words else {}
     else:
-        data = R.load_locomo(data_dir / "locomo10.json.gz")
+        data = D.load_locomo(data_dir / "locomo10.json.gz")
         parts = {}
     t0 = time.perf_counter()
     docs_by_scope = data.scopes
@@ -531,13 +496,13 @@ def main() -> None:
         sig["recency"] = -ranks_of(s["created"])  # newest first
         signals[q.qid] = sig
 
-    def keys_for(q: R.Question, score: np.ndarray) -> list[str]:
+    def keys_for(q: D.Question, score: np.ndarray) -> list[str]:
         s = per_scope[q.scope]
         order = np.argsort(-score, kind="stable")
         return [s["keys"][i] for i in order[:50]]
 
     def rrf_fn(parts_w: dict[str, float], k: int, pool: int = 50):
-        def f(q: R.Question) -> list[str]:
+        def f(q: D.Question) -> list[str]:
             sig = signals[q.qid]
             total = np.zeros(len(per_scope[q.scope]["keys"]))
             for name, w in parts_w.items():
@@ -551,7 +516,7 @@ def main() -> None:
         return f
 
     def norm_fn(parts_w: dict[str, float], how: str = "minmax"):
-        def f(q: R.Question) -> list[str]:
+        def f(q: D.Question) -> list[str]:
             sig = signals[q.qid]
             total = np.zeros(len(per_scope[q.scope]["keys"]))
             for name, w in parts_w.items():
@@ -579,7 +544,7 @@ def main() -> None:
         return lambda q: keys_for(q, signals[q.qid][name])
 
     def text_only(name: str):
-        def f(q: R.Question) -> list[str]:
+        def f(q: D.Question) -> list[str]:
             x = signals[q.qid][name]
             s = per_scope[q.scope]
             order = [i for i in np.argsort(-x, kind="stable") if x[i] > 0]
@@ -641,8 +606,8 @@ def main() -> None:
                         {v: 1.0, "bm25_stem": wt}, "max"
                     )
     results = evaluate(args.dataset, data, rankers)
-    names = R.LME_METRICS if args.dataset == "lme" else R.LOCOMO_METRICS
-    R.print_table(
+    names = D.LME_METRICS if args.dataset == "lme" else D.LOCOMO_METRICS
+    D.print_table(
         f"lab: {data.name} ({len(data.questions)} q), chunk_words={args.chunk_words}, locomo_doc={args.locomo_doc}",
         results,
         names,

@@ -1,12 +1,12 @@
 """Scale benchmark: bulk import, scoped top-3 recall per scope size, memory turns, concurrency.
 
-    python bench/scale.py --rows 100000                       # ~1-2 min on 2 cores
-    python bench/scale.py --rows 1000000                      # the 1M run (see bench/README.md)
-    python bench/scale.py --rows 100000 --peers langchain-pgvector,langgraph --peer-rows 20000
-    python bench/scale.py --rows 100000 --hnsw                # + before/after store.enable_ann()
-    python bench/scale.py --rows 100000 --json bench/results/scale-100k.json
-    python bench/scale.py --rows 100000 --partitions 16   # + the same, memories hash-partitioned
-    python bench/scale.py --rows 100000 --partitions 16 --partitioned-first   # the other order
+    python bench/store/scale.py --rows 100000                       # ~1-2 min on 2 cores
+    python bench/store/scale.py --rows 1000000                      # the 1M run (see bench/README.md)
+    python bench/store/scale.py --rows 100000 --peers langchain-pgvector,langgraph --peer-rows 20000
+    python bench/store/scale.py --rows 100000 --hnsw                # + before/after store.enable_ann()
+    python bench/store/scale.py --rows 100000 --json bench/results/scale-100k.json
+    python bench/store/scale.py --rows 100000 --partitions 16   # + the same, memories hash-partitioned
+    python bench/store/scale.py --rows 100000 --partitions 16 --partitioned-first   # the other order
 
 Data (precomputed with numpy from ``--seed``, cached under bench/.cache/, so embedding time is
 excluded and every system reads the very same vectors):
@@ -43,7 +43,7 @@ is the machine's noise). ``--hnsw``'s exact and approximate passes run after the
 against the truth recomputed over the imported rows plus the turns' rows; then the same turns
 run once more on the path (``--ann-build-memory`` sizes the build). Start-up: medians
 over 5 fresh processes of ``import pgmemory``, then of importing ``MemoryStore``, opening a
-store on the loaded database, and its first and second recall (bench/_startup.py). With peers,
+store on the loaded database, and its first and second recall (bench/store/_startup.py). With peers,
 pgmemory is measured before and again after them, and each ratio is printed against both.
 
 Peers (``--peers``, default none): each runs in its OWN venv under bench/.peers/<name>/
@@ -70,13 +70,11 @@ from typing import Any
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH / "peers"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
-import _harness as h  # noqa: E402
+from bench._common.paths import BENCH, CACHE, PEER_ENVS
+from bench.peers import _harness as h
 
-CACHE = BENCH / ".cache"
-PEER_ENVS = BENCH / ".peers"
 N_TOPICS = 512
 NOISE_NORM = 0.8
 
@@ -224,9 +222,8 @@ def make_data(args: argparse.Namespace, rows: int) -> Path:
 
 
 # Server (the embedded server or PGMEMORY_DATABASE_URL's, and scratch databases on it) is
-# bench/_scratch.py's, shared by every benchmark.
-from _scratch import Server  # noqa: E402
-
+# bench/_common/scratch.py's, shared by every benchmark.
+from bench._common.scratch import Server  # noqa: E402
 from pgmemory.store.ann import ANN_EF_SEARCH  # noqa: E402
 
 # --- pgmemory adapter --------------------------------------------------------------------------
@@ -565,7 +562,7 @@ def measure_pgmemory(
 def startup(url: str, data_path: Path, runs: int = 5) -> dict[str, float]:
     """Medians over ``runs`` fresh processes: ``import pgmemory``, then (on the loaded
     database) opening a store, its first scoped top-3 recall and its second."""
-    probe = [sys.executable, str(BENCH / "_startup.py")]
+    probe = [sys.executable, str(Path(__file__).resolve().parent / "_startup.py")]
     small = int(np.flatnonzero(h.load(data_path).q_bucket == h.BUCKETS.index("small"))[0])
     samples: dict[str, list[float]] = {}
     for _ in range(runs):
@@ -632,7 +629,6 @@ def main() -> None:
     for name in peers:
         if name not in PEERS:
             raise SystemExit(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
-    sys.path.insert(0, str(BENCH))
 
     started = time.perf_counter()
     data_path = make_data(args, args.rows)

@@ -1,7 +1,7 @@
 """Capacity arithmetic: bytes per memory at each vector size, and recalls per second per core.
 
-    python bench/capacity.py                 # ~1 min on 2 cores
-    python bench/capacity.py --rows 20000 --seconds 10 --json bench/results/capacity.json
+    python bench/store/capacity.py                 # ~1 min on 2 cores
+    python bench/store/capacity.py --rows 20000 --seconds 10 --json bench/results/capacity.json
 
 For each dimension, a scratch database gets ``--rows`` memories (random unit vectors, a
 ~120-character text, ``--users`` users), imported with ``import_records``, then VACUUM
@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
+
 import numpy as np
 import sqlalchemy as sa
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scratch import Server
-
+from bench._common.scratch import Server
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 
 #: 2000 (the most a collection takes) is left out: its vectors no longer fit a page inline and go

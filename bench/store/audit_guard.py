@@ -1,6 +1,6 @@
 """What the audit's guard (migration 0006) costs a recall, side by side in one run.
 
-    python bench/audit_guard.py [--queries 400] [--rows 500] [--dims 16]
+    python bench/store/audit_guard.py [--queries 400] [--rows 500] [--dims 16]
 
 One scratch database; one user's scope of ``--rows`` memories. Every round runs a block of
 recalls in each configuration, in turn, so drift hits all alike:
@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
 import numpy as np
-from _scratch import Server
 from sqlalchemy import text
 
+from bench._common.scratch import Server
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 
 _TRIGGER = "ALTER TABLE pgmemory_recall_audit {} TRIGGER pgmemory_audit_guard"

@@ -1,6 +1,6 @@
 """Where a small recall's time goes: ``store.search`` beside the floors under it, interleaved.
 
-    python bench/recall_floor.py [--rows 20] [--rounds 3000] [--json F]
+    python bench/store/recall_floor.py [--rows 20] [--rounds 3000] [--json F]
 
 One user's scope of ``--rows`` rows (384-d). Each round runs, one after another in the same
 process and connection pool:
@@ -32,10 +32,9 @@ from typing import Any
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
-from _scratch import Server  # noqa: E402
+from bench._common.scratch import Server
 
 
 async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:

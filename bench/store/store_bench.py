@@ -1,6 +1,6 @@
 """Store timings: adding 1,000 records, and exact scoped search p50/p95 over 10,000 rows.
 
-    python bench/store_bench.py [--dims 512] [--queries 200]
+    python bench/store/store_bench.py [--dims 512] [--queries 200]
 
 Runs on a scratch database (created and dropped) of the embedded server, or of the server
 PGMEMORY_DATABASE_URL points at. Vectors are random unit vectors, precomputed, so embedding
@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
 import numpy as np
-from _scratch import Server
 
+from bench._common.scratch import Server
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings, USEEmbedder
 
 

@@ -1,7 +1,7 @@
 """How many model calls does fact extraction make, per ``extract_when`` policy, and which facts
 does each policy miss?
 
-    .venv/bin/python bench/fact_calls.py            # ~20 s
+    .venv/bin/python bench/retrieval/fact_calls.py            # ~20 s
 
 Two conversations, each run once per policy (``always``, ``until_known``, ``likely``) on a
 scratch database (created and dropped), every turn in a fresh session:
@@ -33,17 +33,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
+
 from pydantic import BaseModel, Field
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scratch import Server
-
+from bench._common.paths import ROOT
+from bench._common.scratch import Server
 from pgmemory import Agent, ChatResponse, MemoryScope, MemoryStore, Message, Settings
 from pgmemory.memory import ChatHistoryMemoryProvider, FactMemoryProvider
 from pgmemory.memory.fact_trigger import EXTRACT_WHEN
 
 _spec = importlib.util.spec_from_file_location(
-    "food_delivery", Path(__file__).resolve().parents[1] / "examples" / "food_delivery.py"
+    "food_delivery", ROOT / "examples" / "food_delivery.py"
 )
 food = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(food)  # type: ignore[union-attr]

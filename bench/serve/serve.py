@@ -1,9 +1,9 @@
 """Agent turns through a real web server under concurrent clients, embedding batching on vs off.
 
-The product's path under load: a FastAPI application (``bench/_serve_app.py``: one store per
+The product's path under load: a FastAPI application (``bench/serve/_serve_app.py``: one store per
 process, ``Agent`` with ``PostgresHistoryProvider`` and ``ChatHistoryMemoryProvider``, the
 default local embedder warmed up in the lifespan) served by uvicorn on 127.0.0.1, talking to a
-scripted OpenAI-compatible chat server (``bench/_chat_server.py``, its own process), driven by
+scripted OpenAI-compatible chat server (``bench/serve/_chat_server.py``, its own process), driven by
 N concurrent clients (``httpx.AsyncClient``, loopback only) for a bounded number of turns.
 Each turn recalls (history, recent turns, hybrid search, the recall audit), calls the model,
 and stores the user's message and the reply (embedding both texts).
@@ -24,9 +24,9 @@ warming the embedder up first.
 
 Usage::
 
-    .venv/bin/python bench/serve.py                      # ~5 min on 2 cores
-    .venv/bin/python bench/serve.py --quick              # ~1 min smoke
-    .venv/bin/python bench/serve.py --json bench/results/serve.json
+    .venv/bin/python bench/serve/serve.py                      # ~5 min on 2 cores
+    .venv/bin/python bench/serve/serve.py --quick              # ~1 min smoke
+    .venv/bin/python bench/serve/serve.py --json bench/results/serve.json
 
 Runs on the embedded server (a scratch database, dropped afterwards), or on the server
 ``PGMEMORY_DATABASE_URL`` names.
@@ -52,11 +52,12 @@ from typing import Any
 import httpx
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))  # `bench._scratch` and the in-tree pgmemory when not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
-from bench._scratch import Server  # noqa: E402
+from bench._common.paths import ROOT
+from bench._common.scratch import Server
+
+HERE = Path(__file__).resolve().parent
 
 COLLECTION = "serve_bench"
 USE_MODEL_ID = "google/universal-sentence-encoder-multilingual-3"

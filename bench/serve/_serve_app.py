@@ -1,4 +1,4 @@
-"""The application bench/serve.py puts under load, run under uvicorn in its own process.
+"""The application bench/serve/serve.py puts under load, run under uvicorn in its own process.
 
 It is the FastAPI example's shape (one store per process, opened in the lifespan with the
 embedder warmed up; ``Agent`` + ``PostgresHistoryProvider`` + ``ChatHistoryMemoryProvider``;
@@ -15,7 +15,13 @@ the first line on stdout is ``PORT <n>`` once the socket is bound (127.0.0.1, a 
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+
+# The repo root first (this checkout's pgmemory; serve.py also sets PYTHONPATH to it), with
+# os.path: pathlib would be imported before the clock starts and left out of the start-up figure.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 _T0 = time.perf_counter()
 
@@ -24,7 +30,6 @@ import asyncio  # noqa: E402
 import contextvars  # noqa: E402
 import hashlib  # noqa: E402
 import inspect  # noqa: E402
-import os  # noqa: E402
 import socket  # noqa: E402
 import threading  # noqa: E402
 from collections.abc import AsyncIterator, Awaitable, Callable  # noqa: E402

@@ -1,6 +1,6 @@
 """Small recalls, before and after a change of the read path, interleaved in one process.
 
-    python bench/recall_ab.py --before ad3613f          # the search path of that commit vs now
+    python bench/retrieval/recall_ab.py --before ad3613f          # the search path of that commit vs now
 
 The ``before`` side is the read path (``pgmemory/store/queries.py``, ``recall.py`` and
 ``reads.py``) as it was at ``--before`` (read with ``git show``), loaded as modules of their own
@@ -9,7 +9,7 @@ both sides, in ABBA order, so machine noise hits both alike, and both sides must
 same hits. Audit on (the default) and off.
 
 Data: ``--users`` users per scope size (3, 30 and 100 rows: the ``small`` bucket of
-bench/scale.py, 1-100 rows; and 700 rows, ``mid``), 384-d unit vectors, queries drawn afresh.
+bench/store/scale.py, 1-100 rows; and 700 rows, ``mid``), 384-d unit vectors, queries drawn afresh.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ from typing import Any
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
-from _scratch import Server  # noqa: E402
+from bench._common.paths import ROOT
+from bench._common.scratch import Server
 
 SIZES = (3, 30, 100, 700)
 

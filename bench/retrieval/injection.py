@@ -1,8 +1,8 @@
 """How large is what the chat-history provider injects, unbounded (before ``max_context_tokens``)
 and with the default budget?
 
-    .venv/bin/python bench/injection.py            # ~10 min on 2 cores
-    .venv/bin/python bench/injection.py --scenarios locomo --locomo-conversations 10
+    .venv/bin/python bench/retrieval/injection.py            # ~10 min on 2 cores
+    .venv/bin/python bench/retrieval/injection.py --scenarios locomo --locomo-conversations 10
 
 Two scenarios, each run once with two providers recalling the same stored memories (the
 default one stores the turns; an unbounded twin stores nothing and only injects):
@@ -33,10 +33,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scratch import Server
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 from tqdm.auto import tqdm
 
+from bench._common.paths import ROOT
+from bench._common.scratch import Server
 from pgmemory import (
     Agent,
     AgentSession,
@@ -51,7 +52,7 @@ from pgmemory.memory import ChatHistoryMemoryProvider, ChatHistoryMemoryProvider
 from pgmemory.text.tokens import estimate_tokens
 
 _spec = importlib.util.spec_from_file_location(
-    "food_delivery", Path(__file__).resolve().parents[1] / "examples" / "food_delivery.py"
+    "food_delivery", ROOT / "examples" / "food_delivery.py"
 )
 food = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(food)  # type: ignore[union-attr]
@@ -163,7 +164,7 @@ async def locomo_scenario(store: MemoryStore, conversations: int, questions: int
     per exchange: the first speaker's turns as the user, the second's as the reply), then
     ``questions`` of each conversation's questions asked in fresh sessions; only those
     questions' injections count."""
-    from retrieval import DEFAULT_DATA_DIR, load_locomo, locomo_provider_messages
+    from bench.retrieval._datasets import DEFAULT_DATA_DIR, load_locomo, locomo_provider_messages
 
     path = DEFAULT_DATA_DIR / "locomo10.json.gz"
     messages = locomo_provider_messages(path)

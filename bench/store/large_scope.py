@@ -1,6 +1,6 @@
 """Large scopes, before and after the approximate path: exact vs store.enable_ann().
 
-    python bench/large_scope.py [--rows 20000] [--dims 384] [--queries 100]
+    python bench/store/large_scope.py [--rows 20000] [--dims 384] [--queries 100]
 
 One collection holds a huge scope (``--rows`` rows for one user), a small one (200 rows)
 and filler for 200 other users, with clustered random vectors. It measures top-3 search
@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
 import numpy as np
-from _scratch import Server
 
+from bench._common.scratch import Server
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 
 

@@ -166,19 +166,20 @@ def _signature(
         assert segment is not None
         return segment
 
+    positional = [*args.posonlyargs, *args.args]
+
     def param(arg: ast.arg, default: ast.expr | None, prefix: str = "") -> str:
         piece = prefix + arg.arg
         if arg.annotation is not None:
             annotation_names.update(_names(arg.annotation))
             piece += f": {text(arg.annotation)}"
-        elif arg is not args.args[0]:
+        elif arg is not positional[0]:  # self
             raise TypeError(f"{class_name}.{node.name}: parameter {arg.arg} has no annotation")
         if default is not None:
             default_names.update(_names(default, annotation=False))
             piece += f" = {text(default)}" if arg.annotation else f"={text(default)}"
         return piece
 
-    positional = [*args.posonlyargs, *args.args]
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
     defaults += args.defaults
     for i, (arg, default) in enumerate(zip(positional, defaults, strict=True)):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import inspect
 import re
 import threading
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -18,6 +22,7 @@ from pgmemory.settings import Settings
 from pgmemory.store.store import MemoryStore
 from pgmemory.sync import SyncMemoryStore
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 16
 CALLS = 300
@@ -107,6 +112,84 @@ def test_mypy_sees_the_methods(tmp_path: Path) -> None:
     # Line 9: count returns int, not str; line 10: search has no parameter "limt".
     assert said[9].startswith('error: Incompatible types in assignment (expression has type "int"')
     assert said[10].startswith('error: Unexpected keyword argument "limt" for "search"')
+
+
+_ADMIN = '''
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+LIMIT = 50
+
+
+class Admin:
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+
+    @property
+    def prefix(self) -> str:
+        """The prefix."""
+        return self._prefix
+
+    async def users(
+        self, after: str = "", /, *names: str, limit: int = LIMIT, **extra: object
+    ) -> Sequence[str]:
+        """Users after one."""
+        return [self._prefix, after, *names, str(limit), *sorted(extra)]
+'''
+
+
+class _RunPortal:
+    def run(self, awaitable: Awaitable[T], /) -> T:
+        async def wait() -> T:
+            return await awaitable
+
+        return asyncio.run(wait())
+
+
+def test_the_generator_serves_any_async_class(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Target line gives another async class (say pgmemory.admin.Admin) its blocking twin:
+    positional-only, variadic and keyword parameters, defaults naming module constants."""
+    module = f"sync_fixture_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(_ADMIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = _sync_gen.Target(module, "Admin", "SyncAdmin", attribute="async_admin")
+    code = _sync_gen.render([target])
+    assert f"from {module} import LIMIT\n" in code  # a default is evaluated at run time
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "generated", "exec"), namespace)
+    methods = namespace["SyncAdminMethods"]
+    admin = methods()
+    admin._portal = _RunPortal()
+    admin.async_admin = importlib.import_module(module).Admin("p")
+    assert admin.prefix == "p"
+    assert admin.users() == ["p", "", "50"]
+    assert admin.users("a", "b", "c", limit=2, z=1) == ["p", "a", "b", "c", "2", "z"]
+    assert str(inspect.signature(methods.users)) == (
+        "(self, after: 'str' = '', /, *names: 'str', limit: 'int' = 50, **extra: 'object') "
+        "-> 'Sequence[str]'"
+    )
+
+
+def test_the_generator_refuses_a_method_it_cannot_make_blocking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = f"sync_fixture_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        _ADMIN + "\n    def session(self) -> object:\n        return object()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TypeError, match="session is neither a coroutine method nor a property"):
+        _sync_gen.generate(module, "Admin", "SyncAdmin")
+    assert (
+        "session"
+        not in _sync_gen.generate(module, "Admin", "SyncAdmin", hand_written=["session"]).source
+    )
 
 
 def test_sixteen_threads_share_one_store(database_url: str, embedder: CachedEmbedder) -> None:

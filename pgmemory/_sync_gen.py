@@ -74,10 +74,10 @@ class Generated:
     """One generated class and the imports its text needs."""
 
     source: str
-    #: Import statements the module needs at run time (names in defaults).
-    runtime_imports: set[str] = field(default_factory=set)
-    #: Import statements needed by annotations only (written under ``TYPE_CHECKING``).
-    typing_imports: set[str] = field(default_factory=set)
+    #: Name -> the import statement binding it, for names read at run time (in defaults).
+    runtime_imports: dict[str, str] = field(default_factory=dict)
+    #: Name -> import statement, for names read by annotations only (under ``TYPE_CHECKING``).
+    typing_imports: dict[str, str] = field(default_factory=dict)
 
 
 def _bindings(tree: ast.Module, module: str) -> dict[str, str]:
@@ -274,17 +274,21 @@ def generate(
             f"        return self._portal.run(self.{attribute}.{name}({call}))\n"
         )
 
-    def imports(names: set[str]) -> set[str]:
-        found = set()
+    def imports(names: set[str]) -> dict[str, str]:
+        found = {}
         for name in names:
             if name in bindings:
-                found.add(bindings[name])
+                found[name] = bindings[name]
             elif not hasattr(builtins, name):
                 raise TypeError(f"{class_name}: cannot tell where {name!r} comes from")
         return found
 
     out.runtime_imports = imports(runtime_names)
-    out.typing_imports = imports(typing_names) - out.runtime_imports
+    out.typing_imports = {
+        name: statement
+        for name, statement in imports(typing_names).items()
+        if name not in out.runtime_imports
+    }
     out.source = (
         f"class {sync_name}Methods:\n"
         f'    """The blocking methods of :class:`~pgmemory.sync.{sync_name}`, one per coroutine\n'
@@ -325,6 +329,18 @@ class Portal(Protocol):
 '''
 
 
+#: The names :data:`HEADER` binds (the generated ones as their own statements).
+_HEADER_NAMES = {
+    "annotations": "from __future__ import annotations",
+    "Awaitable": "from collections.abc import Awaitable",
+    "TYPE_CHECKING": "from typing import TYPE_CHECKING",
+    "Protocol": "from typing import Protocol",
+    "TypeVar": "from typing import TypeVar",
+    "T": "T = TypeVar('T')",
+    "Portal": "class Portal",
+}
+
+
 def _ruff(args: list[str], code: str) -> str:
     """``code`` passed through ``ruff <args>`` (with the project's configuration)."""
     done = subprocess.run(
@@ -348,8 +364,17 @@ def render(targets: Sequence[Target] = TARGETS) -> str:
         )
         for t in targets
     ]
-    runtime = set().union(*(c.runtime_imports for c in classes))
-    typing = set().union(*(c.typing_imports for c in classes)) - runtime
+    # The names the header binds, then every class's: one name, one meaning.
+    bound = dict(_HEADER_NAMES)
+    for name, statement in (
+        item for c in classes for item in (*c.runtime_imports.items(), *c.typing_imports.items())
+    ):
+        if bound.setdefault(name, statement) != statement:
+            raise TypeError(f"{name!r} means both {bound[name]!r} and {statement!r}")
+    runtime = {s for c in classes for s in c.runtime_imports.values()}
+    typing = {s for c in classes for s in c.typing_imports.values()} - runtime
+    runtime -= set(_HEADER_NAMES.values())
+    typing -= set(_HEADER_NAMES.values())
     code = HEADER.format(
         runtime="\n".join(sorted(runtime)),
         typing="\n".join(f"    {line}" for line in sorted(typing)) or "    pass",

@@ -4,30 +4,33 @@
 each blocking until done. It owns one event loop running in a background thread, and every call,
 from any thread, is submitted to that loop: one facade is safe to share across the threads of a
 Django, Flask or gunicorn worker, and its connection pool and embedder are shared by all of them.
-Nothing is implemented twice: every method is the async store's own, run on that loop.
+Nothing is implemented twice: each blocking method, generated into :mod:`pgmemory.sync_generated`
+by ``python -m pgmemory._sync_gen``, is a typed ``def`` with the async method's signature whose
+body runs the async store's own method on that loop. The life cycle is written here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgmemory.errors import PgMemoryError
 from pgmemory.store.store import MemoryStore
+from pgmemory.sync_generated import SyncMemoryStoreMethods
 
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from pgmemory.settings import Settings
+
 T = TypeVar("T")
 
-#: Methods of MemoryStore that are not forwarded as plain blocking calls (the life cycle is
-#: SyncMemoryStore's own: it also starts and stops the loop).
-_LIFE_CYCLE = frozenset({"open", "close"})
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 class _LoopThread:
@@ -40,15 +43,16 @@ class _LoopThread:
         )
         self._thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its result (or exception) in this thread."""
+    def run(self, awaitable: Awaitable[T], /) -> T:
+        """Run ``awaitable`` on the loop and wait for its result (or exception) in this thread."""
         if threading.current_thread() is self._thread:
-            coro.close()
+            if isinstance(awaitable, Coroutine):
+                awaitable.close()
             raise PgMemoryError(
                 "a SyncMemoryStore method was called from inside its own event loop: use the "
                 "async MemoryStore in async code"
             )
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future: Future[T] = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self.loop)
         return future.result()
 
     def stop(self) -> None:
@@ -60,7 +64,7 @@ class _LoopThread:
         self.loop.close()
 
 
-class SyncMemoryStore:
+class SyncMemoryStore(SyncMemoryStoreMethods):
     """:class:`~pgmemory.MemoryStore` with blocking methods, safe to share across threads.
 
     Use it as a context manager, or call :meth:`open` once at start-up and :meth:`close` at
@@ -78,10 +82,17 @@ class SyncMemoryStore:
             ``migrate``, ...).
     """
 
+    _portal: _LoopThread
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._portal = _LoopThread()
         #: The async store every call runs on (usable from async code on ``loop`` only).
         self.async_store = MemoryStore(*args, **kwargs)
+
+    @property
+    def settings(self) -> Settings:
+        """The async store's :attr:`~MemoryStore.settings`."""
+        return self.async_store.settings
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -126,23 +137,5 @@ class SyncMemoryStore:
     ) -> None:
         self.close()
 
-    def __getattr__(self, name: str) -> Any:
-        # Properties and plain attributes of the async store (url, engine, embedder, settings).
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.async_store, name)
-
-
-def _blocking(name: str, method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    def call(self: SyncMemoryStore, *args: Any, **kwargs: Any) -> Any:
-        return self._portal.run(getattr(self.async_store, name)(*args, **kwargs))
-
-    return call
-
-
-for _name, _method in inspect.getmembers(MemoryStore, inspect.iscoroutinefunction):
-    if not _name.startswith("_") and _name not in _LIFE_CYCLE:
-        setattr(SyncMemoryStore, _name, _blocking(_name, _method))
 
 __all__ = ["SyncMemoryStore"]

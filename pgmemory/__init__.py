@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from pgmemory._exports import lazy_exports
 
 if TYPE_CHECKING:
+    from pgmemory.admin import Admin as Admin
     from pgmemory.embedders import (
         CachedEmbedder as CachedEmbedder,
         Embedder as Embedder,

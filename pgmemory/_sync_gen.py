@@ -66,6 +66,7 @@ TARGETS: tuple[Target, ...] = (
         "SyncMemoryStore",
         hand_written=("open", "close", "shared_transaction"),
     ),
+    Target("pgmemory.admin.admin", "Admin", "SyncAdmin", attribute="async_admin"),
 )
 
 

@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pgmemory.admin.admin import Admin
 from pgmemory.errors import PgMemoryError
 from pgmemory.store.store import MemoryStore
-from pgmemory.sync_generated import SyncMemoryStoreMethods
+from pgmemory.sync_generated import SyncAdminMethods, SyncMemoryStoreMethods
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -138,4 +139,23 @@ class SyncMemoryStore(SyncMemoryStoreMethods):
         self.close()
 
 
-__all__ = ["SyncMemoryStore"]
+class SyncAdmin(SyncAdminMethods):
+    """:class:`~pgmemory.admin.Admin` with blocking methods, on a :class:`SyncMemoryStore`'s
+    loop (for WSGI apps, scripts and notebooks)::
+
+        with SyncMemoryStore() as store:
+            report = SyncAdmin(store).verify_audit()
+
+    Args:
+        store: The sync store whose database and event loop it uses.
+    """
+
+    _portal: _LoopThread
+
+    def __init__(self, store: SyncMemoryStore) -> None:
+        self._portal = store._portal
+        #: The async admin plane every call runs on.
+        self.async_admin = Admin(store.async_store)
+
+
+__all__ = ["SyncAdmin", "SyncMemoryStore"]

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW
 from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS, ANN_RECALL_FLOOR
+from pgmemory.store.modes import STORE_DEFAULT_MODE
 
 if TYPE_CHECKING:
     import uuid
@@ -22,8 +24,19 @@ if TYPE_CHECKING:
     import numpy as np
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from pgmemory.admin import integrity, partitioning, roles
+    from pgmemory.admin.admin import Admin
+    from pgmemory.admin.facts import FactChange, FactSet
+    from pgmemory.admin.history import HistoryPage
+    from pgmemory.admin.memories import MemoryAuditEntry
+    from pgmemory.admin.pages import Cursor, Page
+    from pgmemory.admin.recalls import MemoryRecall, Recall
+    from pgmemory.admin.retention import PruneRecord
+    from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
     from pgmemory.embedders.base import Embedder
-    from pgmemory.store import browse, integrity, partitioning, roles, routing
+    from pgmemory.store import routing
+    from pgmemory.store.database import Database
+    from pgmemory.store.modes import SearchMode
     from pgmemory.store.records import (
         AnnStatus,
         CollectionInfo,
@@ -57,6 +70,12 @@ class SyncMemoryStoreMethods:
     def url(self) -> str:
         """:attr:`MemoryStore.url`: the SQLAlchemy URL in use (password included: don't log it)."""
         return self.async_store.url
+
+    @property
+    def database(self) -> Database:
+        """:attr:`MemoryStore.database`: the store's database and its statement verbs (for
+        :mod:`pgmemory.admin`)."""
+        return self.async_store.database
 
     @property
     def engine(self) -> AsyncEngine:
@@ -144,7 +163,7 @@ class SyncMemoryStoreMethods:
         query: str | None = None,
         vector: Sequence[float] | np.ndarray | None = None,
         limit: int = 3,
-        mode: str = "vector",
+        mode: SearchMode = STORE_DEFAULT_MODE,
         weights: SearchWeights | None = None,
         min_score: float | None = None,
         since: datetime | None = None,
@@ -267,28 +286,6 @@ class SyncMemoryStoreMethods:
         transaction (right to erasure)."""
         return self._portal.run(self.async_store.erase_user(user_id, actor=actor))
 
-    def verify_audit(self) -> integrity.AuditReport:
-        """Blocking :meth:`MemoryStore.verify_audit`: check that the audit is intact: its guard
-        (triggers, functions, grants) and every audit row's hash. Reads only; a full scan of the
-        audit tables."""
-        return self._portal.run(self.async_store.verify_audit())
-
-    def create_app_role(self, name: str, password: str) -> roles.RoleReport:
-        """Blocking :meth:`MemoryStore.create_app_role`: create (or reset) a least-privilege
-        application role for this store's schema."""
-        return self._portal.run(self.async_store.create_app_role(name, password))
-
-    def partition_memories(self, *, partitions: int = 16) -> partitioning.PartitionReport:
-        """Blocking :meth:`MemoryStore.partition_memories`: hash-partition the EMPTY memories table
-        by ``user_id`` into ``partitions`` partitions."""
-        return self._portal.run(self.async_store.partition_memories(partitions=partitions))
-
-    def distribute(self) -> routing.Distribution:
-        """Blocking :meth:`MemoryStore.distribute`: on a Citus coordinator: make the catalogue a
-        reference table and distribute every per-user table by ``user_id``, co-located (see
-        :func:`pgmemory.store.routing.distribute`)."""
-        return self._portal.run(self.async_store.distribute())
-
     def append_history(
         self, session_id: str, messages: Sequence[Mapping[str, Any]], *, user_id: str = ""
     ) -> int:
@@ -343,101 +340,6 @@ class SyncMemoryStoreMethods:
         all); returns rows deleted."""
         return self._portal.run(self.async_store.delete_facts(scope, namespace=namespace))
 
-    def prune_audit(
-        self,
-        older_than: timedelta | datetime,
-        *,
-        actor: str | None = None,
-        recall_audit: bool = True,
-        memory_audit: bool = True,
-        fact_audit: bool = True,
-    ) -> dict[str, int]:
-        """Blocking :meth:`MemoryStore.prune_audit`: delete audit rows older than a cutoff, in ONE
-        transaction (audit retention)."""
-        return self._portal.run(
-            self.async_store.prune_audit(
-                older_than,
-                actor=actor,
-                recall_audit=recall_audit,
-                memory_audit=memory_audit,
-                fact_audit=fact_audit,
-            )
-        )
-
-    def list_users(self, *, after: str = "", limit: int | None = None) -> browse.UserPage:
-        """Blocking :meth:`MemoryStore.list_users`: a page of users found in any table, in id order,
-        with memory and recall counts."""
-        return self._portal.run(self.async_store.list_users(after=after, limit=limit))
-
-    def user_scopes(
-        self, user_id: str, *, limit: int | None = None
-    ) -> Sequence[browse.ScopeSummary]:
-        """Blocking :meth:`MemoryStore.user_scopes`: the scopes a user's memories live in (one per
-        collection, application, agent and session), most recently written first, with their row
-        counts (at most ``limit``, 1..200)."""
-        return self._portal.run(self.async_store.user_scopes(user_id, limit=limit))
-
-    def user_sessions(
-        self, user_id: str, *, limit: int | None = None
-    ) -> Sequence[browse.SessionSummary]:
-        """Blocking :meth:`MemoryStore.user_sessions`: a user's chat-history sessions, most recently
-        active first (``limit``: 1..200)."""
-        return self._portal.run(self.async_store.user_sessions(user_id, limit=limit))
-
-    def user_memories(
-        self,
-        user_id: str,
-        collection: str,
-        *,
-        session_id: str | None = None,
-        before: browse.Cursor | None = None,
-        after: browse.Cursor | None = None,
-        limit: int | None = None,
-    ) -> browse.Page[Memory]:
-        """Blocking :meth:`MemoryStore.user_memories`: a page of a user's memories in a collection,
-        newest first (expired ones included until :meth:`expire` reclaims them); walk it with the
-        page's ``older``/``newer`` cursors."""
-        return self._portal.run(
-            self.async_store.user_memories(
-                user_id, collection, session_id=session_id, before=before, after=after, limit=limit
-            )
-        )
-
-    def user_recalls(
-        self,
-        user_id: str,
-        *,
-        before: browse.Cursor | None = None,
-        limit: int | None = None,
-        preview: int = 10,
-    ) -> browse.Page[browse.Recall]:
-        """Blocking :meth:`MemoryStore.user_recalls`: a page of a user's recalls (the recall audit),
-        newest first, each with the first ``preview`` memories it returned and their scores ("which
-        memories went into that answer")."""
-        return self._portal.run(
-            self.async_store.user_recalls(user_id, before=before, limit=limit, preview=preview)
-        )
-
-    def user_memory_audit(
-        self, user_id: str, *, before: browse.Cursor | None = None, limit: int | None = None
-    ) -> browse.Page[browse.MemoryAuditEntry]:
-        """Blocking :meth:`MemoryStore.user_memory_audit`: a page of a user's memory writes, deletes
-        and expiries (the memory audit), newest first; walk it with the page's ``older`` cursor
-        (``limit`` clamped to 1..200)."""
-        return self._portal.run(
-            self.async_store.user_memory_audit(user_id, before=before, limit=limit)
-        )
-
-    def user_fact_history(
-        self, user_id: str, *, before: browse.Cursor | None = None, limit: int | None = None
-    ) -> browse.Page[browse.FactChange]:
-        """Blocking :meth:`MemoryStore.user_fact_history`: a page of a user's fact changes (the fact
-        audit), newest first; walk it with the page's ``older`` cursor (``limit`` clamped to
-        1..200)."""
-        return self._portal.run(
-            self.async_store.user_fact_history(user_id, before=before, limit=limit)
-        )
-
     def list(
         self,
         collection: str,
@@ -466,4 +368,190 @@ class SyncMemoryStoreMethods:
         )
 
 
-__all__ = ["Portal", "SyncMemoryStoreMethods"]
+class SyncAdminMethods:
+    """The blocking methods of :class:`~pgmemory.sync.SyncAdmin`, one per coroutine
+    method of :class:`~pgmemory.admin.admin.Admin` (which does the work)."""
+
+    _portal: Portal
+    async_admin: Admin
+
+    def list_users(self, *, after: str = "", limit: int | None = None) -> UserPage:
+        """Blocking :meth:`Admin.list_users`: a page of users found in any table, in id order, with
+        memory and recall counts."""
+        return self._portal.run(self.async_admin.list_users(after=after, limit=limit))
+
+    def user_scopes(self, user_id: str, *, limit: int | None = None) -> list[ScopeSummary]:
+        """Blocking :meth:`Admin.user_scopes`: the scopes a user's memories live in (one per
+        collection, application, agent and session), most recently written first, with their row
+        counts (``limit``: 1..200)."""
+        return self._portal.run(self.async_admin.user_scopes(user_id, limit=limit))
+
+    def user_sessions(self, user_id: str, *, limit: int | None = None) -> list[SessionSummary]:
+        """Blocking :meth:`Admin.user_sessions`: a user's chat-history sessions, most recently
+        active first (``limit``: 1..200)."""
+        return self._portal.run(self.async_admin.user_sessions(user_id, limit=limit))
+
+    def user_memories(
+        self,
+        user_id: str,
+        collection: str,
+        *,
+        session_id: str | None = None,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+        limit: int | None = None,
+    ) -> Page[Memory]:
+        """Blocking :meth:`Admin.user_memories`: a page of a user's memories in a collection, newest
+        first (expired ones included until ``store.expire`` reclaims them); walk it with the page's
+        ``older``/``newer``."""
+        return self._portal.run(
+            self.async_admin.user_memories(
+                user_id, collection, session_id=session_id, before=before, after=after, limit=limit
+            )
+        )
+
+    def get_memory(self, user_id: str, memory_id: uuid.UUID) -> Memory | None:
+        """Blocking :meth:`Admin.get_memory`: one of a user's memories, or None if it is not stored
+        (never was, or deleted)."""
+        return self._portal.run(self.async_admin.get_memory(user_id, memory_id))
+
+    def user_memory_audit(
+        self,
+        user_id: str,
+        *,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+        limit: int | None = None,
+    ) -> Page[MemoryAuditEntry]:
+        """Blocking :meth:`Admin.user_memory_audit`: a page of a user's memory writes, deletes and
+        expiries (the memory audit), newest first (``limit`` clamped to 1..200)."""
+        return self._portal.run(
+            self.async_admin.user_memory_audit(user_id, before=before, after=after, limit=limit)
+        )
+
+    def memory_audit_trail(
+        self, user_id: str, memory_id: uuid.UUID, *, limit: int = 100
+    ) -> list[MemoryAuditEntry]:
+        """Blocking :meth:`Admin.memory_audit_trail`: the audit entries of one of a user's memories,
+        newest first."""
+        return self._portal.run(
+            self.async_admin.memory_audit_trail(user_id, memory_id, limit=limit)
+        )
+
+    def user_recalls(
+        self,
+        user_id: str,
+        *,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+        limit: int | None = None,
+        preview: int = RECALL_PREVIEW,
+    ) -> Page[Recall]:
+        """Blocking :meth:`Admin.user_recalls`: a page of a user's recalls, newest first, each with
+        the first ``preview`` memories it returned and their scores ("which memories went into that
+        answer")."""
+        return self._portal.run(
+            self.async_admin.user_recalls(
+                user_id, before=before, after=after, limit=limit, preview=preview
+            )
+        )
+
+    def get_recall(
+        self, user_id: str, recall_id: int, *, limit: int = RECALL_DETAIL_MAX
+    ) -> Recall | None:
+        """Blocking :meth:`Admin.get_recall`: one of a user's recalls with up to ``limit`` of the
+        memories it returned."""
+        return self._portal.run(self.async_admin.get_recall(user_id, recall_id, limit=limit))
+
+    def recalls_of_memory(
+        self, user_id: str, memory_id: uuid.UUID, *, limit: int | None = 20
+    ) -> list[MemoryRecall]:
+        """Blocking :meth:`Admin.recalls_of_memory`: the latest recalls that returned one of a
+        user's memories, newest first."""
+        return self._portal.run(self.async_admin.recalls_of_memory(user_id, memory_id, limit=limit))
+
+    def user_facts(self, user_id: str, *, limit: int | None = None) -> list[FactSet]:
+        """Blocking :meth:`Admin.user_facts`: a user's facts as stored now, one set per scope and
+        namespace."""
+        return self._portal.run(self.async_admin.user_facts(user_id, limit=limit))
+
+    def user_fact_history(
+        self,
+        user_id: str,
+        *,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+        limit: int | None = None,
+    ) -> Page[FactChange]:
+        """Blocking :meth:`Admin.user_fact_history`: a page of a user's fact changes (the fact
+        audit), newest first (``limit`` clamped to 1..200)."""
+        return self._portal.run(
+            self.async_admin.user_fact_history(user_id, before=before, after=after, limit=limit)
+        )
+
+    def session_history(
+        self,
+        user_id: str,
+        session_id: str,
+        *,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> HistoryPage:
+        """Blocking :meth:`Admin.session_history`: a page of one of a user's chat sessions, in
+        order, with its message count."""
+        return self._portal.run(
+            self.async_admin.session_history(
+                user_id, session_id, after_seq=after_seq, before_seq=before_seq, limit=limit
+            )
+        )
+
+    def prune_audit(
+        self,
+        older_than: timedelta | datetime,
+        *,
+        actor: str | None = None,
+        recall_audit: bool = True,
+        memory_audit: bool = True,
+        fact_audit: bool = True,
+    ) -> dict[str, int]:
+        """Blocking :meth:`Admin.prune_audit`: delete audit rows older than a cutoff, in ONE
+        transaction (audit retention)."""
+        return self._portal.run(
+            self.async_admin.prune_audit(
+                older_than,
+                actor=actor,
+                recall_audit=recall_audit,
+                memory_audit=memory_audit,
+                fact_audit=fact_audit,
+            )
+        )
+
+    def list_prunes(self, *, limit: int | None = 20) -> list[PruneRecord]:
+        """Blocking :meth:`Admin.list_prunes`: the latest audit prunes, newest first."""
+        return self._portal.run(self.async_admin.list_prunes(limit=limit))
+
+    def verify_audit(self) -> integrity.AuditReport:
+        """Blocking :meth:`Admin.verify_audit`: check that the audit is intact: its guard (triggers,
+        functions, grants) and every audit row's hash. Reads only; a full scan of the audit
+        tables."""
+        return self._portal.run(self.async_admin.verify_audit())
+
+    def create_app_role(self, name: str, password: str) -> roles.RoleReport:
+        """Blocking :meth:`Admin.create_app_role`: create (or reset) a least-privilege application
+        role for this store's schema."""
+        return self._portal.run(self.async_admin.create_app_role(name, password))
+
+    def partition_memories(self, *, partitions: int = 16) -> partitioning.PartitionReport:
+        """Blocking :meth:`Admin.partition_memories`: hash-partition the EMPTY memories table by
+        ``user_id`` into ``partitions`` partitions."""
+        return self._portal.run(self.async_admin.partition_memories(partitions=partitions))
+
+    def distribute(self) -> routing.Distribution:
+        """Blocking :meth:`Admin.distribute`: on a Citus coordinator: make the catalogue a reference
+        table and distribute every per-user table by ``user_id``, co-located (see
+        :func:`pgmemory.store.routing.distribute`)."""
+        return self._portal.run(self.async_admin.distribute())
+
+
+__all__ = ["Portal", "SyncAdminMethods", "SyncMemoryStoreMethods"]

@@ -43,8 +43,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
     from psycopg.rows import dict_row
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore
-    from pgmemory.store import fastpath
-    from pgmemory.store import queries as q
+    from pgmemory.store import fastpath, queries as q
 
     sent: dict[str, Any] = {}
     fetch = fastpath.fetch

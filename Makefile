@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS ?= embedded,use,minilm,ui,agent-framework,test,dev
 
-.PHONY: demo test lint reliability bench clean
+.PHONY: demo test lint reliability bench docs clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("pgmemory needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -39,6 +39,13 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/store/store_bench.py
+
+# The API reference, rendered from the docstrings by pdoc into docs/api/ (HTML, not committed):
+# the public surface (`pgmemory`) and the modules the README imports from directly.
+API_MODULES := pgmemory pgmemory.integrations.alembic pgmemory.integrations.agent_framework \
+	pgmemory.embedders.minilm pgmemory.ui.app pgmemory.ui.server
+docs: $(STAMP)
+	$(PY) -m pdoc --docformat google -o docs/api $(API_MODULES)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -2,15 +2,71 @@
 
 Server applications may leave out what they never use (the embedded server, a local model, a
 framework integration). Every place that needs such a package imports it through
-:func:`require`, so the error a user meets names the extra to install.
+:func:`require`, so the error a user meets names the extra to install, in a line that works
+for how pgmemory itself was installed (:func:`install_line`).
 """
 
 from __future__ import annotations
 
 import importlib
+import shlex
 from types import ModuleType
 
 from pgmemory.errors import MissingExtraError
+
+
+def install_line(extra: str) -> str:
+    """The ``pip install`` line that adds ``extra`` to the pgmemory that is installed.
+
+    An install from a folder (a checkout: ``pip install -e .`` or ``pip install .``, which pip
+    records as ``dir_info`` in the distribution's PEP 610 ``direct_url.json``) gets the extra
+    from that folder; ``pip install 'pgmemory[extra]'`` would fetch pgmemory from a package
+    index instead. The index's line follows in parentheses, for whoever wants that.
+
+    Args:
+        extra: the pgmemory extra, e.g. ``"embedded"``.
+
+    Returns:
+        e.g. ``pip install -e '/src/pgmemory[embedded]'`` for an editable checkout, else
+        ``pip install 'pgmemory[embedded]'``.
+    """
+    index_line = f"pip install 'pgmemory[{extra}]'"
+    folder = _installed_from_folder()
+    if folder is None:
+        return index_line
+    path, editable = folder
+    flag = "-e " if editable else ""
+    return (
+        f"pip install {flag}{shlex.quote(f'{path}[{extra}]')} (pgmemory is installed from that "
+        f"folder; from a package index: {index_line})"
+    )
+
+
+def _installed_from_folder() -> tuple[str, bool] | None:
+    """``(folder, editable)`` when pip installed pgmemory from a local folder, else ``None``."""
+    # Imported here: only a failing require() needs them.
+    import importlib.metadata
+    import json
+    from urllib.parse import unquote, urlparse
+
+    try:
+        raw = importlib.metadata.distribution("pgmemory").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, never installed
+        return None
+    if not raw:  # installed from an index or a wheel file: no direct URL, or no dir_info
+        return None
+    try:
+        direct = json.loads(raw)
+    except ValueError:
+        return None
+    url = direct.get("url") if isinstance(direct, dict) else None
+    dir_info = direct.get("dir_info") if isinstance(direct, dict) else None
+    if not isinstance(url, str) or not isinstance(dir_info, dict):
+        return None
+    parsed = urlparse(url)
+    if parsed.scheme != "file" or not parsed.path:
+        return None
+    return unquote(parsed.path), bool(dir_info.get("editable", False))
 
 
 def require(module: str, *, extra: str, purpose: str) -> ModuleType:
@@ -26,5 +82,5 @@ def require(module: str, *, extra: str, purpose: str) -> ModuleType:
     except ImportError as exc:
         raise MissingExtraError(
             f"{purpose} needs the Python package {module!r}, which is not installed: "
-            f"pip install 'pgmemory[{extra}]'"
+            f"{install_line(extra)}"
         ) from exc

@@ -1,42 +1,53 @@
-"""pyproject.toml matches the tree: each package folder listed, each imported distribution declared."""
+"""Packaging matches the tree: each package folder found, each imported distribution declared."""
 
 from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
 import re
 import sys
 import tomllib
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_listed_packages_match_the_tree() -> None:
+def _packages() -> list[str]:
+    """The packages setup.py hands setuptools (its ``setup()`` call captured, not run)."""
+    captured: dict[str, list[str]] = {}
+    code = (ROOT / "setup.py").read_text()
+    with mock.patch("setuptools.setup", lambda **kwargs: captured.update(kwargs)):
+        cwd = os.getcwd()
+        os.chdir(ROOT)  # setup.py discovers packages relative to the project root
+        try:
+            exec(compile(code, "setup.py", "exec"), {"__name__": "__main__"})
+        finally:
+            os.chdir(cwd)
+    return captured["packages"]
+
+
+def test_found_packages_match_the_tree() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    mapped = config.get("package-dir", {})
-    listed = set(config["packages"])
-
-    def folder_of(package: str) -> Path:
-        # setuptools maps a package through its longest mapped parent (package-dir).
-        parts = package.split(".")
-        for cut in range(len(parts), 0, -1):
-            prefix = ".".join(parts[:cut])
-            if prefix in mapped:
-                return ROOT / mapped[prefix] / "/".join(parts[cut:])
-        return ROOT / package.replace(".", "/")
-
-    for package in listed:
-        folder = folder_of(package)
-        assert (folder / "__init__.py").is_file(), (
-            f"{package} is listed but {folder} has no __init__.py"
-        )
+    assert "packages" not in config, "packages are found in setup.py, not listed"
+    mapped = config["package-dir"]
+    assert mapped == {"pgmemory.migrations": "migrations"}
+    packages = _packages()
     found = {
         ".".join(p.parent.relative_to(ROOT).parts)
         for p in (ROOT / "pgmemory").rglob("__init__.py")
         if "__pycache__" not in p.parts
     }
-    assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"
+    assert found <= set(packages), f"packages not found: {sorted(found - set(packages))}"
+    # The template folder (no __init__.py) is a package too: without it setuptools warns.
+    assert {"pgmemory.ui.templates", "pgmemory.migrations", "pgmemory.migrations.versions"} <= set(
+        packages
+    )
+    assert not [p for p in packages if "__pycache__" in p]
+    for package in ("pgmemory.migrations", "pgmemory.migrations.versions"):
+        folder = ROOT / "migrations" / "/".join(package.split(".")[2:])
+        assert (folder / "__init__.py").is_file(), package
 
 
 def _imported_top_level_modules() -> set[str]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -35,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
 
     description = (__doc__ or "pgmemory command line").splitlines()[0].replace("``", "")
     parser = argparse.ArgumentParser(prog="pgmemory", description=description)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"pgmemory {importlib.metadata.version('pgmemory')}",
+        help="print the installed pgmemory's version and exit",
+    )
     url_help = (
         "database URL, e.g. postgresql://user:password@host:5432/db (default: "
         "PGMEMORY_DATABASE_URL, else the embedded server)"

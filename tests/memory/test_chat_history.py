@@ -358,7 +358,9 @@ async def test_readme_audit_queries_answer_which_memories_went_into_an_answer(
     openai_server.responder = model
     await order(agent, user, "帮我点一份外卖，我不能吃辣")
     session = await order(agent, user, "帮我点一份外卖")
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text(
+        encoding="utf-8"
+    )
     blocks = re.findall(r"```sql\n(.*?)```", readme, flags=re.S)
     assert len(blocks) == 3
     results = []

@@ -151,8 +151,8 @@ def test_the_lists_name_real_statements_that_need_to_be_there(
     assert set(fan_out).isdisjoint(constant_user)
 
 
-def test_the_readme_lists_exactly_these_statements() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+def test_the_docs_list_exactly_these_statements() -> None:
+    readme = (Path(__file__).parents[2] / "docs" / "routing.md").read_text(encoding="utf-8")
     table = readme.split("| statement | why it fans out |", 1)[1].split("\n\n", 1)[0]
     listed = re.findall(r"^\| `(\w+)` \| (.+) \|$", table, re.MULTILINE)
     lists = (routing.FAN_OUT, routing.CONSTANT_USER, s.FAN_OUT, s.CONSTANT_USER)
@@ -245,4 +245,4 @@ def test_distribute_help_lists_json_keys(capsys: pytest.CaptureFixture[str]) -> 
         run(["db", "distribute", "--help"])
     out = capsys.readouterr().out
     assert "create_distributed_table" in out and '"distributed"' in out
-    json.dumps(routing.FAN_OUT)  # the list is plain data (quoted in the README)
+    json.dumps(routing.FAN_OUT)  # the list is plain data (quoted in docs/routing.md)

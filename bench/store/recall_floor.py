@@ -6,8 +6,8 @@ One user's scope of ``--rows`` rows (384-d). Each round runs, one after another 
 process and connection pool:
 
 * ``search``, ``search (audit off)``: ``store.search`` as users call it;
-* ``fastpath.fetch``: the statement ``search`` sends, through the fast path alone (no argument
-  checks, no hit objects);
+* ``db.fetch``: the statement ``search`` sends, through the database's fast verb alone
+  (``Database.fetch``: no argument checks, no hit objects);
 * ``pool checkout + return``: ``Database.driver_autocommit`` with nothing run in it;
 * ``raw: audited statement``, ``raw: search statement, no audit``, ``raw: SELECT 1``: the same
   statements on a psycopg connection of their own (prepared, autocommit), with nothing of
@@ -46,12 +46,12 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
     from pgmemory.store import fastpath, queries as q
 
     sent: dict[str, Any] = {}
-    fetch = fastpath.fetch
+    run_one = fastpath.run
 
-    async def spy(db: Any, statement: str, params: Any) -> list[dict[str, Any]]:
+    async def spy(conn: Any, statement: str, params: Any) -> list[dict[str, Any]]:
         sent.setdefault("statement", statement)
         sent.setdefault("params", dict(params))
-        return await fetch(db, statement, params)
+        return await run_one(conn, statement, params)
 
     rng = np.random.default_rng(args.seed)
     scope = MemoryScope(user_id="floor-user")
@@ -66,17 +66,17 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             ],
         )
         query = rng.standard_normal(384).astype(np.float32)
-        fastpath.fetch = spy  # capture the audited statement and its parameters, once
+        fastpath.run = spy  # capture the audited statement and its parameters, once
         try:
             await store.search("floor", scope, vector=query, limit=3)
         finally:
-            fastpath.fetch = fetch
+            fastpath.run = run_one
         audited = fastpath.driver_statement(sent["statement"])
         plain = fastpath.driver_statement(
             q.search_memories(("user_id",), covering=True, audit=False)
         )
         params = sent["params"]
-        db = store._db
+        db = store.database
         raw = await psycopg.AsyncConnection.connect(
             url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
         )
@@ -96,7 +96,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             "search (audit off)": lambda: store.search(
                 "floor", scope, vector=query, limit=3, audit=False
             ),
-            "fastpath.fetch": lambda: fetch(db, sent["statement"], params),
+            "db.fetch": lambda: db.fetch(sent["statement"], params),
             "pool checkout + return": pool_only,
             "raw: audited statement": lambda: raw_run(audited),
             "raw: search statement, no audit": lambda: raw_run(plain),

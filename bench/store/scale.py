@@ -483,13 +483,13 @@ def json_figures(r: dict) -> dict:
 
 def partition_memories(url: str, partitions: int) -> None:
     """Hash-partition the scratch database's empty memories table by user_id, as an operator
-    would (``MemoryStore.partition_memories``, what ``pgmemory db partition`` runs)."""
+    would (``Admin.partition_memories``, what ``pgmemory db partition`` runs)."""
 
-    from pgmemory import MemoryStore, Settings
+    from pgmemory import Admin, MemoryStore, Settings
 
     async def partition() -> None:
         async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
-            report = await store.partition_memories(partitions=partitions)
+            report = await Admin(store).partition_memories(partitions=partitions)
         assert report.partitions == partitions, report
 
     asyncio.run(partition())

@@ -3,7 +3,7 @@
 On one server with heavy users, a memories table hash-partitioned by ``user_id`` imports and
 answers large scopes faster (a user's rows sit in one smaller partition with smaller indexes),
 at the cost of a slower ``VACUUM ANALYZE`` and small or mid-sized scopes equal or slightly
-slower: see the README's Scaling section for the measured figures. It is therefore a choice
+slower: see docs/scaling.md for the measured figures. It is therefore a choice
 the operator makes once, on an EMPTY table, right after ``pgmemory db upgrade``:
 :func:`partition_memories` replaces the table by one partitioned into N hash partitions of
 ``user_id``, keeping every column, default, check, storage setting, key, foreign key and index.

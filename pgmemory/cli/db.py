@@ -473,7 +473,7 @@ def add_partition_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "transaction under the migration lock. Run once, right after `pgmemory db upgrade` "
         "and before `pgmemory db roles`. Refused (nothing changed) when the table holds rows "
         "or is already partitioned. Large user scopes import and search faster, VACUUM "
-        "ANALYZE is slower, and enable_ann is refused (see the README's Scaling section).",
+        "ANALYZE is slower, and enable_ann is refused (see docs/scaling.md).",
     )  # fmt: skip
     partition.add_argument(
         "--partitions", type=int, default=16, metavar="N",

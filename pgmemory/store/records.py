@@ -245,8 +245,8 @@ class SearchWeights:
     neighbours of pooled memories compete too: in a chat the answer often sits in the
     message next to the one that matches the question ("what did she recommend?" matches
     the question turn, the recommendation is the reply). Memories of other conversations
-    never lend their score, however close in time. 0 turns it off. See the README's
-    recall-quality section for the measurements behind these defaults.
+    never lend their score, however close in time. 0 turns it off. See
+    docs/retrieval.md for the measurements behind these defaults.
     """
 
     vector: float = 1.0

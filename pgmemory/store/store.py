@@ -72,7 +72,7 @@ class MemoryStore:
             history reads (default: ``Settings.read_urls``, i.e. ``PGMEMORY_READ_URLS``,
             comma-separated). A user's reads wait (up to ``replica_wait_ms``) for a replica
             to replay that user's own writes, else go to the primary; writes and recall
-            audit rows always go to the primary. See the README's scaling section.
+            audit rows always go to the primary. See docs/scaling.md.
     """
 
     def __init__(
@@ -481,7 +481,8 @@ class MemoryStore:
         content hash only), facts and chat history; in every audit row the user id becomes a
         pseudonym (``erased:`` + hex), the fact values and query texts kept are blanked, and the
         user's secret keying the audit hashes is destroyed, so nothing left can be linked to the
-        user or confirm a guessed text. The README's "Erasure" section lists what stays.
+        user or confirm a guessed text. docs/security.md ("What stays after erasure") lists
+        what stays.
 
         Returns:
             Counts per kind: ``memories``, ``facts``, ``history_messages``,

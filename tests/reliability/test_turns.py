@@ -26,8 +26,8 @@ from pgmemory import (
     MemoryStore,
     OpenAIChatClient,
 )
-from pgmemory.errors import AfterRunError
 from pgmemory.memory import ChatHistoryMemoryProvider, FactMemoryProvider, PostgresHistoryProvider
+from pgmemory.runtime import AfterRunError
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, json_reply, text
 

@@ -247,7 +247,7 @@ async def test_streaming_failure_reaches_providers_and_propagates(
 async def test_a_failing_after_run_does_not_skip_later_providers(
     openai_server: OpenAIServer, chat_client: OpenAIChatClient
 ) -> None:
-    from pgmemory.errors import AfterRunError
+    from pgmemory.runtime import AfterRunError
     from pgmemory.runtime.history import InMemoryHistoryProvider
     from pgmemory.runtime.providers import ContextProvider
 

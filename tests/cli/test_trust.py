@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 
 from pgmemory.cli import run
 from pgmemory.store import migrate
-from tests.test_cli import cli, cli_json, console, seed, unique
+from tests.cli.test_cli import cli, cli_json, console, seed, unique
 
 
 def test_audit_verify_passes_then_names_a_disabled_trigger_and_exits_1(

@@ -17,7 +17,7 @@ import pytest
 import pgmemory
 from pgmemory._exports import export_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Each takes from a tenth of a second to most of a second to import on a 2-core machine.
 HEAVY = ("openai", "sqlalchemy", "numpy", "alembic", "psycopg", "pydantic")
 

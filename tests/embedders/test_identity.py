@@ -13,7 +13,7 @@ from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 from pgmemory.embedders import make_embedder
 from pgmemory.embedders.openai import OpenAIEmbedder
 from pgmemory.store import migrate
-from tests.test_embedders import _EmbeddingsServer
+from tests.embedders.test_embedders import _EmbeddingsServer
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from unittest import mock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _packages() -> list[str]:

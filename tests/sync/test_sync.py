@@ -23,7 +23,7 @@ from pgmemory.store.store import MemoryStore
 from pgmemory.sync import SyncMemoryStore
 
 T = TypeVar("T")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 THREADS = 16
 CALLS = 300
 

@@ -92,6 +92,7 @@ def test_the_readme_has_python_snippets() -> None:
     assert len(BLOCKS) >= 4, [label for label, _ in BLOCKS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [code for _, code in BLOCKS], ids=[label for label, _ in BLOCKS])
 def test_snippet_runs_as_written(
     code: str, tmp_path: Path, database_url: str, model_server: OpenAIServer

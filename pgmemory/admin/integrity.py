@@ -106,7 +106,9 @@ async def verify(db: Database) -> AuditReport:
     tables = list(s.AUDIT_TABLES)
     checks: list[Check] = []
     summary: dict[str, dict[str, int | None]] = {}
-    async with db.engine.connect() as conn, conn.begin() as transaction:
+    # One transaction on the primary (the guard probe's UPDATE needs it, and each probe is undone
+    # by its own savepoint): it changes nothing but its SET LOCAL settings.
+    async with db.write(users=()) as conn:
         triggers = (await conn.execute(text(s.AUDIT_TRIGGERS), {"tables": tables})).mappings().all()
         checks.append(_check_triggers(triggers))
         functions = (
@@ -185,7 +187,6 @@ async def verify(db: Database) -> AuditReport:
         )
         checks.append(await _probe(conn, tables, summary))
         superusers = [r[0] for r in await conn.execute(text(s.SUPERUSERS))]
-        await transaction.rollback()
     notes = [
         f"superusers ({', '.join(superusers)}) bypass privileges and may disable the guard; "
         "so may the owner of the audit tables. Row hashes reveal edits made while the guard was "

@@ -124,8 +124,7 @@ async def _embeddings(
 ) -> dict[uuid.UUID, list[float]]:
     from sqlalchemy import text
 
-    async with store.engine.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+    async with store.database.read(user_id) as conn:
         rows = await conn.execute(
             text(_EMBEDDINGS), {"user_id": user_id, "collection": collection, "ids": ids}
         )

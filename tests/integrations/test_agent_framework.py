@@ -139,6 +139,7 @@ async def test_on_demand_search_tool(
     assert "花生" in str(tool_result["content"])
 
 
+@pytest.mark.slow
 async def test_session_resumes_in_a_fresh_process(
     store: MemoryStore, collection: str, openai_server: OpenAIServer, database_url: str
 ) -> None:

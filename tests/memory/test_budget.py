@@ -158,6 +158,7 @@ def _injected(request: dict[str, Any]) -> str:
     return str(found)
 
 
+@pytest.mark.slow
 async def test_ten_long_sessions_then_a_short_question(
     store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:

@@ -118,6 +118,7 @@ async def test_alice_keeps_no_spicy_and_bob_never_sees_alice(
     assert rows and all(r.scope.user_id == bob for r in rows)
 
 
+@pytest.mark.slow
 async def test_different_from_last_order_twenty_times_out_of_twenty(
     food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
 ) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,6 +20,7 @@ def api_modules() -> list[str]:
     return found.group(1).split()
 
 
+@pytest.mark.slow
 def test_the_reference_builds_and_documents_the_store(tmp_path: Path) -> None:
     modules = api_modules()
     subprocess.run(

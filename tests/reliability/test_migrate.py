@@ -70,6 +70,7 @@ def _migrate_at_once(url: str, processes: int) -> None:
     assert migrate.current(url) == migrate.head_revision()
 
 
+@pytest.mark.slow
 def test_three_processes_migrate_one_fresh_database_at_once(fresh_database: str) -> None:
     _migrate_at_once(fresh_database, 3)
 

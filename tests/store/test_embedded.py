@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 CHILD = """
 import sys, time
@@ -35,6 +36,7 @@ def _postgres_processes(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow
 def test_two_processes_share_one_server_and_it_stops(tmp_path: Path) -> None:
     data_dir = tmp_path / "pgdata"
     children = [

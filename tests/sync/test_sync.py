@@ -57,7 +57,7 @@ def test_same_attributes_as_the_async_store() -> None:
     attributes = {n for n in vars(store) if not n.startswith("_")}
     attributes |= {n for n, v in vars(MemoryStore).items() if isinstance(v, property)}
     attributes = {n for n in attributes if not n.startswith("_")}
-    assert attributes == {"url", "engine", "embedder", "settings"}
+    assert attributes == {"url", "database", "engine", "embedder", "settings"}
     for name in attributes:
         assert isinstance(inspect.getattr_static(SyncMemoryStore, name), property), name
 
@@ -192,6 +192,7 @@ def test_the_generator_refuses_a_method_it_cannot_make_blocking(
     )
 
 
+@pytest.mark.slow
 def test_sixteen_threads_share_one_store(database_url: str, embedder: CachedEmbedder) -> None:
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     collection = f"sync_{uuid.uuid4().hex[:8]}"

@@ -26,6 +26,7 @@ from pgmemory.settings import Settings
 from pgmemory.store import migrate
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.store import MemoryStore
+from tests import citus_cluster
 from tests.openai_server import OpenAIServer
 
 
@@ -35,6 +36,10 @@ def server_url() -> Iterator[str]:
     external = os.environ.get("PGMEMORY_TEST_DATABASE_URL")
     if external:
         yield external
+        return
+    if citus_cluster.enabled():  # PGMEMORY_TEST_CITUS: a coordinator and two workers
+        with citus_cluster.running_cluster() as cluster:
+            yield cluster.url()
         return
     with tempfile.TemporaryDirectory(prefix="pgmemory-test-") as tmp:
         server = EmbeddedServer(Path(tmp) / "pgdata")
@@ -47,6 +52,11 @@ def server_url() -> Iterator[str]:
 
 @contextlib.contextmanager
 def _database(server_url: str, prefix: str) -> Iterator[str]:
+    cluster = citus_cluster.serving(server_url)
+    if cluster is not None:  # on every node, with citus and vector, the workers registered
+        with citus_cluster.database(cluster, prefix) as url:
+            yield url
+        return
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -71,6 +81,8 @@ def database_url(server_url: str) -> Iterator[str]:
     """The session's database, migrated to head."""
     with _database(server_url, "pgmemory_test") as url:
         migrate.upgrade(url)
+        if citus_cluster.serving(url) is not None:
+            citus_cluster.distribute(url)  # pgmemory db distribute
         yield url
 
 

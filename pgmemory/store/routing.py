@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import queries as q
@@ -124,24 +125,86 @@ class Distribution:
     unchanged: list[str] = field(default_factory=list)
 
 
+#: Settings of the one transaction :func:`distribute` runs in (``SET LOCAL``: they end with it).
+_DISTRIBUTE_SETTINGS = (
+    # The audit tables' guard triggers (migration 0006): Citus refuses to distribute a table
+    # with triggers unless this is on; with it, each trigger is created on every shard too.
+    "SET LOCAL citus.enable_unsafe_triggers = on",
+    # Tables with a foreign key to a reference table made in the same transaction must be
+    # distributed over one connection per node.
+    "SET LOCAL citus.multi_shard_modify_mode = 'sequential'",
+)
+
+#: How Citus manages each of some tables now: ``{table: (type, distribution column)}``.
+_CITUS_TABLES = """
+SELECT CAST(table_name AS text), CAST(citus_table_type AS text), distribution_column
+FROM citus_tables WHERE CAST(table_name AS text) = ANY(:tables)
+"""
+
+
+def _wrong_layout(found: dict[str, tuple[str, str]]) -> list[str]:
+    """The tables Citus already manages in a way :func:`distribute` would not make them."""
+    wrong = [
+        f"{table} is a {kind} table"
+        for table, (kind, _column) in found.items()
+        if table in REFERENCE_TABLES and kind not in ("reference", "local")
+    ]
+    for table, (kind, column) in found.items():
+        if table not in PER_USER_TABLES:
+            continue
+        if kind == "distributed" and column != DISTRIBUTION_COLUMN:
+            wrong.append(f"{table} is distributed by {column}, not {DISTRIBUTION_COLUMN}")
+        elif kind not in ("distributed", "local"):
+            wrong.append(f"{table} is a {kind} table")
+    return wrong
+
+
+def _citus_failure(exc: DBAPIError, step: str) -> DatabaseNotReadyError:
+    """Citus's refusal of ``step``, with its DETAIL and HINT, as a pgmemory error."""
+    diag = getattr(exc.orig, "diag", None)
+    primary = getattr(diag, "message_primary", None) or str(exc.orig).splitlines()[0]
+    parts = [f"pgmemory db distribute failed at {step}: {primary}"]
+    for label, attribute in (("DETAIL", "message_detail"), ("HINT", "message_hint")):
+        value = getattr(diag, attribute, None)
+        if value:
+            parts.append(f"{label}: {value}")
+    parts.append("nothing was changed (the whole distribution was rolled back)")
+    return DatabaseNotReadyError(". ".join(part.rstrip(".") for part in parts))
+
+
 async def distribute(db: Database) -> Distribution:
     """Make the catalogue a reference table and the per-user tables distributed by user.
 
     Runs ``create_reference_table`` for :data:`REFERENCE_TABLES`, then
     ``create_distributed_table(table, 'user_id', colocate_with => ...)`` for
-    :data:`PER_USER_TABLES` (each co-located with the first); tables Citus already manages are
-    left as they are, so running it again is harmless. Run it on the coordinator, after
-    ``pgmemory db upgrade``.
+    :data:`PER_USER_TABLES` (each co-located with the first), all in **one transaction**:
+    either every table ends up managed by Citus or, on any failure, none is changed. Run it
+    on the coordinator, after ``pgmemory db upgrade``; running it again is harmless (tables
+    already distributed by ``user_id``, or already a reference table, are left as they are).
+
+    Two things Citus does on the way are handled here:
+
+    - Making the catalogue a reference table turns every table with a foreign key to it
+      (``pgmemory_memories``) into a Citus *local* table (a coordinator-only table in Citus's
+      metadata). A ``local`` per-user table is not done: it is distributed like the others.
+    - Citus refuses to distribute a table that has triggers (the audit tables' guard triggers
+      of migration 0006, which refuse UPDATE, DELETE and TRUNCATE of audit rows) unless
+      ``citus.enable_unsafe_triggers`` is on. It is set for this transaction only
+      (``SET LOCAL``), so Citus creates each trigger on every shard, where it keeps guarding
+      the rows it holds. A later migration that creates a trigger on a distributed table needs
+      the same setting.
 
     Args:
-        db: The coordinator's database (an autocommit connection from its pool).
+        db: The coordinator's database (a connection from its pool).
 
     Returns:
         What was done.
 
     Raises:
-        DatabaseNotReadyError: The ``citus`` extension is not installed in the database
-            (nothing is changed).
+        DatabaseNotReadyError: The ``citus`` extension is not installed in the database, a
+            table is already managed by Citus in another way (e.g. distributed by another
+            column), or Citus refused a step: the message names the step and carries
+            Citus's DETAIL and HINT. In every case nothing is changed.
     """
     async with db.autocommit() as conn:
         database = (await conn.execute(text(q.CURRENT_DATABASE))).scalar_one()
@@ -152,25 +215,49 @@ async def distribute(db: Database) -> Distribution:
                 "Citus on every node, run CREATE EXTENSION citus on the coordinator and "
                 "add the workers (citus_add_node), then run `pgmemory db distribute` again"
             )
-        done = Distribution()
-        for table in REFERENCE_TABLES:
-            if (await conn.execute(text(q.CITUS_TABLE_TYPE), {"table": table})).scalar():
-                done.unchanged.append(table)
-                continue
-            await conn.execute(text(q.CITUS_REFERENCE_TABLE), {"table": table})
-            done.reference.append(table)
-        first = PER_USER_TABLES[0]
-        for table in PER_USER_TABLES:
-            if (await conn.execute(text(q.CITUS_TABLE_TYPE), {"table": table})).scalar():
-                done.unchanged.append(table)
-                continue
-            await conn.execute(
-                text(q.CITUS_DISTRIBUTE_TABLE),
-                {
-                    "table": table,
-                    "column": DISTRIBUTION_COLUMN,
-                    "colocate_with": "default" if table == first else first,
-                },
-            )
-            done.distributed.append(table)
-        return done
+    tables = list(REFERENCE_TABLES + PER_USER_TABLES)
+    done = Distribution()
+    step = "the check of how Citus manages the tables"
+    try:
+        async with db.transaction() as conn:
+            found: dict[str, tuple[str, str]] = {
+                name: (kind, column)
+                for name, kind, column in await conn.execute(
+                    text(_CITUS_TABLES), {"tables": tables}
+                )
+            }
+            wrong = _wrong_layout(found)
+            if wrong:
+                raise DatabaseNotReadyError(
+                    f"database {database!r} is already sharded in a way pgmemory does not "
+                    "use: " + "; ".join(wrong) + "; nothing was changed. Undo it "
+                    "(undistribute_table) and run `pgmemory db distribute` again"
+                )
+            for setting in _DISTRIBUTE_SETTINGS:
+                await conn.execute(text(setting))
+            for table in REFERENCE_TABLES:
+                if found.get(table, ("", ""))[0] == "reference":
+                    done.unchanged.append(table)
+                    continue
+                step = f"create_reference_table({table})"
+                await conn.execute(text(q.CITUS_REFERENCE_TABLE), {"table": table})
+                done.reference.append(table)
+            first = PER_USER_TABLES[0]
+            for table in PER_USER_TABLES:
+                if found.get(table, ("", ""))[0] == "distributed":
+                    done.unchanged.append(table)
+                    continue
+                step = f"create_distributed_table({table}, {DISTRIBUTION_COLUMN!r})"
+                await conn.execute(
+                    text(q.CITUS_DISTRIBUTE_TABLE),
+                    {
+                        "table": table,
+                        "column": DISTRIBUTION_COLUMN,
+                        "colocate_with": "default" if table == first else first,
+                    },
+                )
+                done.distributed.append(table)
+            step = "the commit"
+    except DBAPIError as exc:
+        raise _citus_failure(exc, step) from exc
+    return done

@@ -7,9 +7,10 @@ after). The three nodes are ``initdb``-ed from that copy and started with ``pg_c
 ``embedded_postgres`` user, as in ``tests/store/replica_pair.py`` (PostgreSQL refuses root).
 
 Citus keeps its node list per database, so :meth:`Cluster.create_database` makes each test
-database on every node, installs ``citus`` and ``vector`` in it on every node and registers the
-workers in it on the coordinator (``citus_set_coordinator_host``, ``citus_add_node``). After
-migrating such a database, :func:`distribute` distributes it with ``pgmemory db distribute``.
+database on every node, installs ``citus`` in it on every node and registers the workers in it
+on the coordinator (``citus_set_coordinator_host``, ``citus_add_node``); pgvector comes with the
+migration, whose ``CREATE EXTENSION vector`` Citus runs on the workers too. After migrating
+such a database, :func:`distribute` distributes it with ``pgmemory db distribute``.
 
 ``tests/conftest.py`` uses this when ``PGMEMORY_TEST_CITUS`` is set (``make test-citus``).
 
@@ -180,12 +181,18 @@ class Cluster:
         """The coordinator's URL: where clients (and the tests) connect."""
         return self.coordinator.url(database)
 
-    def create_database(self, name: str) -> str:
-        """Create ``name`` on every node with ``citus`` and ``vector``, the workers registered
-        in it on the coordinator; returns its coordinator URL."""
+    def create_database(self, name: str, *, vector: bool = False) -> str:
+        """Create ``name`` on every node with ``citus`` (and ``vector`` if asked), the workers
+        registered in it on the coordinator; returns its coordinator URL.
+
+        Without ``vector`` the database is as "fresh" as on one server (no pgvector): the
+        migration's ``CREATE EXTENSION vector`` on the coordinator is propagated to the workers
+        by Citus, as it would be for a user running ``pgmemory db upgrade`` on a cluster.
+        """
+        extensions = ("citus", "vector") if vector else ("citus",)
         for node in self.nodes:
             node.execute("postgres", f'CREATE DATABASE "{name}"')
-            node.execute(name, "CREATE EXTENSION citus", "CREATE EXTENSION vector")
+            node.execute(name, *(f"CREATE EXTENSION {extension}" for extension in extensions))
         self.coordinator.execute(
             name,
             f"SELECT citus_set_coordinator_host('{HOST}', {self.coordinator.port})",
@@ -266,7 +273,7 @@ def _main() -> None:
     with running_cluster() as cluster:
         started = time.monotonic()
         name = f"pgmemory_probe_{uuid.uuid4().hex[:8]}"
-        url = cluster.create_database(name)
+        url = cluster.create_database(name, vector=True)
         engine = sa.create_engine(url)
         with engine.connect() as conn:
             nodes = conn.execute(sa.text("SELECT count(*) FROM pg_dist_node")).scalar_one()

@@ -2,7 +2,9 @@
 
 Each test session works in a fresh database created for it (dropped at the end), migrated to
 head once. Tests that need an empty or oddly configured database make their own with
-``fresh_database``.
+``fresh_database``. With ``PGMEMORY_TEST_CITUS`` set, the server is a Citus cluster started
+for the session (``tests/citus_cluster.py``, ``make test-citus``): each database is made on
+every node and the session's is distributed after migrating.
 """
 
 from __future__ import annotations
@@ -30,6 +32,14 @@ from tests import citus_cluster
 from tests.openai_server import OpenAIServer
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On a Citus cluster, skip the reviewed list of tests that cannot apply to one."""
+    if citus_cluster.enabled():
+        from tests.citus_not_applicable import skip_not_applicable
+
+        skip_not_applicable(items)
+
+
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     """URL of the server the tests use (its maintenance database)."""
@@ -53,7 +63,7 @@ def server_url() -> Iterator[str]:
 @contextlib.contextmanager
 def _database(server_url: str, prefix: str) -> Iterator[str]:
     cluster = citus_cluster.serving(server_url)
-    if cluster is not None:  # on every node, with citus and vector, the workers registered
+    if cluster is not None:  # on every node, with citus, the workers registered in it
         with citus_cluster.database(cluster, prefix) as url:
             yield url
         return

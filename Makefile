@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS ?= embedded,use,minilm,ui,agent-framework,test,dev
 
-.PHONY: demo test lint reliability bench docs clean
+.PHONY: demo test test-citus lint reliability bench docs clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("pgmemory needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -27,6 +27,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 	PGMEMORY_TEST_APP_ROLE=1 $(PY) -m pytest -q tests/store
+
+# The store, memory and reliability suites on a real Citus cluster (a coordinator and two
+# workers, tests/citus/cluster.py), as the owner and as the least-privilege role. Citus is
+# compiled once per machine from ../shared/citus (needs gcc and make), then reused; tests that
+# cannot apply to a cluster are listed, with why, in tests/citus/not_applicable.py.
+CITUS_SUITES := tests/store tests/admin tests/memory tests/reliability
+test-citus: $(STAMP)
+	PGMEMORY_TEST_CITUS=1 $(PY) -m pytest -q $(CITUS_SUITES)
+	PGMEMORY_TEST_CITUS=1 PGMEMORY_TEST_APP_ROLE=1 $(PY) -m pytest -q $(CITUS_SUITES)
 
 # The heavy fault, concurrency and isolation runs (minutes); `make test` runs a fast version of each.
 reliability: $(STAMP)

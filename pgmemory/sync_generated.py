@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import numpy as np
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from pgmemory.admin import integrity, partitioning, roles
+    from pgmemory.admin import distribution, integrity, partitioning, roles
     from pgmemory.admin.admin import Admin
     from pgmemory.admin.facts import FactChange, FactSet
     from pgmemory.admin.history import HistoryPage
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from pgmemory.admin.retention import PruneRecord
     from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
     from pgmemory.embedders.base import Embedder
-    from pgmemory.store import routing
     from pgmemory.store.database import Database
     from pgmemory.store.modes import SearchMode
     from pgmemory.store.records import (
@@ -547,10 +546,10 @@ class SyncAdminMethods:
         ``user_id`` into ``partitions`` partitions."""
         return self._portal.run(self.async_admin.partition_memories(partitions=partitions))
 
-    def distribute(self) -> routing.Distribution:
+    def distribute(self) -> distribution.Distribution:
         """Blocking :meth:`Admin.distribute`: on a Citus coordinator: make the catalogue a reference
-        table and distribute every per-user table by ``user_id``, co-located (see
-        :func:`pgmemory.store.routing.distribute`)."""
+        table and distribute every per-user table by ``user_id``, co-located, all or nothing (see
+        :func:`pgmemory.admin.distribution.distribute`)."""
         return self._portal.run(self.async_admin.distribute())
 
 

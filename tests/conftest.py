@@ -2,7 +2,9 @@
 
 Each test session works in a fresh database created for it (dropped at the end), migrated to
 head once. Tests that need an empty or oddly configured database make their own with
-``fresh_database``.
+``fresh_database``. With ``PGMEMORY_TEST_CITUS`` set, the server is a Citus cluster started
+for the session (``tests/citus/cluster.py``, ``make test-citus``): each database is made on
+every node and the session's is distributed after migrating.
 """
 
 from __future__ import annotations
@@ -27,7 +29,16 @@ from pgmemory.settings import Settings
 from pgmemory.store import migrate
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.store import MemoryStore
+from tests.citus import cluster as citus_cluster
 from tests.openai_server import OpenAIServer
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On a Citus cluster, skip the reviewed list of tests that cannot apply to one."""
+    if citus_cluster.enabled():
+        from tests.citus.not_applicable import skip_not_applicable
+
+        skip_not_applicable(items)
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +47,10 @@ def server_url() -> Iterator[str]:
     external = os.environ.get("PGMEMORY_TEST_DATABASE_URL")
     if external:
         yield external
+        return
+    if citus_cluster.enabled():  # PGMEMORY_TEST_CITUS: a coordinator and two workers
+        with citus_cluster.running_cluster() as cluster:
+            yield cluster.url()
         return
     with tempfile.TemporaryDirectory(prefix="pgmemory-test-") as tmp:
         server = EmbeddedServer(Path(tmp) / "pgdata")
@@ -48,6 +63,11 @@ def server_url() -> Iterator[str]:
 
 @contextlib.contextmanager
 def _database(server_url: str, prefix: str) -> Iterator[str]:
+    cluster = citus_cluster.serving(server_url)
+    if cluster is not None:  # on every node, with citus, the workers registered in it
+        with citus_cluster.database(cluster, prefix) as url:
+            yield url
+        return
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -72,6 +92,8 @@ def database_url(server_url: str) -> Iterator[str]:
     """The session's database, migrated to head."""
     with _database(server_url, "pgmemory_test") as url:
         migrate.upgrade(url)
+        if citus_cluster.serving(url) is not None:
+            citus_cluster.distribute(url)  # pgmemory db distribute
         yield url
 
 

@@ -15,6 +15,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from pgmemory.admin import (
+    distribution,
     facts,
     history,
     integrity,
@@ -32,7 +33,6 @@ from pgmemory.admin.pages import Cursor, Page
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW, MemoryRecall, Recall
 from pgmemory.admin.retention import PruneRecord
 from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
-from pgmemory.store import routing
 from pgmemory.store.database import Database, retried_read
 from pgmemory.store.records import Memory
 from pgmemory.store.store import MemoryStore
@@ -300,11 +300,12 @@ class Admin:
         """
         return await partitioning.partition_memories(self._db, partitions)
 
-    async def distribute(self) -> routing.Distribution:
+    async def distribute(self) -> distribution.Distribution:
         """On a Citus coordinator: make the catalogue a reference table and distribute every
-        per-user table by ``user_id``, co-located (see :func:`pgmemory.store.routing.distribute`).
+        per-user table by ``user_id``, co-located, all or nothing (see
+        :func:`pgmemory.admin.distribution.distribute`).
 
         Raises:
             DatabaseNotReadyError: The ``citus`` extension is not installed (nothing is changed).
         """
-        return await routing.distribute(self._db)
+        return await distribution.distribute(self._db)

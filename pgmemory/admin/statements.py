@@ -547,6 +547,44 @@ SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('pgmemory_memorie
 """
 
 
+# --- distribution over Citus (see pgmemory.admin.distribution) ----------------------------------
+
+#: The database connected to (for messages).
+CURRENT_DATABASE = "SELECT current_database()"
+
+#: Whether the citus extension is installed in this database.
+CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+
+#: How Citus manages a table already ('distributed', 'reference'; NULL: not at all).
+CITUS_TABLE_TYPE = """
+SELECT citus_table_type FROM citus_tables WHERE table_name = CAST(:table AS regclass)
+"""
+
+#: Make a table a reference table (copied to every node).
+CITUS_REFERENCE_TABLE = "SELECT create_reference_table(CAST(:table AS regclass))"
+
+#: Distribute a table by a column, co-located with another table ('default': Citus's choice).
+CITUS_DISTRIBUTE_TABLE = """
+SELECT create_distributed_table(CAST(:table AS regclass), :column, colocate_with => :colocate_with)
+"""
+
+#: Settings of the one transaction :func:`distribute` runs in (``SET LOCAL``: they end with it).
+DISTRIBUTE_SETTINGS = (
+    # The audit tables' guard triggers (migration 0006): Citus refuses to distribute a table
+    # with triggers unless this is on; with it, each trigger is created on every shard too.
+    "SET LOCAL citus.enable_unsafe_triggers = on",
+    # Tables with a foreign key to a reference table made in the same transaction must be
+    # distributed over one connection per node.
+    "SET LOCAL citus.multi_shard_modify_mode = 'sequential'",
+)
+
+#: How Citus manages each of some tables now: ``{table: (type, distribution column)}``.
+CITUS_TABLES = """
+SELECT CAST(table_name AS text), CAST(citus_table_type AS text), distribution_column
+FROM citus_tables WHERE CAST(table_name AS text) = ANY(:tables)
+"""
+
+
 # --- how these statements spread over Citus (see pgmemory.store.routing) -------------------
 
 #: Statements here that touch per-user tables without naming one user, so that on Citus they

@@ -728,27 +728,6 @@ SELECT pg_is_in_recovery() AS standby,
 #: How far a read replica has replayed the primary's WAL (NULL on a server that is no replica).
 REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn()::text"
 
-# --- distribution over Citus (see pgmemory.store.routing) ----------------------------------
-
-#: The database connected to (for messages).
-CURRENT_DATABASE = "SELECT current_database()"
-
-#: Whether the citus extension is installed in this database.
-CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
-
-#: How Citus manages a table already ('distributed', 'reference'; NULL: not at all).
-CITUS_TABLE_TYPE = """
-SELECT citus_table_type FROM citus_tables WHERE table_name = CAST(:table AS regclass)
-"""
-
-#: Make a table a reference table (copied to every node).
-CITUS_REFERENCE_TABLE = "SELECT create_reference_table(CAST(:table AS regclass))"
-
-#: Distribute a table by a column, co-located with another table ('default': Citus's choice).
-CITUS_DISTRIBUTE_TABLE = """
-SELECT create_distributed_table(CAST(:table AS regclass), :column, colocate_with => :colocate_with)
-"""
-
 # --- hash partitioning of the memories table by user (see pgmemory.store.partitioning) -------
 
 #: What the memories table is now: its relkind ('r' plain, 'p' partitioned; NULL: no table).

@@ -3,8 +3,8 @@
 Every per-user table has ``user_id`` in its primary key and in every unique index, so Citus can
 distribute them all by ``user_id``, co-located (a user's memories, audit rows, history and
 facts share one shard group); the collections catalogue is small and read by every statement,
-so it is a reference table (copied to every node). :func:`distribute` does exactly that on a
-database where the ``citus`` extension is installed.
+so it is a reference table (copied to every node). :func:`pgmemory.admin.distribution.distribute`
+(``pgmemory db distribute``) does exactly that on a database where Citus is installed.
 
 Every statement in :mod:`pgmemory.store.queries` that touches a per-user table names one user
 (:func:`names_one_user`: a ``user_id = :param`` filter, or one user's value in an INSERT), so
@@ -19,13 +19,6 @@ not on them, so that editing a statement and classifying it stay separate change
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-
-from sqlalchemy import text
-
-from pgmemory.errors import DatabaseNotReadyError
-from pgmemory.store import queries as q
-from pgmemory.store.database import Database
 
 #: Tables holding one user's rows each; distributed by ``user_id``, co-located with the first.
 PER_USER_TABLES = (
@@ -99,67 +92,3 @@ def names_one_user(statement: str) -> bool:
         or _USER_VALUE.search(statement)
         or _USER_CALL.search(statement)
     )
-
-
-@dataclass
-class Distribution:
-    """What :func:`distribute` found and did."""
-
-    #: Tables made distributed now (already distributed ones are not repeated).
-    distributed: list[str] = field(default_factory=list)
-    #: Tables made reference tables now.
-    reference: list[str] = field(default_factory=list)
-    #: Tables that already were distributed or reference tables.
-    unchanged: list[str] = field(default_factory=list)
-
-
-async def distribute(db: Database) -> Distribution:
-    """Make the catalogue a reference table and the per-user tables distributed by user.
-
-    Runs ``create_reference_table`` for :data:`REFERENCE_TABLES`, then
-    ``create_distributed_table(table, 'user_id', colocate_with => ...)`` for
-    :data:`PER_USER_TABLES` (each co-located with the first); tables Citus already manages are
-    left as they are, so running it again is harmless. Run it on the coordinator, after
-    ``pgmemory db upgrade``.
-
-    Args:
-        db: The coordinator's database (an autocommit connection from its pool).
-
-    Returns:
-        What was done.
-
-    Raises:
-        DatabaseNotReadyError: The ``citus`` extension is not installed in the database
-            (nothing is changed).
-    """
-    async with db.ddl() as conn:
-        database = (await conn.execute(text(q.CURRENT_DATABASE))).scalar_one()
-        if not (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
-            raise DatabaseNotReadyError(
-                f"the citus extension is not installed in database {database!r}, so "
-                "pgmemory's tables cannot be distributed; nothing was changed. Install "
-                "Citus on every node, run CREATE EXTENSION citus on the coordinator and "
-                "add the workers (citus_add_node), then run `pgmemory db distribute` again"
-            )
-        done = Distribution()
-        for table in REFERENCE_TABLES:
-            if (await conn.execute(text(q.CITUS_TABLE_TYPE), {"table": table})).scalar():
-                done.unchanged.append(table)
-                continue
-            await conn.execute(text(q.CITUS_REFERENCE_TABLE), {"table": table})
-            done.reference.append(table)
-        first = PER_USER_TABLES[0]
-        for table in PER_USER_TABLES:
-            if (await conn.execute(text(q.CITUS_TABLE_TYPE), {"table": table})).scalar():
-                done.unchanged.append(table)
-                continue
-            await conn.execute(
-                text(q.CITUS_DISTRIBUTE_TABLE),
-                {
-                    "table": table,
-                    "column": DISTRIBUTION_COLUMN,
-                    "colocate_with": "default" if table == first else first,
-                },
-            )
-            done.distributed.append(table)
-        return done

@@ -1,0 +1,151 @@
+"""``pgmemory db distribute`` on a real Citus cluster (``make test-citus``): one go on a fresh
+migrated database, all-or-nothing, the audit triggers on every shard, Citus's DETAIL shown.
+
+Each test makes its own database on every node of the session's cluster; on a single server
+(``make test``) there is no cluster, and these tests say so and skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from pgmemory.admin.distribution import Distribution
+from pgmemory.cli import run
+from pgmemory.errors import DatabaseNotReadyError
+from pgmemory.store import migrate, routing
+from pgmemory.store.store import MemoryStore
+from tests.citus import cluster as citus_cluster
+from tests.conftest import _database
+
+
+@pytest.fixture
+def cluster(server_url: str) -> citus_cluster.Cluster:
+    found = citus_cluster.serving(server_url)
+    if found is None:
+        pytest.skip("needs the Citus cluster of `make test-citus` (PGMEMORY_TEST_CITUS=1)")
+    return found
+
+
+@pytest.fixture
+def migrated(cluster: citus_cluster.Cluster, server_url: str) -> Iterator[str]:
+    """A database on every node of the cluster, migrated to head, not distributed."""
+    with _database(server_url, "pgmemory_dist") as url:
+        migrate.upgrade(url)
+        yield url
+
+
+def _layout(url: str) -> dict[str, tuple[str, str, int]]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT CAST(table_name AS text), CAST(citus_table_type AS text), "
+                    "distribution_column, colocation_id FROM citus_tables"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return {name: (kind, column, colocation) for name, kind, column, colocation in rows}
+
+
+async def _distribute(url: str) -> Distribution:
+    async with MemoryStore(url) as store:
+        return await store.distribute()
+
+
+async def test_distribute_succeeds_in_one_go_and_again_changes_nothing(
+    cluster: citus_cluster.Cluster, migrated: str
+) -> None:
+    done = await _distribute(migrated)
+    assert done.reference == list(routing.REFERENCE_TABLES)
+    assert done.distributed == list(routing.PER_USER_TABLES)
+    assert done.unchanged == []
+    layout = _layout(migrated)
+    assert {table: kind for table, (kind, _, _) in layout.items()} == {
+        **dict.fromkeys(routing.REFERENCE_TABLES, "reference"),
+        **dict.fromkeys(routing.PER_USER_TABLES, "distributed"),
+    }
+    per_user = [layout[table] for table in routing.PER_USER_TABLES]
+    assert {column for _, column, _ in per_user} == {routing.DISTRIBUTION_COLUMN}
+    assert len({colocation for _, _, colocation in per_user}) == 1, "not co-located"
+
+    again = await _distribute(migrated)
+    assert (again.reference, again.distributed) == ([], [])
+    assert sorted(again.unchanged) == sorted(routing.REFERENCE_TABLES + routing.PER_USER_TABLES)
+
+
+async def test_the_audit_guard_triggers_are_on_every_shard(
+    cluster: citus_cluster.Cluster, migrated: str
+) -> None:
+    await _distribute(migrated)
+    name = sa.engine.make_url(migrated).database
+    assert name
+    for worker in cluster.workers:
+        engine = sa.create_engine(worker.url(name))
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SET citus.override_table_visibility = off"))  # see shards
+                shards, guarded = conn.execute(
+                    sa.text(
+                        "SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT 1 FROM "
+                        "pg_trigger t WHERE t.tgrelid = c.oid AND t.tgname "
+                        "LIKE 'pgmemory\\_audit\\_guard%')) FROM pg_class c WHERE c.relkind = 'r' "
+                        "AND c.relname ~ '^pgmemory_(memory|recall|fact)_audit_[0-9]+$'"
+                    )
+                ).one()
+        finally:
+            engine.dispose()
+        assert shards > 0 and guarded == shards, (worker.port, shards, guarded)
+
+
+async def test_a_half_distributed_database_is_finished(migrated: str) -> None:
+    """What an earlier `db distribute` left: the catalogue a reference table, which made
+    pgmemory_memories a Citus 'local' table, and nothing distributed."""
+    engine = sa.create_engine(migrated, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT create_reference_table('pgmemory_collections')"))
+    engine.dispose()
+    assert _layout(migrated)["pgmemory_memories"][0] == "local"
+
+    done = await _distribute(migrated)
+    assert done.unchanged == list(routing.REFERENCE_TABLES)
+    assert done.distributed == list(routing.PER_USER_TABLES)
+    assert _layout(migrated)["pgmemory_memories"][:2] == ("distributed", "user_id")
+
+
+async def test_a_refusal_shows_citus_detail_and_changes_nothing(
+    migrated: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A unique index without the distribution column: Citus cannot distribute the table.
+    engine = sa.create_engine(migrated, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(
+            sa.text("CREATE UNIQUE INDEX facts_by_namespace ON pgmemory_facts (namespace)")
+        )
+    engine.dispose()
+
+    with pytest.raises(DatabaseNotReadyError) as raised:
+        await _distribute(migrated)
+    message = str(raised.value)
+    assert "create_distributed_table(pgmemory_facts" in message
+    assert "DETAIL: " in message and "partition column" in message
+    assert "nothing was changed" in message
+    assert _layout(migrated) == {}, "the tables distributed before the refusal stayed so"
+
+    assert await asyncio.to_thread(run, ["--url", migrated, "db", "distribute"]) == 1
+    assert "DETAIL: " in capsys.readouterr().err
+
+
+async def test_a_table_sharded_another_way_is_refused(migrated: str) -> None:
+    engine = sa.create_engine(migrated, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT create_reference_table('pgmemory_user_secrets')"))
+    engine.dispose()
+    with pytest.raises(DatabaseNotReadyError, match="pgmemory_user_secrets is a reference table"):
+        await _distribute(migrated)
+    assert set(_layout(migrated)) == {"pgmemory_user_secrets"}, "something was changed"

@@ -275,6 +275,147 @@ top AS (
 )
 
 
+# The search statement is composed of named parts, each one stage of the ranking: the scope's
+# vector candidates (exact, or the approximate path's), the keyword ranking (BM25), the mode's
+# ranking into ``top``, then the hits and, unless off, the recall audit row. A stage can change
+# (another candidate stage for large scopes, another keyword side for recall) behind its name.
+
+
+def _scope_filter(dimensions: tuple[str, ...], *, windowed: bool) -> tuple[str, str]:
+    """The scope's predicate and its time window (``''`` without ``windowed``)."""
+    window = "\n      AND m.created_at >= :since AND m.created_at < :until" if windowed else ""
+    return _scope_where(dimensions), window
+
+
+def _vector_candidates(
+    dimensions: tuple[str, ...],
+    *,
+    covering: bool,
+    windowed: bool,
+    conversation: bool,
+    materialized: bool,
+    ann_dimensions: int | None,
+) -> str:
+    """The ``candidates`` CTE: every live scope row with its exact cosine distance to
+    ``:query``, or, on the approximate path, the HNSW index's ``:ann_candidates`` nearest."""
+    where, window = _scope_filter(dimensions, windowed=windowed)
+    if ann_dimensions is not None:
+        typed = f"vector({int(ann_dimensions)})"
+        return f"""candidates AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.created_at,
+           CAST(m.embedding AS {typed}) <=> CAST(:query AS {typed}) AS distance
+    FROM pgmemory_memories AS m
+    WHERE {where}
+      AND {_LIVE}{window}
+    ORDER BY CAST(m.embedding AS {typed}) <=> CAST(:query AS {typed})
+    LIMIT :ann_candidates
+)"""
+    guard = f"\n      AND vector_dims(m.embedding) <= {COVERING_MAX_DIMENSIONS}" if covering else ""
+    # the conversation of each row, for the neighbours' window (key columns of the covering
+    # index, so the scan stays index-only)
+    keys = ", m.application_id, m.agent_id, m.session_id" if conversation else ""
+    return f"""candidates AS {"MATERIALIZED " if materialized else ""}(
+    SELECT m.id, m.user_id, m.created_at{keys}, (m.embedding <=> :query) + 0 AS distance
+    FROM pgmemory_memories AS m
+    WHERE {where}{guard}
+      AND {_LIVE}{window}
+)"""
+
+
+def _keyword_ranking(
+    dimensions: tuple[str, ...], *, windowed: bool, scope_from_candidates: bool
+) -> str:
+    """The ``by_text`` CTEs: BM25 (k1 1.2, b 0.75) of ``:terms`` over the scope, best
+    ``:pool`` rows.
+
+    The rows matching any query term come through the GIN index; document frequencies are
+    counted among them (a row without a term never matches it), N is the scope's size (counted
+    from ``candidates`` when the statement has them), and a row's length is its number of
+    distinct terms, against the average over the matching rows.
+    """
+    where, window = _scope_filter(dimensions, windowed=windowed)
+    scope_size = (
+        "SELECT count(*) AS n FROM candidates"
+        if scope_from_candidates
+        else f"SELECT count(*) AS n FROM pgmemory_memories AS m WHERE {where} AND {_LIVE}{window}"
+    )
+    return f"""matched AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.search_vector, length(m.search_vector) AS dl
+    FROM pgmemory_memories AS m
+    WHERE {where}
+      AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
+      AND {_LIVE}{window}
+),
+term_hits AS (
+    SELECT d.id, d.user_id, d.dl, t.lexeme,
+           CAST(COALESCE(cardinality(t.positions), 1) AS float8) AS tf
+    FROM matched AS d CROSS JOIN LATERAL unnest(d.search_vector) AS t
+    WHERE t.lexeme = ANY(CAST(:term_list AS text[]))
+),
+doc_freq AS (
+    SELECT lexeme, CAST(count(*) AS float8) AS df FROM term_hits GROUP BY lexeme
+),
+corpus AS (
+    SELECT CAST(({scope_size}) AS float8) AS n,
+           (SELECT CAST(avg(dl) AS float8) FROM matched) AS avgdl
+),
+bm25 AS (
+    SELECT h.id, h.user_id,
+           sum(ln(1 + (c.n - f.df + 0.5) / (f.df + 0.5))
+               * h.tf * 2.2 / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / c.avgdl))) AS relevance
+    FROM term_hits AS h JOIN doc_freq AS f USING (lexeme) CROSS JOIN corpus AS c
+    GROUP BY h.id, h.user_id
+),
+by_text AS (
+    SELECT id, user_id, relevance, row_number() OVER (ORDER BY relevance DESC, id) AS rank
+    FROM bm25
+    ORDER BY rank
+    LIMIT :pool
+)"""
+
+
+def _hybrid_ranking(candidates: str, keywords: str, *, fusion: str, neighbours: bool) -> str:
+    """``hybrid``'s CTEs: the similarity, keyword and newest-first pools fused into ``top``."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"unknown fusion {fusion!r}; expected one of {FUSIONS}")
+    fused = (
+        _RANK_FUSION
+        if fusion == "rank"
+        else _SCORE_FUSION_NEIGHBOURS
+        if neighbours
+        else _SCORE_FUSION
+    )
+    return f"""{candidates},
+by_vector AS (
+    SELECT id, user_id, row_number() OVER (ORDER BY distance, id) AS rank
+    FROM candidates ORDER BY distance, id LIMIT :pool
+),
+{keywords},
+by_time AS (
+    SELECT id, user_id, row_number() OVER (ORDER BY created_at DESC, id DESC) AS rank
+    FROM candidates ORDER BY created_at DESC, id DESC LIMIT :pool
+),
+{fused}"""
+
+
+def _recall_audit(*, relax_commit: bool) -> str:
+    """The ``audit`` CTE: the recall audit row of the hits, written in the same statement."""
+    # One group (no GROUP BY), so this HAVING runs exactly once, with or without hits.
+    relax = f"\n    HAVING {_RELAX_COMMIT}" if relax_commit else ""
+    return f""",
+audit AS (
+    INSERT INTO pgmemory_recall_audit
+        (user_id, collection, application_id, agent_id, session_id, provider, mode,
+         requesting_session_id, query_sha256, query_text, memory_ids, scores)
+    SELECT :audit_user_id, :collection, :audit_application_id, :audit_agent_id,
+           :audit_session_id, :provider, :mode, :requesting_session_id,
+           pgmemory_keyed_sha256(:audit_user_id, :query_sha256), :query_text,
+           COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{{}}'),
+           COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{{}}')
+    FROM hits AS h{relax}
+)"""
+
+
 @lru_cache(maxsize=256)
 def search_memories(
     dimensions: tuple[str, ...],
@@ -328,76 +469,23 @@ def search_memories(
     the index scan, ``:ann_candidates`` of them (run with ANN_SETTINGS: iterative scan, so the
     scan keeps walking until enough rows pass the filter), then re-ranked exactly.
     """
-    where = _scope_where(dimensions)
-    guard = f"\n      AND vector_dims(m.embedding) <= {COVERING_MAX_DIMENSIONS}" if covering else ""
-    window = "\n      AND m.created_at >= :since AND m.created_at < :until" if windowed else ""
     if neighbours and (mode != "hybrid" or fusion != "score"):
         raise ValueError("neighbours are part of mode='hybrid' with fusion='score' only")
-    # the conversation of each row, for the neighbours' window (key columns of the covering
-    # index, so the scan stays index-only)
-    conversation = ", m.application_id, m.agent_id, m.session_id" if neighbours else ""
-    materialized = "" if mode == "vector" else "MATERIALIZED "
-    candidates = f"""candidates AS {materialized}(
-    SELECT m.id, m.user_id, m.created_at{conversation}, (m.embedding <=> :query) + 0 AS distance
-    FROM pgmemory_memories AS m
-    WHERE {where}{guard}
-      AND {_LIVE}{window}
-)"""
-    # Keyword ranking: BM25 (k1 1.2, b 0.75) over the scope. The rows matching any query term
-    # come through the GIN index; document frequencies are counted among them (a row without
-    # a term never matches it), N is the scope's size, and a row's length is its number of
-    # distinct terms, against the average over the matching rows.
-    scope_size = (
-        "SELECT count(*) AS n FROM candidates"
-        if mode == "hybrid"
-        else f"SELECT count(*) AS n FROM pgmemory_memories AS m WHERE {where} AND {_LIVE}{window}"
+    if ann_dimensions is not None and mode != "vector":
+        raise ValueError("the approximate path serves mode='vector' only")
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
+    candidates = _vector_candidates(
+        dimensions,
+        covering=covering,
+        windowed=windowed,
+        conversation=neighbours,
+        materialized=mode != "vector",
+        ann_dimensions=ann_dimensions,
     )
-    by_text = f"""matched AS MATERIALIZED (
-    SELECT m.id, m.user_id, m.search_vector, length(m.search_vector) AS dl
-    FROM pgmemory_memories AS m
-    WHERE {where}
-      AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
-      AND {_LIVE}{window}
-),
-term_hits AS (
-    SELECT d.id, d.user_id, d.dl, t.lexeme,
-           CAST(COALESCE(cardinality(t.positions), 1) AS float8) AS tf
-    FROM matched AS d CROSS JOIN LATERAL unnest(d.search_vector) AS t
-    WHERE t.lexeme = ANY(CAST(:term_list AS text[]))
-),
-doc_freq AS (
-    SELECT lexeme, CAST(count(*) AS float8) AS df FROM term_hits GROUP BY lexeme
-),
-corpus AS (
-    SELECT CAST(({scope_size}) AS float8) AS n,
-           (SELECT CAST(avg(dl) AS float8) FROM matched) AS avgdl
-),
-bm25 AS (
-    SELECT h.id, h.user_id,
-           sum(ln(1 + (c.n - f.df + 0.5) / (f.df + 0.5))
-               * h.tf * 2.2 / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / c.avgdl))) AS relevance
-    FROM term_hits AS h JOIN doc_freq AS f USING (lexeme) CROSS JOIN corpus AS c
-    GROUP BY h.id, h.user_id
-),
-by_text AS (
-    SELECT id, user_id, relevance, row_number() OVER (ORDER BY relevance DESC, id) AS rank
-    FROM bm25
-    ORDER BY rank
-    LIMIT :pool
-)"""
-    if ann_dimensions is not None:
-        if mode != "vector":
-            raise ValueError("the approximate path serves mode='vector' only")
-        typed = f"vector({int(ann_dimensions)})"
-        candidates = f"""candidates AS MATERIALIZED (
-    SELECT m.id, m.user_id, m.created_at,
-           CAST(m.embedding AS {typed}) <=> CAST(:query AS {typed}) AS distance
-    FROM pgmemory_memories AS m
-    WHERE {where}
-      AND {_LIVE}{window}
-    ORDER BY CAST(m.embedding AS {typed}) <=> CAST(:query AS {typed})
-    LIMIT :ann_candidates
-)"""
+    keywords = _keyword_ranking(
+        dimensions, windowed=windowed, scope_from_candidates=mode == "hybrid"
+    )
     if mode == "vector":
         ranked = f"""{candidates},
 top AS (
@@ -405,42 +493,13 @@ top AS (
     FROM candidates ORDER BY distance, id LIMIT :limit
 )"""
     elif mode == "text":
-        ranked = f"""{by_text},
+        ranked = f"""{keywords},
 top AS (
     SELECT id, user_id, CAST(relevance AS real) AS score FROM by_text ORDER BY rank LIMIT :limit
 )"""
-    elif mode == "hybrid":
-        if fusion not in FUSIONS:
-            raise ValueError(f"unknown fusion {fusion!r}; expected one of {FUSIONS}")
-        ranked = f"""{candidates},
-by_vector AS (
-    SELECT id, user_id, row_number() OVER (ORDER BY distance, id) AS rank
-    FROM candidates ORDER BY distance, id LIMIT :pool
-),
-{by_text},
-by_time AS (
-    SELECT id, user_id, row_number() OVER (ORDER BY created_at DESC, id DESC) AS rank
-    FROM candidates ORDER BY created_at DESC, id DESC LIMIT :pool
-),
-{_RANK_FUSION if fusion == "rank" else _SCORE_FUSION_NEIGHBOURS if neighbours else _SCORE_FUSION}"""
     else:
-        raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
-    audit_cte = ""
-    if audit:
-        # One group (no GROUP BY), so this HAVING runs exactly once, with or without hits.
-        relax = f"\n    HAVING {_RELAX_COMMIT}" if relax_commit else ""
-        audit_cte = f""",
-audit AS (
-    INSERT INTO pgmemory_recall_audit
-        (user_id, collection, application_id, agent_id, session_id, provider, mode,
-         requesting_session_id, query_sha256, query_text, memory_ids, scores)
-    SELECT :audit_user_id, :collection, :audit_application_id, :audit_agent_id,
-           :audit_session_id, :provider, :mode, :requesting_session_id,
-           pgmemory_keyed_sha256(:audit_user_id, :query_sha256), :query_text,
-           COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{{}}'),
-           COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{{}}')
-    FROM hits AS h{relax}
-)"""
+        ranked = _hybrid_ranking(candidates, keywords, fusion=fusion, neighbours=neighbours)
+    audit_cte = _recall_audit(relax_commit=relax_commit) if audit else ""
     return f"""
 WITH {ranked},
 hits AS (

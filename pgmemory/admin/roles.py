@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 from pgmemory.admin import statements as s
 from pgmemory.errors import InvalidInputError
+from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,8 @@ async def create_app_role(db: Database, name: str, password: str) -> RoleReport:
                 "(superuser, CREATEROLE, CREATEDB, BYPASSRLS or REPLICATION); choose another name"
             )
         created = powerful is None
+        # the grants reach the catalogue (a reference table on Citus) after the shards
+        await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
         context = (await conn.execute(text(s.ROLE_CONTEXT))).mappings().one()
         quote = conn.dialect.identifier_preparer.quote_identifier
         names = {
@@ -132,8 +135,14 @@ async def create_app_role(db: Database, name: str, password: str) -> RoleReport:
         template = s.CREATE_APP_ROLE if created else s.ALTER_APP_ROLE
         await driver.execute(template.format(verifier=verifier, **names))
         statements = [template.format(verifier="SCRAM-SHA-256$…", **names)]
-        for grant in s.APP_ROLE_GRANTS:
-            statement = grant.format(**names)
+        sequences = (
+            await conn.execute(text(s.IDENTITY_SEQUENCES), {"tables": list(s.AUDIT_TABLES)})
+        ).scalars()
+        grants = [grant.format(**names) for grant in s.APP_ROLE_GRANTS]
+        listed = ", ".join(sequences)
+        if listed:
+            grants.append(s.APP_ROLE_SEQUENCE_GRANT.format(sequences=listed, **names))
+        for statement in grants:
             await driver.execute(statement)
             statements.append(statement)
     warnings = []

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pgmemory.store import queries as q
+
 # --- browsing and retention (UI, CLI) ------------------------------------------------------
 # Reads behind the operators' audit page and the retention sweep. Pages are bounded by
 # :limit (the caller clamps it) and walk by keyset: ``(time, id) < (:before_at, :before_id)``
@@ -424,20 +426,24 @@ UPDATE {table} SET user_id = user_id WHERE id = (SELECT max(id) FROM {table}) RE
 """
 
 
-#: Pseudonyms in the audits with no erasure record (rows pseudonymised outside erasure).
+#: Pseudonyms in the audits with no erasure record (rows pseudonymised outside erasure), in two
+#: materialised steps (Citus plans each on its own; a UNION correlated with a subquery it cannot
+#: push down).
 UNRECORDED_PSEUDONYMS = """
-SELECT count(*) FROM (
+WITH pseudonyms AS MATERIALIZED (
     SELECT user_id FROM pgmemory_memory_audit WHERE left(user_id, 7) = 'erased:'
     UNION
     SELECT user_id FROM pgmemory_recall_audit WHERE left(user_id, 7) = 'erased:'
     UNION
     SELECT user_id FROM pgmemory_fact_audit WHERE left(user_id, 7) = 'erased:'
-) AS u
-WHERE NOT EXISTS (
-    SELECT 1 FROM pgmemory_fact_audit AS r
+),
+recorded AS MATERIALIZED (
+    SELECT r.new_value ->> 'pseudonym' AS pseudonym FROM pgmemory_fact_audit AS r
     WHERE r.user_id = '' AND r.application_id = '' AND r.agent_id = '' AND r.session_id = ''
-      AND r.namespace = :erasure_namespace AND r.new_value ->> 'pseudonym' = u.user_id
+      AND r.namespace = :erasure_namespace
 )
+SELECT count(*) FROM pseudonyms AS u
+WHERE NOT EXISTS (SELECT 1 FROM recorded AS r WHERE r.pseudonym = u.user_id)
 """
 
 # The application role. Role, database and schema names are DDL identifiers (never parameters):
@@ -495,6 +501,17 @@ APP_ROLE_GRANTS = (
     "pgmemory_erase_user_audit(text, text), "
     "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text) TO {role}",
 )
+
+#: The identity sequences of the audit tables (their ``id`` columns), as quoted names.
+IDENTITY_SEQUENCES = """
+SELECT pg_get_serial_sequence(t, 'id') FROM unnest(CAST(:tables AS text[])) AS t
+WHERE pg_get_serial_sequence(t, 'id') IS NOT NULL ORDER BY t
+"""
+
+#: Let the role draw audit row ids (one server needs it not; Citus draws an identity column's
+#: value on the coordinator with nextval, which needs USAGE). ``{sequences}`` are the catalog's
+#: own quoted names (IDENTITY_SEQUENCES), never input.
+APP_ROLE_SEQUENCE_GRANT = "GRANT USAGE ON SEQUENCE {sequences} TO {role}"
 
 
 # --- hash partitioning of the memories table by user (see pgmemory.admin.partitioning) -------
@@ -575,7 +592,7 @@ DISTRIBUTE_SETTINGS = (
     "SET LOCAL citus.enable_unsafe_triggers = on",
     # Tables with a foreign key to a reference table made in the same transaction must be
     # distributed over one connection per node.
-    "SET LOCAL citus.multi_shard_modify_mode = 'sequential'",
+    q.SEQUENTIAL_SHARD_WRITES,
 )
 
 #: How Citus manages each of some tables now: ``{table: (type, distribution column)}``.

@@ -96,6 +96,7 @@ class Catalogue:
         """Delete a collection and all its memories (each deletion audited); returns the count."""
         await self.get(name)
         async with self._db.write() as conn:
+            await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
             deleted = await conn.execute(
                 text(q.delete_scope(())), {"collection": name, "actor": actor or ""}
             )

@@ -39,6 +39,12 @@ LIST_COLLECTIONS = """
 SELECT name, dimensions, embedding_model, created_at FROM pgmemory_collections ORDER BY name
 """
 
+#: For a transaction that writes the catalogue (a reference table on Citus) after writing
+#: per-user tables: Citus refuses that after a parallel multi-shard write, so the transaction
+#: writes the shards one connection per node. On a server without Citus it only sets an unused
+#: custom setting.
+SEQUENTIAL_SHARD_WRITES = "SET LOCAL citus.multi_shard_modify_mode = 'sequential'"
+
 #: Remove a collection's catalogue entry (its memories are deleted first, with audit).
 DELETE_COLLECTION = "DELETE FROM pgmemory_collections WHERE name = :name"
 
@@ -398,6 +404,22 @@ by_time AS (
 {fused}"""
 
 
+def _hits(dimensions: tuple[str, ...]) -> str:
+    """The ``hits`` CTE: the ranked rows read back whole, at least ``:min_score``.
+
+    When the scope names a user, the join repeats ``m.user_id = :user_id``: a filter on the
+    ranking's own columns alone does not tell Citus which shard the join reads, so without it
+    every user's search ran on every shard.
+    """
+    routed = "\n      AND m.user_id = :user_id" if "user_id" in dimensions else ""
+    return f"""hits AS (
+    SELECT {_READ_COLUMNS}, top.score
+    FROM top
+    JOIN pgmemory_memories AS m ON m.id = top.id AND m.user_id = top.user_id{routed}
+    WHERE top.score >= :min_score
+)"""
+
+
 def _recall_audit(*, relax_commit: bool) -> str:
     """The ``audit`` CTE: the recall audit row of the hits, written in the same statement."""
     # One group (no GROUP BY), so this HAVING runs exactly once, with or without hits.
@@ -502,12 +524,7 @@ top AS (
     audit_cte = _recall_audit(relax_commit=relax_commit) if audit else ""
     return f"""
 WITH {ranked},
-hits AS (
-    SELECT {_READ_COLUMNS}, top.score
-    FROM top
-    JOIN pgmemory_memories AS m ON m.id = top.id AND m.user_id = top.user_id
-    WHERE top.score >= :min_score
-){audit_cte}
+{_hits(dimensions)}{audit_cte}
 SELECT * FROM hits ORDER BY score DESC, id
 """
 
@@ -667,6 +684,7 @@ FROM (
 unnest(CAST(:message_ids AS text[]), CAST(:roles AS text[]), CAST(:messages AS jsonb[]))
     WITH ORDINALITY AS r(message_id, role, message, ord)
 ON CONFLICT (user_id, session_id, message_id) DO NOTHING
+RETURNING seq
 """
 
 #: A page of a session's history in order.

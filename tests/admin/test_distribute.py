@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from pgmemory.admin import Admin
 from pgmemory.admin.distribution import Distribution
 from pgmemory.cli import run
 from pgmemory.errors import DatabaseNotReadyError
@@ -55,7 +56,7 @@ def _layout(url: str) -> dict[str, tuple[str, str, int]]:
 
 async def _distribute(url: str) -> Distribution:
     async with MemoryStore(url) as store:
-        return await store.distribute()
+        return await Admin(store).distribute()
 
 
 async def test_distribute_succeeds_in_one_go_and_again_changes_nothing(

@@ -398,6 +398,9 @@ async def test_a_failure_inside_a_later_chunk_writes_nothing(
     monkeypatch.setattr(store_module, "INSERT_CHUNK_ROWS", 10)
     user = unique("u")
     async with owner_engine.begin() as conn:
+        # On Citus a trigger on a distributed table is created on every shard only with this
+        # (a placeholder setting on one server).
+        await conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
         await conn.execute(
             text(
                 "CREATE OR REPLACE FUNCTION pg_temp_poison() RETURNS trigger LANGUAGE plpgsql AS $$ "

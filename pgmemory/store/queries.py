@@ -71,17 +71,28 @@ _KEYED_CONTENT = "pgmemory_keyed_sha256(user_id, content_sha256)"
 def _audited(change: str, operation: str) -> str:
     """``change`` (an INSERT or DELETE of memories) plus one audit row per changed memory, in
     the same statement: the audit row exists exactly when the change commits. The statement
-    returns the changed memories' ids."""
+    returns the changed memories' ids.
+
+    The keyed content hash is taken in a materialised step of its own (``keyed``), not in the
+    audit INSERT's select list: Citus, planning a function call on the columns of a
+    data-modifying CTE inside INSERT ... SELECT, passes it the wrong columns (wrong hashes
+    silently, or an error); over a materialised step it passes the right ones.
+    """
     return f"""
 WITH changed AS ({change}
     RETURNING {_AUDITED}
+),
+keyed AS MATERIALIZED (
+    SELECT id, user_id, collection, application_id, agent_id, session_id,
+           {_KEYED_CONTENT} AS keyed_sha256
+    FROM changed
 )
 INSERT INTO pgmemory_memory_audit
     (user_id, operation, memory_id, collection, application_id, agent_id, session_id,
      content_sha256, actor)
 SELECT user_id, '{operation}', id, collection, application_id, agent_id, session_id,
-       {_KEYED_CONTENT}, :actor
-FROM changed
+       keyed_sha256, :actor
+FROM keyed
 RETURNING memory_id
 """
 

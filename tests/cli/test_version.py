@@ -34,8 +34,12 @@ def test_the_installed_version_is_the_pyproject_version() -> None:
     An environment whose pgmemory was installed from another folder (a second worktree sharing
     one virtualenv) carries that folder's version, so there the comparison says nothing.
     """
-    distribution = importlib.metadata.distribution("pgmemory")
-    direct_url = json.loads(distribution.read_text("direct_url.json") or "{}")
+    # The installed distribution, not a pgmemory.egg-info the build left in the working tree
+    found = [
+        (d, json.loads(d.read_text("direct_url.json") or "{}"))
+        for d in importlib.metadata.distributions(name="pgmemory")
+    ]
+    distribution, direct_url = next(((d, u) for d, u in found if u), found[0])
     if direct_url.get("url") != ROOT.as_uri():
         pytest.skip(f"pgmemory is installed from {direct_url.get('url')}, not from {ROOT}")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

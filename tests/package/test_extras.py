@@ -27,11 +27,14 @@ class _Distribution:
 
 
 def installed(monkeypatch: pytest.MonkeyPatch, direct_url: dict[str, Any] | str | None) -> None:
-    def distribution(name: str) -> _Distribution:
-        assert name == "pgmemory"
-        return _Distribution(direct_url)
+    """pgmemory as found on the path: a checkout's build leftover (an egg-info, no direct URL)
+    first, then the installed distribution with ``direct_url``."""
 
-    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    def distributions(*, name: str) -> list[_Distribution]:
+        assert name == "pgmemory"
+        return [_Distribution(None), _Distribution(direct_url)]
+
+    monkeypatch.setattr(importlib.metadata, "distributions", distributions)
 
 
 def test_an_editable_checkout_gets_the_extra_from_its_folder(
@@ -69,10 +72,10 @@ def test_other_installs_get_the_index_line(
 def test_a_checkout_that_was_never_installed_gets_the_index_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def missing(name: str) -> None:
-        raise importlib.metadata.PackageNotFoundError(name)
+    def none(*, name: str) -> list[_Distribution]:
+        return []
 
-    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    monkeypatch.setattr(importlib.metadata, "distributions", none)
     assert extras.install_line("ui") == "pip install 'pgmemory[ui]'"
 
 

@@ -12,6 +12,7 @@ from pgmemory.admin import statements as s
 from pgmemory.admin.pages import Cursor, Page, check_user, clamp_limit, keyset_page, read_rows
 from pgmemory.store.database import Database
 from pgmemory.store.records import Memory, MemoryScope
+from pgmemory.store.validation import check_name, check_optional_name
 
 # --- memories ----------------------------------------------------------------------------------
 
@@ -73,7 +74,11 @@ async def user_memories(
     return await keyset_page(
         db,
         (s.USER_MEMORIES_OLDER, s.USER_MEMORIES_NEWER),
-        {"user_id": check_user(user_id), "collection": collection, "session_id": session_id},
+        {
+            "user_id": check_user(user_id),
+            "collection": check_name(collection, what="collection"),
+            "session_id": check_optional_name(session_id, what="session_id"),
+        },
         before=before,
         after=after,
         limit=clamp_limit(limit),

@@ -54,6 +54,8 @@ async def list_users(db: Database, *, after: str = "", limit: int | None = None)
         The page, each user with memory counts per collection, recall count and last activity.
     """
     limit = clamp_limit(limit)
+    if after:  # '' starts from the beginning; anything else is a user id, checked like one
+        check_user(after)
     ids = [
         r["user_id"] for r in await read_rows(db, s.USER_PAGE, {"after": after, "limit": limit + 1})
     ]

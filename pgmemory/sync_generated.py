@@ -379,6 +379,12 @@ class SyncAdminMethods:
         memory and recall counts."""
         return self._portal.run(self.async_admin.list_users(after=after, limit=limit))
 
+    def user_known(self, user_id: str) -> bool:
+        """Blocking :meth:`Admin.user_known`: whether any table holds a row of the user (memories,
+        audits, history, facts): an operator about to erase a user checks they are erasing on the
+        right database."""
+        return self._portal.run(self.async_admin.user_known(user_id))
+
     def user_scopes(self, user_id: str, *, limit: int | None = None) -> list[ScopeSummary]:
         """Blocking :meth:`Admin.user_scopes`: the scopes a user's memories live in (one per
         collection, application, agent and session), most recently written first, with their row

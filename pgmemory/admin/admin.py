@@ -72,6 +72,12 @@ class Admin:
         return await users.list_users(self._db, after=after, limit=limit)
 
     @retried_read
+    async def user_known(self, user_id: str) -> bool:
+        """Whether any table holds a row of the user (memories, audits, history, facts): an
+        operator about to erase a user checks they are erasing on the right database."""
+        return await users.user_known(self._db, user_id)
+
+    @retried_read
     async def user_scopes(self, user_id: str, *, limit: int | None = None) -> list[ScopeSummary]:
         """The scopes a user's memories live in (one per collection, application, agent and
         session), most recently written first, with their row counts (``limit``: 1..200)."""

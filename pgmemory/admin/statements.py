@@ -29,6 +29,13 @@ _USER_SOURCES = (
 )
 
 
+#: Whether any table holds a row of the user (the memories, the audits, history, facts).
+USER_KNOWN = "SELECT " + "\n    OR ".join(
+    f"EXISTS (SELECT 1 FROM {table} WHERE user_id = :user_id)"
+    for table in ("pgmemory_memories", *_USER_SOURCES)
+)
+
+
 def _skip_scan(name: str, table: str) -> str:
     """A recursive CTE yielding up to :limit distinct user ids of ``table`` after :after, one
     index probe each (a loose index scan), instead of reading every row of the table."""

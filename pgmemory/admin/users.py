@@ -127,6 +127,12 @@ class SessionSummary:
     last_at: datetime
 
 
+async def user_known(db: Database, user_id: str) -> bool:
+    """Whether any table holds a row of ``user_id`` (memories, audits, history, facts)."""
+    rows = await read_rows(db, s.USER_KNOWN, {"user_id": check_user(user_id)})
+    return bool(next(iter(rows[0].values())))
+
+
 async def user_scopes(
     db: Database, user_id: str, *, limit: int | None = None
 ) -> list[ScopeSummary]:

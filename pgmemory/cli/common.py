@@ -106,6 +106,11 @@ def database_url(settings: Settings, url: str | None) -> Iterator[str]:
     elif settings.database_url is not None:
         target.url = settings.database_url.get_secret_value()
         yield target.url
+    elif not settings.embedded:  # a misspelt URL variable must not mean "the local server"
+        from pgmemory.errors import DatabaseNotReadyError
+        from pgmemory.store.database import NO_URL_NO_EMBEDDED
+
+        raise DatabaseNotReadyError(NO_URL_NO_EMBEDDED)
     else:
         from pgmemory.store.embedded import EmbeddedServer
 

@@ -10,15 +10,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgmemory.cli.common import (
+    CliError,
     add_json,
     add_yes,
     admin_of,
     confirm,
     describe_age,
     duration_type,
+    mask,
     print_json,
     print_table,
     require_consent,
+    target,
     when,
     with_store,
 )
@@ -93,6 +96,12 @@ def forget_command(args: argparse.Namespace) -> int:
 
 
 async def _forget(store: MemoryStore, args: argparse.Namespace) -> int:
+    if not await admin_of(store).user_known(args.user_id):
+        raise CliError(
+            f"no user {args.user_id!r} in the database at {mask(target.url or '?')}: nothing "
+            "erased. Check the database (--url, PGMEMORY_DATABASE_URL) and the user id",
+            code=1,
+        )
     confirm(
         args,
         f"Erase everything stored about user {args.user_id!r} (memories in every collection, "

@@ -65,6 +65,12 @@ logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 
+#: Why nothing opens when no URL is set and the embedded server may not start.
+NO_URL_NO_EMBEDDED = (
+    "no database URL is set and the embedded server is switched off (PGMEMORY_EMBEDDED=false): "
+    "set PGMEMORY_DATABASE_URL, or pass a URL or an engine"
+)
+
 #: Set on an error raised while committing: the transaction may have committed or not.
 _COMMIT_OUTCOME_UNKNOWN = "_pgmemory_commit_outcome_unknown"
 
@@ -124,10 +130,7 @@ class Database:
         url = self._url
         if url is None:
             if not self.settings.embedded:
-                raise DatabaseNotReadyError(
-                    "no database URL is set and the embedded server is switched off "
-                    "(PGMEMORY_EMBEDDED=false): set PGMEMORY_DATABASE_URL, or pass a URL or an engine"
-                )
+                raise DatabaseNotReadyError(NO_URL_NO_EMBEDDED)
             self._server = EmbeddedServer(self.settings.data_dir)
             logger.warning(
                 "no database URL is set: using the embedded PostgreSQL server with data in %s "

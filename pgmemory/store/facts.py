@@ -11,12 +11,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from psycopg.types.json import Jsonb
 from sqlalchemy import text
 
 from pgmemory.errors import ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
+from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import MemoryScope
 from pgmemory.store.validation import (
     FACTS_INDEXES,
@@ -69,15 +69,15 @@ async def merge(
                 merged[key] = value
                 changes.append((key, old, value))
         if changes:
-            await conn.execute(text(q.UPDATE_FACTS), {**params, "facts": Jsonb(merged)})
+            await conn.execute(text(q.UPDATE_FACTS), {**params, "facts": jsonb(merged)})
             await conn.execute(
                 text(q.AUDIT_FACTS),
                 {
                     **params,
                     "actor": actor or "",
                     "keys": [c[0] for c in changes],
-                    "old_values": [None if c[1] is None else Jsonb(c[1]) for c in changes],
-                    "new_values": [None if c[2] is None else Jsonb(c[2]) for c in changes],
+                    "old_values": [None if c[1] is None else jsonb(c[1]) for c in changes],
+                    "new_values": [None if c[2] is None else jsonb(c[2]) for c in changes],
                 },
             )
     if changes:

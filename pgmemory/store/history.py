@@ -22,6 +22,7 @@ from sqlalchemy import text
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
+from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import HistoryRow
 from pgmemory.store.validation import (
     HISTORY_INDEXES,
@@ -72,7 +73,7 @@ async def append(
         seen.add(message_id)
         ids.append(message_id)
         roles.append(role)
-        payloads.append(Jsonb(check_metadata(message, what=f"messages[{i}]")))
+        payloads.append(jsonb(check_metadata(message, what=f"messages[{i}]")))
     if not ids:
         return 0
     params = {"session_id": session_id, "user_id": user_id}

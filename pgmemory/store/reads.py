@@ -54,9 +54,10 @@ from pgmemory.text.clean import clean_query
 
 logger = logging.getLogger(__name__)
 
-#: Earliest and latest instants PostgreSQL and Python both represent (open time bounds).
-DISTANT_PAST = datetime(1, 1, 2, tzinfo=UTC)
-DISTANT_FUTURE = datetime(9999, 12, 30, tzinfo=UTC)
+#: The earliest and latest instants a memory can carry (Python's, UTC): open time bounds, so
+#: a window or a walk with no bound of its own leaves no storable memory out.
+DISTANT_PAST = datetime.min.replace(tzinfo=UTC)
+DISTANT_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 
 class Route(enum.Enum):

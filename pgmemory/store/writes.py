@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from psycopg.types.json import Jsonb
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -26,6 +25,7 @@ from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
 from pgmemory.store.connector import VectorList
 from pgmemory.store.database import Database
+from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope
 from pgmemory.store.uuid7 import uuid7
@@ -280,7 +280,7 @@ def _row(
         else check_vector(record.embedding, dimensions=info.dimensions, what=f"{where}.embedding"),
         "created_at": check_aware(record.created_at, what=f"{where}.created_at"),
         "expires_at": check_aware(record.expires_at, what=f"{where}.expires_at"),
-        "metadata": Jsonb(check_metadata(record.metadata, what=f"{where}.metadata")),
+        "metadata": jsonb(check_metadata(record.metadata, what=f"{where}.metadata")),
     }
     check_index_entries(
         _entry_shapes(info.dimensions, row["message_id"] is not None),

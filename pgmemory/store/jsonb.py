@@ -1,0 +1,45 @@
+"""JSON values stored as jsonb so that they come back as they went in.
+
+jsonb keeps a number as ``numeric``, which has no exponent: ``1.7976931348623157e+308`` is
+stored as 309 digits with no fraction, and read back as an integer. :func:`dumps` writes a
+float that Python would print with an exponent in positional notation with a fraction
+(``179769…0.0``), which ``numeric`` keeps exactly and reads back as the same float.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+
+def _float(value: float) -> str:
+    text = repr(value)
+    if "e" not in text and "E" not in text:
+        return text  # already positional, with a fraction ("1.5", "2.0")
+    positional = format(Decimal(text), "f")
+    return positional if "." in positional else positional + ".0"
+
+
+def dumps(value: Any) -> str:
+    """``value`` (JSON-native, already checked) as JSON text whose floats survive jsonb."""
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(
+                f"{json.dumps(str(k), ensure_ascii=False)}: {dumps(v)}" for k, v in value.items()
+            )
+            + "}"
+        )
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(dumps(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def jsonb(value: Any) -> Jsonb:
+    """``value`` as a jsonb parameter, written by :func:`dumps`."""
+    return Jsonb(value, dumps=dumps)

@@ -185,6 +185,20 @@ async def verify(db: Database) -> AuditReport:
                 else "every pseudonym in the audits has its erasure record",
             )
         )
+        misuse = (
+            (
+                await conn.execute(
+                    text(s.AUDIT_MISUSE),
+                    {
+                        "erasure_namespace": s.ERASURE_NAMESPACE,
+                        "retention_namespace": s.RETENTION_NAMESPACE,
+                    },
+                )
+            )
+            .mappings()
+            .one()
+        )
+        checks.append(_check_misuse(misuse))
         checks.append(await _probe(conn, tables, summary))
         superusers = [r[0] for r in await conn.execute(text(s.SUPERUSERS))]
     notes = [
@@ -196,6 +210,30 @@ async def verify(db: Database) -> AuditReport:
     report = AuditReport(checks=checks, tables=summary, notes=notes)
     logger.info("audit verified: %s", "ok" if report.ok else f"{len(report.problems)} problem(s)")
     return report
+
+
+def _check_misuse(row: Any) -> Check:
+    """What a misuse of the audit functions leaves (before migration 0009 refused it)."""
+    found = [
+        f"{row['moved_records']} erasure or prune record(s) moved off the records user or blanked"
+        if row["moved_records"]
+        else "",
+        f"{row['future_prunes']} prune(s) with a cutoff later than the prune itself"
+        if row["future_prunes"]
+        else "",
+        f"{row['live_but_erased']} live memorie(s) whose insert audit row carries a pseudonym"
+        if row["live_but_erased"]
+        else "",
+    ]
+    problems = [p for p in found if p]
+    return Check(
+        "audit function misuse",
+        not problems,
+        "; ".join(problems)
+        if problems
+        else "the audit's records are in place, no prune reached the future, no live memory's "
+        "audit was erased",
+    )
 
 
 def _check_triggers(rows: Any) -> Check:

@@ -83,6 +83,11 @@ async def prune_audit(
         raise InvalidInputError(
             f"older_than must be a timedelta or a datetime, got {type(older_than).__name__}"
         )
+    if cutoff > datetime.now(UTC):
+        raise InvalidInputError(
+            f"the cutoff {cutoff.isoformat()} is in the future: audit rows are pruned only once "
+            "they are older than it; pass an age or a past instant"
+        )
     params = {
         "cutoff": cutoff,
         "recall_audit": recall_audit,

@@ -453,6 +453,24 @@ SELECT count(*) FROM pseudonyms AS u
 WHERE NOT EXISTS (SELECT 1 FROM recorded AS r WHERE r.pseudonym = u.user_id)
 """
 
+#: What only a misuse of the audit functions leaves (migration 0009 refuses each now): the
+#: audit's own records (erasures, prunes) moved off the records user '' or blanked, a prune
+#: whose cutoff was later than the prune itself, and live memories whose insert row carries a
+#: pseudonym (their user was "erased" while their data stayed).
+AUDIT_MISUSE = """
+SELECT
+  (SELECT count(*) FROM pgmemory_fact_audit AS r
+   WHERE r.namespace IN (:erasure_namespace, :retention_namespace)
+     AND (r.user_id <> '' OR r.new_value IS NULL)) AS moved_records,
+  (SELECT count(*) FROM pgmemory_fact_audit AS r
+   WHERE r.user_id = '' AND r.namespace = :retention_namespace
+     AND CAST(r.new_value ->> 'cutoff' AS timestamptz) > r.at) AS future_prunes,
+  (SELECT count(*) FROM pgmemory_memories AS m
+   JOIN pgmemory_memory_audit AS a
+     ON a.memory_id = m.id AND a.operation = 'insert' AND left(a.user_id, 7) = 'erased:'
+   WHERE left(m.user_id, 7) <> 'erased:') AS live_but_erased
+"""
+
 # The application role. Role, database and schema names are DDL identifiers (never parameters):
 # the role name is checked against ROLE_NAME_PATTERN and every name is quoted with the dialect's
 # identifier quoting before it fills a {placeholder}; the password goes in only as the SCRAM
@@ -624,6 +642,7 @@ FAN_OUT: dict[str, str] = {
     "audit_row_check": "pgmemory audit verify rechecks every row hash of an audit table",
     "audit_guard_probe": "pgmemory audit verify's rolled-back UPDATE of an audit table's newest row",
     "UNRECORDED_PSEUDONYMS": "pgmemory audit verify: erased users' pseudonyms across all audits",
+    "AUDIT_MISUSE": "pgmemory audit verify: misplaced records and erased live users, all users",
 }
 
 #: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.

@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
-from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.errors import InvalidInputError, PgMemoryError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database
@@ -72,6 +73,14 @@ async def delete(
     return count
 
 
+def _audit_refusal(exc: DBAPIError) -> str | None:
+    """The audit function's own refusal (``pgmemory: ...``, no user data in it), if that is
+    what ``exc`` is: a write of the user committed while the erasure ran, the records user, a
+    pseudonym."""
+    message = getattr(getattr(exc.orig, "diag", None), "message_primary", None) or ""
+    return message.removeprefix("pgmemory: ") if message.startswith("pgmemory: ") else None
+
+
 def _id_list(ids: object) -> list[uuid.UUID]:
     """``ids`` as UUIDs, or an error naming the first that is not one."""
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
@@ -124,11 +133,19 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
     check_name(user_id, what="user_id")
     check_optional_name(actor, what="actor")
     params = {"user_id": user_id, "actor": actor or ""}
-    async with db.write() as conn:
-        memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
-        facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
-        history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount
-        summary = (await conn.execute(text(q.ERASE_USER_AUDIT), params)).scalar_one()
+    try:
+        async with db.write() as conn:
+            memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
+            facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
+            history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount
+            summary = (await conn.execute(text(q.ERASE_USER_AUDIT), params)).scalar_one()
+    except DBAPIError as exc:
+        refusal = _audit_refusal(exc)
+        if refusal is None:
+            raise
+        raise PgMemoryError(
+            f"the erasure was refused and rolled back, nothing was erased: {refusal}"
+        ) from None
     audit = summary["pseudonymised"]
     counts = {
         "memories": memories,

@@ -1,0 +1,160 @@
+"""The audit functions refuse what the owner would not do, whichever role calls them, and audit
+rows carry the server's time: the least-privilege role can append audit rows and erase or prune
+through the functions, never rewrite what the audit says.
+
+Every misuse is tried as the schema's owner and as the application role (``pgmemory db roles``),
+directly in SQL as an attacker holding the role's credentials would; after all of them the
+audit is unchanged and ``audit verify`` still passes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from pgmemory import InvalidInputError, MemoryRecord, MemoryScope, MemoryStore, PgMemoryError
+from pgmemory.admin import Admin
+from tests.conftest import unique
+
+DIMENSIONS = 3
+
+
+@pytest.fixture(params=["owner", "app role"])
+def role_engine(request: pytest.FixtureRequest, database_url: str) -> Iterator[sa.Engine]:
+    url = database_url if request.param == "owner" else request.getfixturevalue("app_role_url")
+    engine = sa.create_engine(url)
+    yield engine
+    engine.dispose()
+
+
+def _audit_rows(database_url: str) -> list[tuple[object, ...]]:
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return [
+                tuple(row)
+                for table in (
+                    "pgmemory_memory_audit",
+                    "pgmemory_recall_audit",
+                    "pgmemory_fact_audit",
+                )
+                for row in conn.execute(sa.text(f"SELECT id, user_id, row_sha256 FROM {table}"))
+            ]
+    finally:
+        engine.dispose()
+
+
+async def _live_user(database_url: str) -> tuple[str, str]:
+    """A user with a stored memory and a recall; returns (user, collection)."""
+    user, collection = unique("live"), f"c_{uuid.uuid4().hex[:10]}"
+    async with MemoryStore(database_url) as store:
+        await store.create_collection(collection, dimensions=DIMENSIONS, embedding_model="t:3")
+        scope = MemoryScope(user_id=user)
+        await store.add(collection, [MemoryRecord(content="x", scope=scope, embedding=[1, 0, 0])])
+        await store.search(collection, scope, vector=[1, 0, 0], limit=1)
+        await Admin(store).prune_audit(timedelta(days=3650), actor="setup")  # a prune record
+        erased = unique("gone")
+        await store.add(
+            collection,
+            [MemoryRecord(content="y", scope=MemoryScope(user_id=erased), embedding=[0, 1, 0])],
+        )
+        await store.erase_user(erased)  # an erasure record and a pseudonym
+    return user, collection
+
+
+async def test_every_misuse_is_refused_and_the_audit_is_unchanged(
+    database_url: str, role_engine: sa.Engine
+) -> None:
+    live, _ = await _live_user(database_url)
+    engine = sa.create_engine(database_url)
+    with engine.connect() as conn:
+        pseudonym = conn.execute(
+            sa.text(
+                "SELECT user_id FROM pgmemory_memory_audit WHERE left(user_id, 7) = 'erased:' LIMIT 1"
+            )
+        ).scalar_one()
+    engine.dispose()
+    before = _audit_rows(database_url)
+    attempts = {
+        "erase the records user": "SELECT pgmemory_erase_user_audit('', 'attacker')",
+        "erase a pseudonym": f"SELECT pgmemory_erase_user_audit('{pseudonym}', 'attacker')",
+        "erase a user whose data is stored": "SELECT pgmemory_erase_user_audit(:live, 'attacker')",
+        "prune with a future cutoff": (
+            "SELECT pgmemory_prune_audit(now() + interval '1 day', true, true, true, 'attacker')"
+        ),
+        "prune a minute ahead": (
+            "SELECT pgmemory_prune_audit(now() + interval '1 minute', true, true, true, 'a')"
+        ),
+    }
+    for what, statement in attempts.items():
+        with pytest.raises(sa.exc.DBAPIError) as refused, role_engine.begin() as conn:
+            conn.execute(sa.text(statement), {"live": live})
+        message = str(refused.value.orig)
+        assert message.startswith("pgmemory: "), (what, message)
+        assert live not in message, what  # no user id in the refusal
+    assert _audit_rows(database_url) == before
+    async with MemoryStore(database_url) as owner:
+        report = await Admin(owner).verify_audit()
+    assert report.ok, report.problems
+
+
+async def test_audit_rows_carry_the_servers_time_whatever_the_insert_says(
+    database_url: str, role_engine: sa.Engine
+) -> None:
+    user = unique("dated")
+    with role_engine.begin() as conn:
+        at = conn.execute(
+            sa.text(
+                "INSERT INTO pgmemory_memory_audit (user_id, operation, memory_id, collection, "
+                "application_id, agent_id, session_id, content_sha256, actor, at) "
+                "VALUES (:u, 'insert', gen_random_uuid(), 'c', '', '', '', repeat('0', 64), 'x', "
+                "'2001-01-01') RETURNING at"
+            ),
+            {"u": user},
+        ).scalar_one()
+        now = conn.execute(sa.text("SELECT now()")).scalar_one()
+    assert at == now and at > datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def test_the_library_refuses_them_too_with_its_own_errors(database_url: str) -> None:
+    async with MemoryStore(database_url) as store:
+        with pytest.raises(InvalidInputError, match="in the future"):
+            await Admin(store).prune_audit(datetime.now(UTC) + timedelta(hours=1))
+
+
+async def test_a_write_landing_inside_an_erasure_makes_it_fail_whole(database_url: str) -> None:
+    """A write of the user that lands after the erasure deleted the user's rows (simulated,
+    deterministically, by a trigger on the last of those deletes) leaves live data the audit
+    function sees: the erasure fails with a pgmemory error and nothing of it is kept."""
+    user, collection = await _live_user(database_url)
+    engine = sa.create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "CREATE FUNCTION pgmemory_test_late_write() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN INSERT INTO pgmemory_facts (user_id, application_id, agent_id, session_id, "
+            "namespace, facts) VALUES (OLD.user_id, '', '', '', 'late', '{}') "
+            "ON CONFLICT DO NOTHING; RETURN OLD; END $$"
+        ))  # fmt: skip
+        conn.execute(sa.text(
+            "CREATE TRIGGER pgmemory_test_late_write AFTER DELETE ON pgmemory_chat_messages "
+            "FOR EACH ROW EXECUTE FUNCTION pgmemory_test_late_write()"
+        ))  # fmt: skip
+    try:
+        async with MemoryStore(database_url) as store:
+            await store.append_history(
+                "s", [{"message_id": "m", "role": "user", "text": "hi"}], user_id=user
+            )
+            with pytest.raises(PgMemoryError, match="nothing was erased") as refused:
+                await store.erase_user(user)
+            assert user not in str(refused.value)
+            assert await store.count(collection, MemoryScope(user_id=user)) == 1  # all kept
+            assert await store.count_history("s", user_id=user) == 1
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text("DROP TRIGGER pgmemory_test_late_write ON pgmemory_chat_messages"))
+            conn.execute(sa.text("DROP FUNCTION pgmemory_test_late_write()"))
+        engine.dispose()

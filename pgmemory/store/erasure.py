@@ -129,12 +129,16 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
     (``erased:`` + a hash keyed with the user's secret), blanks the fact values and query texts
     the audits kept, deletes the secret (so neither the pseudonym nor any content hash can be
     linked to the user or confirmed by a guess again) and records the erasure.
+
+    The interactive statement timeout does not apply (as for a bulk import): an erasure must not
+    fail for the size of the user. If it fails otherwise, nothing of it is kept.
     """
     check_name(user_id, what="user_id")
     check_optional_name(actor, what="actor")
     params = {"user_id": user_id, "actor": actor or ""}
     try:
         async with db.write() as conn:
+            await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
             memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
             facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
             history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount

@@ -158,3 +158,26 @@ async def test_a_write_landing_inside_an_erasure_makes_it_fail_whole(database_ur
             conn.execute(sa.text("DROP TRIGGER pgmemory_test_late_write ON pgmemory_chat_messages"))
             conn.execute(sa.text("DROP FUNCTION pgmemory_test_late_write()"))
         engine.dispose()
+
+
+@pytest.mark.slow
+async def test_an_erasure_does_not_depend_on_the_users_size(database_url: str) -> None:
+    """A user of 20,000 memories is erased under a statement timeout far shorter than the
+    erasure takes (the store's own timeout covers interactive statements, not erasure)."""
+    from pgmemory.settings import Settings
+
+    user, collection = unique("big"), f"c_{uuid.uuid4().hex[:10]}"
+    settings = Settings(_env_file=None, statement_timeout_ms=20)  # type: ignore[call-arg]
+    async with MemoryStore(database_url, settings=settings) as store:
+        await store.create_collection(collection, dimensions=DIMENSIONS, embedding_model="t:3")
+        scope = MemoryScope(user_id=user)
+        await store.import_records(
+            collection,
+            (
+                MemoryRecord(content=f"m{i}", scope=scope, embedding=[1, 0, i % 7])
+                for i in range(20_000)
+            ),
+        )
+        counts = await store.erase_user(user)
+        assert counts["memories"] == 20_000
+        assert await store.count(collection, scope) == 0

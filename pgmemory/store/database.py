@@ -230,6 +230,7 @@ class Database:
             committing = False
             try:
                 async with conn.begin():
+                    await _lock_users(conn, users)
                     yield conn
                     committing = True
             except DBAPIError as exc:
@@ -461,6 +462,13 @@ def retried_read(
     return reading
 
 
+async def _lock_users(conn: AsyncConnection, users: frozenset[str] | None) -> None:
+    """Hold the erasure lock of the users a write names, shared, until its transaction ends
+    (:data:`pgmemory.store.queries.LOCK_USERS_FOR_WRITE`); a write naming no user takes none."""
+    if users:
+        await conn.execute(text(q.LOCK_USERS_FOR_WRITE), {"users": sorted(users)})
+
+
 class _SharedTransaction:
     """One connection and transaction that the writes of a :meth:`Database.unit_of_work`
     block join, each as a savepoint; writers from concurrent tasks take turns."""
@@ -487,6 +495,7 @@ class _SharedTransaction:
         if task is not None and task is self._owner:  # a write nested in this task's write
             assert self._conn is not None
             async with self._conn.begin_nested():
+                await _lock_users(self._conn, users)
                 yield self._conn
             return
         async with self._lock:
@@ -500,6 +509,7 @@ class _SharedTransaction:
             self._owner = task
             try:
                 async with self._conn.begin_nested():
+                    await _lock_users(self._conn, users)
                     yield self._conn
             finally:
                 self._owner = None

@@ -139,6 +139,7 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
     try:
         async with db.write() as conn:
             await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
+            await conn.execute(text(q.LOCK_USER_FOR_ERASURE), params)
             memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
             facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
             history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount

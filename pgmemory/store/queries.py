@@ -682,6 +682,20 @@ LIMIT :samples
 # --- chat history --------------------------------------------------------------------------
 
 #: Serialise appends to one session (two writers would otherwise pick the same seq).
+#: The advisory-lock class of a user's erasure lock ('pgme'), a key space of its own.
+_ERASURE_LOCK_CLASS = 0x70676D65
+
+#: A write takes the erasure lock of each user it names, shared (in sorted order): a running
+#: erasure of one of them makes it wait, and an erasure waits for it.
+LOCK_USERS_FOR_WRITE = f"""
+SELECT pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(u))
+FROM unnest(CAST(:users AS text[])) WITH ORDINALITY AS x(u, i) ORDER BY i
+"""
+
+#: An erasure takes its user's lock exclusively: writes of the user already running finish
+#: first (and are erased with the user), later ones wait for the erasure to commit.
+LOCK_USER_FOR_ERASURE = f"SELECT pg_advisory_xact_lock({_ERASURE_LOCK_CLASS}, hashtext(:user_id))"
+
 LOCK_HISTORY = "SELECT pg_advisory_xact_lock(hashtextextended(:session_id, hashtext(:user_id)))"
 
 #: Append messages after the session's last seq; a message id already stored is skipped.

@@ -1,0 +1,165 @@
+"""Writes racing an erasure: a write of the user either is erased with the user or stays whole
+with its audit under the user's id, and a write that was running when the erasure started is
+always erased.
+
+A write holds its users' erasure lock shared for its transaction; ``erase_user`` takes it
+exclusively, so it waits for the writes already running and later writes wait for it.
+Deterministic cases pin each order; randomised interleavings (seeds, user sizes and writer
+counts in the parametrisation) check the invariants under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from pgmemory import MemoryRecord, MemoryScope, MemoryStore
+from tests.conftest import unique
+
+DIMENSIONS = 3
+
+
+def _record(user: str, i: int) -> MemoryRecord:
+    return MemoryRecord(content=f"m{i}", scope=MemoryScope(user_id=user), embedding=[1, 0, i % 5])
+
+
+@pytest.fixture
+async def small(store: MemoryStore) -> str:
+    name = f"c_{uuid.uuid4().hex[:10]}"
+    await store.create_collection(name, dimensions=DIMENSIONS, embedding_model="t:3")
+    return name
+
+
+def _invariants(database_url: str, collection: str, user: str) -> tuple[int, int]:
+    """Every live memory of the user has its insert audit row under the user's own id; no
+    audit row under the user's id is left of an erased memory. Returns (live, audit rows)."""
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            live = (
+                conn.execute(
+                    sa.text(
+                        "SELECT id FROM pgmemory_memories WHERE collection = :c AND user_id = :u"
+                    ),
+                    {"c": collection, "u": user},
+                )
+                .scalars()
+                .all()
+            )
+            audited = (
+                conn.execute(
+                    sa.text(
+                        "SELECT memory_id FROM pgmemory_memory_audit "
+                        "WHERE user_id = :u AND collection = :c AND operation = 'insert'"
+                    ),
+                    {"c": collection, "u": user},
+                )
+                .scalars()
+                .all()
+            )
+    finally:
+        engine.dispose()
+    assert set(live) <= set(audited), "a live memory lost its audit row under its user"
+    assert set(audited) <= set(live), "an audit row under the user's id outlived its memory"
+    return len(live), len(audited)
+
+
+async def test_a_write_running_when_the_erasure_starts_is_erased_with_the_user(
+    store: MemoryStore, small: str, database_url: str
+) -> None:
+    user = unique("u")
+    await store.add(small, [_record(user, 0)])
+    inside = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_write() -> None:
+        async with store.shared_transaction():  # one transaction, held open
+            await store.add(small, [_record(user, 1)])
+            inside.set()
+            await release.wait()
+
+    writer = asyncio.create_task(slow_write())
+    await inside.wait()
+    erasing = asyncio.create_task(store.erase_user(user))
+    try:
+        await asyncio.sleep(0.3)
+        waited = not erasing.done()
+    finally:
+        release.set()
+        await writer
+        counts = await erasing
+    assert waited, "the erasure did not wait for the running write"
+    assert counts["memories"] == 2  # the running write's memory is erased with the user
+    assert _invariants(database_url, small, user) == (0, 0)
+
+
+async def test_a_write_starting_during_the_erasure_waits_and_stays_whole(
+    store: MemoryStore, small: str, database_url: str
+) -> None:
+    user = unique("u")
+    await store.add(small, [_record(user, 0)])
+    hold = asyncio.Event()
+    started = asyncio.Event()
+
+    async def held_erasure() -> None:
+        # the erasure's lock, held by a transaction of the owner's, as a long erasure holds it
+        async with store.shared_transaction(), store.database.write() as conn:
+            await conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(x'70676d65'::int, hashtext(:u))"),
+                {"u": user},
+            )
+            started.set()
+            await hold.wait()
+
+    holder = asyncio.create_task(held_erasure())
+    await started.wait()
+    write = asyncio.create_task(store.add(small, [_record(user, 1)]))
+    try:
+        await asyncio.sleep(0.3)
+        waited = not write.done()
+    finally:
+        hold.set()
+        await holder
+        await write
+    assert waited, "a write of the user did not wait for the erasure's lock"
+    assert _invariants(database_url, small, user) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("seed", "rows", "writers"), [(1, 50, 2), (2, 500, 4), (3, 2_000, 4)], ids=str
+)
+async def test_random_interleavings_keep_every_write_whole_or_erased(
+    store: MemoryStore, small: str, database_url: str, seed: int, rows: int, writers: int
+) -> None:
+    rng = random.Random(seed)
+    user = unique("busy")
+    await store.import_records(small, (_record(user, i) for i in range(rows)))
+    stop = asyncio.Event()
+    done: list[int] = []
+
+    async def writer(n: int) -> None:
+        i = 0
+        while not stop.is_set() and i < 40:
+            kind = rng.random()
+            if kind < 0.6:
+                await store.add(small, [_record(user, 10_000 * n + i)])
+            elif kind < 0.8:
+                await store.append_history(
+                    "s", [{"message_id": f"w{n}-{i}", "role": "user", "t": i}], user_id=user
+                )
+            else:
+                await store.search(small, MemoryScope(user_id=user), vector=[1, 0, 0], limit=3)
+            i += 1
+            await asyncio.sleep(rng.random() * 0.01)
+        done.append(i)
+
+    tasks = [asyncio.create_task(writer(n)) for n in range(writers)]
+    await asyncio.sleep(rng.random() * 0.05)
+    await store.erase_user(user)
+    stop.set()
+    await asyncio.gather(*tasks)
+    _invariants(database_url, small, user)

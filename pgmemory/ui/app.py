@@ -23,7 +23,7 @@ from pgmemory.admin import Admin
 from pgmemory.admin.pages import DEFAULT_PAGE, Cursor, clamp_limit
 from pgmemory.errors import PgMemoryError
 from pgmemory.store.modes import DEFAULT_MODE, MODES
-from pgmemory.store.records import MemoryScope, RecallTrace
+from pgmemory.store.records import MemoryScope
 from pgmemory.ui.guard import COOKIE_NAME, Auth, Guard, HostCheck, same, unauthorized
 from pgmemory.ui.render import render, require_ui
 
@@ -43,8 +43,6 @@ logger = logging.getLogger(__name__)
 
 #: Actor recorded in the audit for erasures made through the page.
 ACTOR = "pgmemory-ui"
-#: Provider recorded in the recall audit for searches made through the page.
-PROVIDER = "pgmemory-ui"
 #: Search results shown at most.
 SEARCH_MAX = 50
 #: Largest form body accepted (the forms hold a few ids and a token).
@@ -225,7 +223,7 @@ class _UI:
                 query=query,
                 mode=mode,
                 limit=min(self.limit_of(request), SEARCH_MAX),
-                trace=RecallTrace(provider=PROVIDER, mode=mode),
+                audit=False,  # a GET writes nothing: the operator's look is not the user's recall
             )
             logger.info("ui: searched a user's memories (%s, %d hits)", mode, len(hits))
         elif collection is not None:
@@ -455,7 +453,8 @@ def create_app(
     Every request must name the page in its Host header (127.0.0.1, localhost, [::1], or one
     of ``allowed_hosts``), else 400: so a web page the operator visits cannot read it through
     DNS rebinding. And every request must present the token, unless the page is opened on
-    purpose with ``insecure_no_token=True``.
+    purpose with ``insecure_no_token=True``. GETs write nothing: the page's searches are not
+    recorded in the recall audit (they are the operator's, not the user's recalls).
 
     Args:
         store: an open :class:`~pgmemory.store.store.MemoryStore`; the app neither opens nor
@@ -511,4 +510,4 @@ def create_app(
     return app
 
 
-__all__ = ["ACTOR", "COOKIE_NAME", "PROVIDER", "create_app"]
+__all__ = ["ACTOR", "COOKIE_NAME", "create_app"]

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pgmemory.errors import InvalidInputError
     from pgmemory.settings import Settings
-    from pgmemory.ui.server import serve
+    from pgmemory.ui import server
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin set-up chatter
@@ -105,13 +105,18 @@ def run(args: argparse.Namespace) -> int:
         env_file = getattr(args, "env_file", None)
         settings = Settings.from_env_file(env_file) if env_file else Settings()
         token = settings.ui_token.get_secret_value() if settings.ui_token is not None else None
+        options: dict[str, Any] = {
+            "allow_writes": args.allow_writes, "token": token,
+            "insecure_no_token": args.insecure_no_token, "allowed_hosts": args.allowed_host,
+        }  # fmt: skip
+        # Refuse before warning (and before any database server starts).
+        hosts = [*settings.ui_allowed_host_list(), *args.allowed_host]
+        server.preflight(args.host, **{**options, "allowed_hosts": hosts})
         if args.insecure_no_token:
             print(NO_TOKEN_WARNING, file=sys.stderr)
-        serve(
-            args.host, args.port, allow_writes=args.allow_writes, token=token,
-            insecure_no_token=args.insecure_no_token, allowed_hosts=args.allowed_host,
-            url=getattr(args, "url", None), settings=settings,
-        )  # fmt: skip
+        server.serve(
+            args.host, args.port, url=getattr(args, "url", None), settings=settings, **options
+        )
     except ValueError as exc:  # a token, a host name, or InvalidInputError (a ValueError too)
         prefix = "pgmemory: error" if isinstance(exc, InvalidInputError) else "pgmemory ui: error"
         print(f"{prefix}: {exc}", file=sys.stderr)

@@ -107,6 +107,32 @@ def served_hosts(host: str, allowed_hosts: Iterable[str] = ()) -> list[str]:
     return [f"[{address}]" if address.version == 6 else str(address), *extra]
 
 
+def preflight(
+    host: str,
+    *,
+    allow_writes: bool,
+    token: str | None,
+    insecure_no_token: bool,
+    allowed_hosts: Iterable[str],
+) -> None:
+    """Check what :func:`serve` would serve with, before any server starts.
+
+    Args:
+        host: the address to bind.
+        allow_writes: whether erasure is offered.
+        token: the operators' token, if any.
+        insecure_no_token: the opt-out of the token.
+        allowed_hosts: the extra Host names.
+
+    Raises:
+        ValueError: a token is needed and there is none, or an allowed host is no host name.
+    """
+    from pgmemory.ui.guard import HostCheck
+
+    resolve_token(host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token)
+    HostCheck(tuple(served_hosts(host, allowed_hosts)))
+
+
 async def serve_store(
     store: MemoryStore,
     host: str = DEFAULT_HOST,
@@ -194,13 +220,13 @@ def serve(
     """
     from pgmemory.settings import Settings
     from pgmemory.store.store import MemoryStore
-    from pgmemory.ui.guard import HostCheck
 
     settings = settings or Settings()
     hosts = [*settings.ui_allowed_host_list(), *allowed_hosts]
-    # Fail before starting a database server.
-    resolve_token(host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token)
-    HostCheck(tuple(served_hosts(host, hosts)))
+    preflight(
+        host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token,
+        allowed_hosts=hosts,
+    )  # fmt: skip
 
     async def run() -> None:
         async with MemoryStore(url, settings=settings) as store:

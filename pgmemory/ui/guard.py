@@ -59,7 +59,7 @@ def host_entry(name: str) -> str:
     entry = name.strip().lower()
     if entry.count(":") > 1 and not entry.startswith("["):
         entry = f"[{entry}]"  # a bare IPv6 address
-    if not entry or any(c in entry for c in "/\\*@ ,?#") or entry.startswith(":"):
+    if not entry or any(c in entry for c in "/\\*@ ,?#") or ":" in (entry[0], entry[-1]):
         raise ValueError(
             f"{name!r} is not a host name: give a name or address as browsers send it in Host "
             "(e.g. audit.example.com, or audit.example.com:8443 for that port only)"

@@ -176,7 +176,7 @@ async def test_the_names_it_serves_are_answered(store: MemoryStore, seeded: Seed
     assert served_hosts("::1", ["a.example"]) == ["[::1]", "a.example"]
     assert host_entry("2001:DB8::1") == "[2001:db8::1]"
     for bad in ["*", "*.example.com", "https://audit.example.com", "audit.example.com/",
-                "a b", "", "a,b", "user@host"]:  # fmt: skip
+                "a b", "", "a,b", "user@host", "name:", ":8443"]:  # fmt: skip
         with pytest.raises(ValueError, match="not a host name"):
             create_app(store, token=TOKEN, allowed_hosts=[bad])
 

@@ -188,9 +188,15 @@ class Settings(BaseSettings):
     ui_token: SecretStr | None = Field(
         default=None,
         description=(
-            "Token the audit web page (`pgmemory ui`) demands of every request; required when "
-            "it binds beyond loopback or allows writes (unset: the page runs open, read-only, "
-            "on loopback only)."
+            "Token the audit web page (`pgmemory ui`) demands of every request; required "
+            "unless the page is started with --insecure-no-token (loopback, read-only only)."
+        ),
+    )
+    ui_allowed_hosts: str | None = Field(
+        default=None,
+        description=(
+            "Comma-separated Host names the audit page answers to besides 127.0.0.1, "
+            "localhost, [::1] and the bound address (a reverse proxy's: `name` or `name:port`)."
         ),
     )
 
@@ -241,6 +247,10 @@ class Settings(BaseSettings):
     openai_max_retries: int = Field(
         default=4, ge=0, description="Retries with exponential backoff on transient API errors."
     )
+
+    def ui_allowed_host_list(self) -> list[str]:
+        """The audit page's extra Host names (``ui_allowed_hosts`` split at commas)."""
+        return [h.strip() for h in (self.ui_allowed_hosts or "").split(",") if h.strip()]
 
     def read_url_list(self) -> list[str]:
         """The read replicas' URLs (``read_urls`` split at commas; empty when unset)."""

@@ -35,30 +35,39 @@ USER_KNOWN = "SELECT " + "\n    OR ".join(
     for table in ("pgmemory_memories", *_USER_SOURCES)
 )
 
+#: Erased users' pseudonyms (``erased:`` + hex) are audit records, not users: the directory
+#: leaves them out (each probe steps over their index entries, so a page behind many erased
+#: users' audit rows reads those entries once). ``/user?user=erased:...`` still shows one.
+_NOT_PSEUDONYM = "left({column}, 7) <> 'erased:'"
+
 
 def _skip_scan(name: str, table: str) -> str:
     """A recursive CTE yielding up to :limit distinct user ids of ``table`` after :after, one
     index probe each (a loose index scan), instead of reading every row of the table."""
+    keep = _NOT_PSEUDONYM.format(column="t.user_id")
     return f"""{name}(user_id, depth) AS (
-    SELECT (SELECT min(t.user_id) FROM {table} AS t WHERE t.user_id > :after), 1
+    SELECT (SELECT min(t.user_id) FROM {table} AS t WHERE t.user_id > :after AND {keep}), 1
     UNION ALL
-    SELECT (SELECT min(t.user_id) FROM {table} AS t WHERE t.user_id > s.user_id), s.depth + 1
+    SELECT (SELECT min(t.user_id) FROM {table} AS t WHERE t.user_id > s.user_id AND {keep}),
+           s.depth + 1
     FROM {name} AS s WHERE s.user_id IS NOT NULL AND s.depth < :limit
 )"""
 
 
 def _build_user_page() -> str:
     # Memories: per collection, the (collection, user_id, created_at) index is walked instead.
+    keep = _NOT_PSEUDONYM.format(column="m.user_id")
     ctes = [
-        """memory_users(collection, user_id, depth) AS (
+        f"""memory_users(collection, user_id, depth) AS (
     SELECT c.name,
            (SELECT min(m.user_id) FROM pgmemory_memories AS m
-            WHERE m.collection = c.name AND m.user_id > :after), 1
+            WHERE m.collection = c.name AND m.user_id > :after AND {keep}), 1
     FROM pgmemory_collections AS c
     UNION ALL
     SELECT s.collection,
            (SELECT min(m.user_id) FROM pgmemory_memories AS m
-            WHERE m.collection = s.collection AND m.user_id > s.user_id), s.depth + 1
+            WHERE m.collection = s.collection AND m.user_id > s.user_id AND {keep}),
+           s.depth + 1
     FROM memory_users AS s WHERE s.user_id IS NOT NULL AND s.depth < :limit
 )"""
     ]
@@ -78,8 +87,9 @@ LIMIT :limit
 """
 
 
-#: One page of user ids (ascending, after :after; '' = "no user" is never listed) found in any
-#: table: memories, either audit, chat history or facts. At most :limit index probes per source.
+#: One page of user ids (ascending, after :after; '' = "no user" and erased users' pseudonyms
+#: are never listed) found in any table: memories, either audit, chat history or facts. At most
+#: :limit index probes per source.
 USER_PAGE = _build_user_page()
 
 #: Memories per collection of each user on a page (the ids come from USER_PAGE).

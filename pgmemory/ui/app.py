@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import parse_qsl
 
@@ -23,8 +23,8 @@ from pgmemory.admin import Admin
 from pgmemory.admin.pages import DEFAULT_PAGE, Cursor, clamp_limit
 from pgmemory.errors import PgMemoryError
 from pgmemory.store.modes import DEFAULT_MODE, MODES
-from pgmemory.store.records import MemoryScope, RecallTrace
-from pgmemory.ui.guard import COOKIE_NAME, Auth, Guard, same, unauthorized
+from pgmemory.store.records import MemoryScope
+from pgmemory.ui.guard import COOKIE_NAME, Auth, Guard, HostCheck, same, unauthorized
 from pgmemory.ui.render import render, require_ui
 
 require_ui()  # before starlette loads: a missing extra is named, not a raw ImportError
@@ -43,8 +43,6 @@ logger = logging.getLogger(__name__)
 
 #: Actor recorded in the audit for erasures made through the page.
 ACTOR = "pgmemory-ui"
-#: Provider recorded in the recall audit for searches made through the page.
-PROVIDER = "pgmemory-ui"
 #: Search results shown at most.
 SEARCH_MAX = 50
 #: Largest form body accepted (the forms hold a few ids and a token).
@@ -225,7 +223,7 @@ class _UI:
                 query=query,
                 mode=mode,
                 limit=min(self.limit_of(request), SEARCH_MAX),
-                trace=RecallTrace(provider=PROVIDER, mode=mode),
+                audit=False,  # a GET writes nothing: the operator's look is not the user's recall
             )
             logger.info("ui: searched a user's memories (%s, %d hits)", mode, len(hits))
         elif collection is not None:
@@ -443,32 +441,56 @@ class _UI:
 
 
 def create_app(
-    store: MemoryStore, *, allow_writes: bool = False, token: str | None = None
+    store: MemoryStore,
+    *,
+    allow_writes: bool = False,
+    token: str | None = None,
+    insecure_no_token: bool = False,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The audit page as an ASGI app on an open store (mountable in a host ASGI app).
+
+    Every request must name the page in its Host header (127.0.0.1, localhost, [::1], or one
+    of ``allowed_hosts``), else 400: so a web page the operator visits cannot read it through
+    DNS rebinding. And every request must present the token, unless the page is opened on
+    purpose with ``insecure_no_token=True``. GETs write nothing: the page's searches are not
+    recorded in the recall audit (they are the operator's, not the user's recalls).
 
     Args:
         store: an open :class:`~pgmemory.store.store.MemoryStore`; the app neither opens nor
             closes it (so it must be opened on the event loop that serves the app).
         allow_writes: offer erasure (of a user, or of one scope) behind a confirmation page;
             off, every erase request gets 403.
-        token: when set, every request must present it, as ``Authorization: Bearer <token>``,
-            or once as ``?token=<token>`` (or the sign-in form), which sets an HttpOnly,
-            SameSite=Strict cookie; without it: 401. Required when ``allow_writes`` is on.
+        token: every request must present it, as ``Authorization: Bearer <token>``, or once
+            as ``?token=<token>`` (or the sign-in form), which sets an HttpOnly,
+            SameSite=Strict cookie; without it: 401.
+        insecure_no_token: serve without a token: whoever reaches the page reads every memory.
+            Read-only only; a token and this together are refused (which did you mean?).
+        allowed_hosts: more names the page answers to (a reverse proxy's), as Host carries
+            them: ``name`` (any port) or ``name:port`` (that port only).
 
     Returns:
         The Starlette application.
 
     Raises:
-        ValueError: ``allow_writes`` without a token.
+        ValueError: no token without ``insecure_no_token``; both; ``allow_writes`` without a
+            token; an allowed host that is not a host name.
     """
     if token is not None and not token.strip():
         token = None
+    if token is not None and insecure_no_token:
+        raise ValueError("a token and insecure_no_token=True: give one or the other")
     if allow_writes and token is None:
         raise ValueError(
             "allow_writes needs a token: pass token=... (e.g. from PGMEMORY_UI_TOKEN), so only "
             "operators who hold it can erase"
         )
+    if token is None and not insecure_no_token:
+        raise ValueError(
+            "the audit page needs a token: pass token=... (e.g. from PGMEMORY_UI_TOKEN); to "
+            "serve it open to whoever can reach it, pass insecure_no_token=True"
+        )
+    hosts = HostCheck(tuple(allowed_hosts))
     auth = Auth(token) if token is not None else None
     ui = _UI(store, allow_writes=allow_writes, auth=auth)
     routes = [
@@ -484,8 +506,8 @@ def create_app(
         Route("/user/session", ui.page(ui.session), name="session"),
         Route("/user/erase", ui.page(ui.erase), name="erase", methods=["GET", "POST"]),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(Guard, auth=auth)])
+    app = Starlette(routes=routes, middleware=[Middleware(Guard, hosts=hosts, auth=auth)])
     return app
 
 
-__all__ = ["ACTOR", "COOKIE_NAME", "PROVIDER", "create_app"]
+__all__ = ["ACTOR", "COOKIE_NAME", "create_app"]

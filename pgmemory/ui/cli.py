@@ -6,7 +6,10 @@
     if args.command == "ui": return ui_cli.run(args)
 
 The token comes from the settings (``PGMEMORY_UI_TOKEN`` in the environment or the settings
-file, :attr:`pgmemory.settings.Settings.ui_token`).
+file, :attr:`pgmemory.settings.Settings.ui_token`), and so do the extra Host names
+(``PGMEMORY_UI_ALLOWED_HOSTS``; ``--allowed-host`` adds more). Serving without a token takes
+``--insecure-no-token`` on the command line, each time: it is no setting, so it cannot linger
+in a settings file.
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ from typing import Any
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 TOKEN_ENV = "PGMEMORY_UI_TOKEN"
+ALLOWED_HOSTS_ENV = "PGMEMORY_UI_ALLOWED_HOSTS"
+#: Printed (to stderr) whenever the page is served without a token.
+NO_TOKEN_WARNING = (
+    "pgmemory ui: WARNING: serving WITHOUT A TOKEN (--insecure-no-token): any user or process "
+    "on this machine can read every memory through the page"
+)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,8 +46,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="serve the audit web page (what is remembered about a user, and which recalls "
         "used it)",
         description=(
-            "Serve the audit web page. Read-only unless --allow-writes. Beyond loopback, or "
-            f"with --allow-writes, it needs a token in {TOKEN_ENV}."
+            f"Serve the audit web page. Read-only unless --allow-writes. It needs a token in "
+            f"{TOKEN_ENV} (or, on loopback and read-only, --insecure-no-token), and answers "
+            "only to the Host names it serves: 127.0.0.1, localhost, [::1], the bound address "
+            f"and {ALLOWED_HOSTS_ENV} / --allowed-host."
         ),
     )
     parser.add_argument(
@@ -56,6 +67,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--allow-writes", action="store_true",
         help="offer erasure of a user or scope, behind a confirmation (needs the token)",
     )  # fmt: skip
+    parser.add_argument(
+        "--allowed-host", action="append", default=[], metavar="NAME",
+        help="also answer to this Host name, e.g. a reverse proxy's (`name` or `name:port`; "
+        f"repeatable; added to {ALLOWED_HOSTS_ENV})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--insecure-no-token", action="store_true",
+        help=f"serve without {TOKEN_ENV}: anyone who can reach the page reads every memory "
+        "(loopback and read-only only)",
+    )  # fmt: skip
     return parser
 
 
@@ -69,13 +90,14 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed arguments.
 
     Returns:
-        The exit status (2 when a token is needed but missing, or a setting is unusable).
+        The exit status (2 when a token is needed but missing, or a setting or allowed host is
+        unusable).
     """
     import logging
 
     from pgmemory.errors import InvalidInputError
     from pgmemory.settings import Settings
-    from pgmemory.ui.server import serve
+    from pgmemory.ui import server
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin set-up chatter
@@ -83,11 +105,19 @@ def run(args: argparse.Namespace) -> int:
         env_file = getattr(args, "env_file", None)
         settings = Settings.from_env_file(env_file) if env_file else Settings()
         token = settings.ui_token.get_secret_value() if settings.ui_token is not None else None
-        serve(
-            args.host, args.port, allow_writes=args.allow_writes, token=token,
-            url=getattr(args, "url", None), settings=settings,
-        )  # fmt: skip
-    except ValueError as exc:  # a token is needed, or InvalidInputError (a ValueError too)
+        options: dict[str, Any] = {
+            "allow_writes": args.allow_writes, "token": token,
+            "insecure_no_token": args.insecure_no_token, "allowed_hosts": args.allowed_host,
+        }  # fmt: skip
+        # Refuse before warning (and before any database server starts).
+        hosts = [*settings.ui_allowed_host_list(), *args.allowed_host]
+        server.preflight(args.host, **{**options, "allowed_hosts": hosts})
+        if args.insecure_no_token:
+            print(NO_TOKEN_WARNING, file=sys.stderr)
+        server.serve(
+            args.host, args.port, url=getattr(args, "url", None), settings=settings, **options
+        )
+    except ValueError as exc:  # a token, a host name, or InvalidInputError (a ValueError too)
         prefix = "pgmemory: error" if isinstance(exc, InvalidInputError) else "pgmemory ui: error"
         print(f"{prefix}: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,11 @@
-"""The audit page's boundary: the token check and sign-in cookie, and the security headers
-every response carries."""
+"""The audit page's boundary: the Host check, the token check and sign-in cookie, and the
+security headers every response carries.
+
+The Host check comes first: a page on loopback is still reachable from any web page its
+operator visits, through DNS rebinding (a name the attacker controls, re-pointed at
+127.0.0.1), and then the browser sends the attacker's name as Host. So the page answers only
+to the names it serves: loopback by default, the bound address, and the allowed hosts.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,9 @@ from collections.abc import MutableMapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from starlette.datastructures import URL
+from starlette.datastructures import URL, Headers
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pgmemory.ui.render import render
@@ -30,6 +36,68 @@ _SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
+
+
+#: The names a page answers to whatever else is allowed: this machine's.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+#: The setting (and option, and argument) that allows more names.
+ALLOWED_HOSTS_ENV = "PGMEMORY_UI_ALLOWED_HOSTS"
+
+
+def host_entry(name: str) -> str:
+    """An allowed-host entry, normalised: lower case, IPv6 addresses in brackets.
+
+    Args:
+        name: a host name or address, optionally with ``:port`` (then only that port).
+
+    Returns:
+        The entry as a Host header would carry it.
+
+    Raises:
+        ValueError: not a bare name (a scheme, a path, a wildcard, spaces, or empty).
+    """
+    entry = name.strip().lower()
+    if entry.count(":") > 1 and not entry.startswith("["):
+        entry = f"[{entry}]"  # a bare IPv6 address
+    if not entry or any(c in entry for c in "/\\*@ ,?#") or ":" in (entry[0], entry[-1]):
+        raise ValueError(
+            f"{name!r} is not a host name: give a name or address as browsers send it in Host "
+            "(e.g. audit.example.com, or audit.example.com:8443 for that port only)"
+        )
+    return entry
+
+
+class HostCheck:
+    """The names the page answers to: loopback's, and the ``allowed`` ones."""
+
+    def __init__(self, allowed: tuple[str, ...] = ()) -> None:
+        self.allowed = frozenset(host_entry(h) for h in (*LOOPBACK_HOSTS, *allowed))
+
+    def accepts(self, host: str) -> bool:
+        """Whether a Host header names this page (its name alone, or with a port).
+
+        Args:
+            host: the Host header as sent.
+
+        Returns:
+            True when the name, or the name with that port, is allowed.
+        """
+        host = host.strip().lower()
+        if host in self.allowed:
+            return True
+        name, colon, port = host.rpartition(":")
+        if not colon or "]" in port or not port.isdigit():
+            return False  # no port (and not allowed as a whole), or the end of an IPv6 address
+        return name in self.allowed
+
+    def refusal(self) -> Response:
+        """The answer to a foreign Host: 400 with one line (421 makes some clients retry)."""
+        return PlainTextResponse(
+            "This audit page does not answer to that Host name (a DNS rebinding or a misrouted "
+            f"request). If it is yours, allow it with {ALLOWED_HOSTS_ENV}, `pgmemory ui "
+            "--allowed-host NAME` or create_app(..., allowed_hosts=[...]).\n",
+            status_code=400,
+        )
 
 
 class Auth:
@@ -76,10 +144,12 @@ class Auth:
 
 
 class Guard:
-    """ASGI middleware: the token check (when a token is set) and the security headers."""
+    """ASGI middleware: the Host check, the token check (unless the page was opened on
+    purpose) and the security headers."""
 
-    def __init__(self, app: ASGIApp, *, auth: Auth | None) -> None:
+    def __init__(self, app: ASGIApp, *, hosts: HostCheck, auth: Auth | None) -> None:
         self.app = app
+        self.hosts = hosts
         self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -97,7 +167,11 @@ class Guard:
                 message = {**message, "headers": headers}
             await send(message)
 
-        refusal = self.auth.check(Request(scope)) if self.auth is not None else None
+        refusal: Response | None
+        if not self.hosts.accepts(Headers(scope=scope).get("host", "")):
+            refusal = self.hosts.refusal()
+        else:
+            refusal = self.auth.check(Request(scope)) if self.auth is not None else None
         if refusal is None:
             await self.app(scope, receive, send_with_headers)
         else:

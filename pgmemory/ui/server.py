@@ -6,6 +6,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pgmemory.extras import require
@@ -39,28 +40,97 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def resolve_token(host: str, *, allow_writes: bool, token: str | None = None) -> str | None:
-    """The token the page will demand: ``token``, else ``PGMEMORY_UI_TOKEN``, else none.
+def resolve_token(
+    host: str,
+    *,
+    allow_writes: bool,
+    token: str | None = None,
+    insecure_no_token: bool = False,
+) -> str | None:
+    """The token the page will demand: ``token``, else ``PGMEMORY_UI_TOKEN``.
 
     Args:
         host: the address to bind.
         allow_writes: whether erasure is offered.
         token: an explicit token (wins over the environment).
+        insecure_no_token: the operator's explicit choice to serve the page without a token
+            (loopback and read-only only).
 
     Returns:
-        The token, or None when the page may run open (loopback and read-only).
+        The token, or None when ``insecure_no_token`` opened the page on purpose.
 
     Raises:
-        ValueError: no token, but the page binds beyond loopback or allows writes.
+        ValueError: no token and no opt-out; the opt-out beyond loopback or with writes; or
+            both a token and the opt-out.
     """
     token = token or os.environ.get(TOKEN_ENV) or None
-    if token is None and (allow_writes or not is_loopback(host)):
+    if token is not None and insecure_no_token:
+        raise ValueError(
+            f"--insecure-no-token, but a token is set ({TOKEN_ENV}): give one or the other"
+        )
+    if token is not None:
+        return token
+    if allow_writes or not is_loopback(host):
         why = "allows writes" if allow_writes else f"listens beyond this machine ({host})"
         raise ValueError(
             f"the audit page {why}, so it needs a token: set {TOKEN_ENV} to a long random "
             "secret (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
         )
-    return token
+    if not insecure_no_token:
+        raise ValueError(
+            f"the audit page needs a token: set {TOKEN_ENV} to a long random secret (e.g. "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`), or pass "
+            "--insecure-no-token to let anyone who can reach it read every memory"
+        )
+    return None
+
+
+def served_hosts(host: str, allowed_hosts: Iterable[str] = ()) -> list[str]:
+    """The Host names the page answers to beyond loopback's: the bound address (unless it is
+    a wildcard, which names no host) and ``allowed_hosts``.
+
+    Args:
+        host: the address to bind.
+        allowed_hosts: names allowed besides (a reverse proxy's).
+
+    Returns:
+        The extra names, for :func:`~pgmemory.ui.app.create_app`'s ``allowed_hosts``.
+    """
+    bound = host.strip()
+    extra = list(allowed_hosts)
+    try:
+        address = ipaddress.ip_address(bound.strip("[]"))
+    except ValueError:
+        return [bound, *extra] if bound else extra
+    if address.is_unspecified:
+        return extra
+    return [f"[{address}]" if address.version == 6 else str(address), *extra]
+
+
+def preflight(
+    host: str,
+    *,
+    allow_writes: bool,
+    token: str | None,
+    insecure_no_token: bool,
+    allowed_hosts: Iterable[str],
+) -> None:
+    """Check what :func:`serve` would serve with, before any server starts.
+
+    Args:
+        host: the address to bind.
+        allow_writes: whether erasure is offered.
+        token: the operators' token, if any.
+        insecure_no_token: the opt-out of the token.
+        allowed_hosts: the extra Host names.
+
+    Raises:
+        ValueError: a token is needed and there is none, or an allowed host is no host name.
+    """
+    from pgmemory.ui.guard import HostCheck
+
+    resolve_token(host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token)
+    HostCheck(tuple(served_hosts(host, allowed_hosts)))
 
 
 async def serve_store(
@@ -70,6 +140,8 @@ async def serve_store(
     *,
     allow_writes: bool = False,
     token: str | None = None,
+    insecure_no_token: bool = False,
+    allowed_hosts: Iterable[str] = (),
 ) -> None:
     """Serve the page on an open store until interrupted (run it on the store's event loop).
 
@@ -81,6 +153,8 @@ async def serve_store(
         port: TCP port.
         allow_writes: offer erasure (needs a token).
         token: the operators' token (default: ``PGMEMORY_UI_TOKEN``).
+        insecure_no_token: serve without a token (loopback, read-only; logs a warning).
+        allowed_hosts: Host names answered besides loopback's and the bound address.
 
     Raises:
         ValueError: a token is needed and there is none.
@@ -88,11 +162,24 @@ async def serve_store(
     uvicorn = require("uvicorn", extra="ui", purpose="serving the audit web page")
     from pgmemory.ui.app import create_app
 
-    token = resolve_token(host, allow_writes=allow_writes, token=token)
-    app = create_app(store, allow_writes=allow_writes, token=token)
+    token = resolve_token(
+        host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token
+    )
+    app = create_app(
+        store,
+        allow_writes=allow_writes,
+        token=token,
+        insecure_no_token=token is None,
+        allowed_hosts=served_hosts(host, allowed_hosts),
+    )
     config = uvicorn.Config(
         app, host=host, port=port, access_log=False, lifespan="off", log_level="info"
     )
+    if token is None:
+        logger.warning(
+            "the audit page runs WITHOUT A TOKEN (insecure_no_token): any user or process on "
+            "this machine can read every memory through it"
+        )
     logger.info(
         "audit page on http://%s:%d/ (%s, %s)",
         host,
@@ -109,28 +196,43 @@ def serve(
     *,
     allow_writes: bool = False,
     token: str | None = None,
+    insecure_no_token: bool = False,
+    allowed_hosts: Iterable[str] = (),
     url: str | None = None,
     settings: Settings | None = None,
 ) -> None:
     """Open a store and serve the page until interrupted (blocking).
 
     Args:
-        host: address to bind (loopback by default; anything else needs a token).
+        host: address to bind (loopback by default).
         port: TCP port.
         allow_writes: offer erasure (needs a token).
         token: the operators' token (default: ``PGMEMORY_UI_TOKEN``).
+        insecure_no_token: serve without a token (loopback, read-only; logs a warning).
+        allowed_hosts: Host names answered besides loopback's and the bound address (default:
+            the settings' ``PGMEMORY_UI_ALLOWED_HOSTS``).
         url: database URL (default: the settings', else the embedded server).
         settings: pgmemory settings (default: from the environment).
 
     Raises:
-        ValueError: a token is needed and there is none (checked before anything starts).
+        ValueError: a token is needed and there is none, or an allowed host is not a host name
+            (checked before anything starts).
     """
+    from pgmemory.settings import Settings
     from pgmemory.store.store import MemoryStore
 
-    resolve_token(host, allow_writes=allow_writes, token=token)  # fail before starting a server
+    settings = settings or Settings()
+    hosts = [*settings.ui_allowed_host_list(), *allowed_hosts]
+    preflight(
+        host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token,
+        allowed_hosts=hosts,
+    )  # fmt: skip
 
     async def run() -> None:
         async with MemoryStore(url, settings=settings) as store:
-            await serve_store(store, host, port, allow_writes=allow_writes, token=token)
+            await serve_store(
+                store, host, port, allow_writes=allow_writes, token=token,
+                insecure_no_token=insecure_no_token, allowed_hosts=hosts,
+            )  # fmt: skip
 
     asyncio.run(run())

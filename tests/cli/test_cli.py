@@ -530,10 +530,12 @@ def test_ui_is_a_subcommand_taking_its_token_from_the_settings(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pgmemory.ui import cli as ui_cli, server
+    from pgmemory.ui.guard import ALLOWED_HOSTS_ENV
 
     assert (ui_cli.DEFAULT_HOST, ui_cli.DEFAULT_PORT, ui_cli.TOKEN_ENV) == (
         server.DEFAULT_HOST, server.DEFAULT_PORT, server.TOKEN_ENV
     )  # fmt: skip
+    assert ui_cli.ALLOWED_HOSTS_ENV == ALLOWED_HOSTS_ENV
     monkeypatch.delenv(server.TOKEN_ENV, raising=False)
     error = cli(capsys, "ui", "--host", "0.0.0.0", "--url", "postgresql://x@nowhere.invalid/db",
                 code=2)  # fmt: skip
@@ -545,3 +547,24 @@ def test_ui_is_a_subcommand_taking_its_token_from_the_settings(
     assert run(["--url", "postgresql://x@db/y", "ui", "--port", "9", "--allow-writes"]) == 0
     assert served["args"] == (ui_cli.DEFAULT_HOST, 9) and served["allow_writes"] is True
     assert served["token"] == "from-the-environment" and served["url"] == "postgresql://x@db/y"
+    assert served["insecure_no_token"] is False and served["allowed_hosts"] == []
+
+    # Without a token the page needs the explicit opt-out, which warns (and only then).
+    monkeypatch.delenv(server.TOKEN_ENV)
+    error = cli(capsys, "ui", "--url", "postgresql://x@nowhere.invalid/db", code=2)
+    assert server.TOKEN_ENV in error and "--insecure-no-token" in error
+    served.clear()
+    assert run(["ui", "--insecure-no-token", "--allowed-host", "a.example",
+                "--allowed-host", "b.example:8443"]) == 0  # fmt: skip
+    assert served["insecure_no_token"] is True and served["token"] is None
+    assert served["allowed_hosts"] == ["a.example", "b.example:8443"]
+    assert ui_cli.NO_TOKEN_WARNING in capsys.readouterr().err
+    # PGMEMORY_UI_ALLOWED_HOSTS is read, and checked before anything starts (and before the
+    # warning: a refused start warns of nothing).
+    monkeypatch.setenv(ui_cli.ALLOWED_HOSTS_ENV, "ok.example, https://proxy.example/")
+    error = cli(capsys, "ui", "--insecure-no-token", code=2)
+    assert "not a host name" in error and "WARNING" not in error
+    monkeypatch.setenv(ui_cli.ALLOWED_HOSTS_ENV, "ok.example, proxy.example:8443")
+    from pgmemory.settings import Settings
+
+    assert Settings().ui_allowed_host_list() == ["ok.example", "proxy.example:8443"]

@@ -25,16 +25,20 @@ from tests.ui.conftest import AWKWARD_USER_IDS, SCRIPT_MEMORY, Seeded, random_ve
 TOKEN = "test-token-9f2c41e7"
 
 
+#: What an operator's browser sends: the token, once signed in (as a header here).
+SIGNED_IN = {"Authorization": f"Bearer {TOKEN}"}
+
+
 def client_for(app: Starlette, **kwargs: object) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://ui.test", **kwargs
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost:8765", **kwargs
     )
 
 
 @pytest.fixture
 async def reader(store: MemoryStore) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the read-only page without a token (loopback default)."""
-    async with client_for(create_app(store)) as client:
+    """A signed-in client of the read-only page (the default: a token, on loopback)."""
+    async with client_for(create_app(store, token=TOKEN), headers=SIGNED_IN) as client:
         yield client
 
 
@@ -81,14 +85,27 @@ async def test_writes_and_open_binds_need_a_token(
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     with pytest.raises(ValueError, match="token"):
         create_app(store, allow_writes=True)
+    with pytest.raises(ValueError, match="insecure_no_token"):
+        create_app(store)  # no token by default, read-only or not
+    with pytest.raises(ValueError, match="token"):
+        create_app(store, allow_writes=True, insecure_no_token=True)
+    with pytest.raises(ValueError, match="one or the other"):
+        create_app(store, token=TOKEN, insecure_no_token=True)
+    create_app(store, insecure_no_token=True)  # the explicit opt-out
     with pytest.raises(ValueError, match=TOKEN_ENV):
         resolve_token("0.0.0.0", allow_writes=False)
     with pytest.raises(ValueError, match=TOKEN_ENV):
-        resolve_token("127.0.0.1", allow_writes=True)
-    assert resolve_token("127.0.0.1", allow_writes=False) is None
-    assert resolve_token("::1", allow_writes=False) is None
+        resolve_token("0.0.0.0", allow_writes=False, insecure_no_token=True)
+    with pytest.raises(ValueError, match=TOKEN_ENV):
+        resolve_token("127.0.0.1", allow_writes=True, insecure_no_token=True)
+    with pytest.raises(ValueError, match="--insecure-no-token"):
+        resolve_token("127.0.0.1", allow_writes=False)
+    assert resolve_token("127.0.0.1", allow_writes=False, insecure_no_token=True) is None
+    assert resolve_token("::1", allow_writes=False, insecure_no_token=True) is None
     monkeypatch.setenv(TOKEN_ENV, "from-env")
     assert resolve_token("0.0.0.0", allow_writes=True) == "from-env"
+    with pytest.raises(ValueError, match="one or the other"):
+        resolve_token("127.0.0.1", allow_writes=False, insecure_no_token=True)
 
 
 async def test_read_only_refuses_erasure(
@@ -205,8 +222,9 @@ async def test_search_shows_scores_and_the_mode(
     assert page.status_code == 200 and "BM25" in page.text
     assert re.search(r'class="num score"[^>]*>\d+\.\d{4}<', page.text)
     assert "I am allergic to peanuts" in page.text
+    # The operator's search is not the user's recall: the audit still holds the seed's two.
     recalls = await Admin(store).user_recalls(seeded.user)
-    assert recalls.items[0].provider == "pgmemory-ui" and recalls.items[0].mode == "text"
+    assert [r.provider for r in recalls.items] == ["agent", "agent"]
 
 
 async def test_overview_facts_audit_and_session_pages(
@@ -232,7 +250,7 @@ async def test_erasure_needs_confirmation_and_csrf_and_is_audited(
     store: MemoryStore, seeded: Seeded
 ) -> None:
     app = create_app(store, allow_writes=True, token=TOKEN)
-    async with client_for(app, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+    async with client_for(app, headers=SIGNED_IN) as client:
         confirm = await client.get("/user/erase", params={"user": seeded.user})
         assert confirm.status_code == 200 and "cannot be undone" in confirm.text
         csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', confirm.text).group(1)
@@ -285,7 +303,7 @@ async def test_erasing_one_scope_leaves_the_rest(store: MemoryStore, seeded: See
     )
     async with client_for(
         create_app(store, allow_writes=True, token=TOKEN),
-        headers={"Authorization": f"Bearer {TOKEN}"},
+        headers=SIGNED_IN,
     ) as client:
         target = {"user": seeded.user, "collection": seeded.collection, "session": seeded.session}
         confirm = await client.get("/user/erase", params=target)
@@ -298,8 +316,8 @@ async def test_erasing_one_scope_leaves_the_rest(store: MemoryStore, seeded: See
 
 
 async def test_mounts_under_a_prefix(store: MemoryStore, seeded: Seeded) -> None:
-    host = Starlette(routes=[Mount("/audit", app=create_app(store))])
-    async with client_for(host) as client:
+    host = Starlette(routes=[Mount("/audit", app=create_app(store, token=TOKEN))])
+    async with client_for(host, headers=SIGNED_IN) as client:
         index = await client.get("/audit/", params={"after": seeded.user[:-1]})
         assert index.status_code == 200
         [link] = [h for h in links(index.text, r"/user\?user=") if seeded.user in h][:1]
@@ -331,3 +349,8 @@ def test_cli_parser_hooks_into_a_host_parser_and_refuses_open_binds_without_toke
     # Refused before any server or database is touched.
     assert cli.main(["--host", "0.0.0.0", "--url", "postgresql://nowhere.invalid/db"]) == 2
     assert TOKEN_ENV in capsys.readouterr().err
+    assert cli.main(["--url", "postgresql://nowhere.invalid/db"]) == 2  # loopback: still one
+    assert "--insecure-no-token" in capsys.readouterr().err
+    assert cli.main(["--allowed-host", "https://x/", "--url", "postgresql://nowhere.invalid/db",
+                     "--insecure-no-token"]) == 2  # fmt: skip
+    assert "not a host name" in capsys.readouterr().err

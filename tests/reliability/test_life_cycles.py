@@ -43,12 +43,14 @@ from pgmemory import MemoryRecord, MemoryScope
 from pgmemory.admin import Admin
 from pgmemory.errors import StoreClosedError
 from pgmemory.settings import Settings
-from pgmemory.store import lifecycle
+from pgmemory.store import embedded, lifecycle
 from pgmemory.store.store import MemoryStore
 from pgmemory.sync import SyncAdmin, SyncMemoryStore
 from tests.reliability.test_server import (
     _postmaster,
     _server_running,
+    _settings,
+    _wait_stopped,
     data_dir,
     template_data_dir,
 )
@@ -262,6 +264,61 @@ async def test_an_async_store_opened_before_fork_serves_a_child_on_its_own_loop(
         for user in users:
             assert await store.count(collection, MemoryScope(user_id=user)) == 5
         assert await store.search(collection, parent, vector=_vector(1), limit=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["multiprocessing", "os.fork"])
+def test_children_of_a_store_on_the_embedded_server_leave_it_to_the_parent(
+    data_dir: Path, how: str
+) -> None:
+    """On the embedded server (no URL), children fork from a store that started it, use it,
+    close it and exit (the os.fork ones as an ordinary exit would: with the embedded module's
+    exit hook); the same postmaster still serves the parent, and the parent's close stops it."""
+    with SyncMemoryStore(settings=_settings(data_dir)) as store:
+        store.create_collection("notes", dimensions=DIMS, embedding_model=GatedEmbedder.model_id)
+        store.add("notes", [_record("parent", 0)])
+        postmaster = _postmaster(data_dir)
+
+        def child(i: int) -> None:
+            _child_work_sync(store, "notes", f"child-{i}", close=True)
+            if how == "os.fork":
+                embedded._release_all()  # what the child's interpreter does at exit
+
+        _in_children(child, children=3, how=how)
+        assert _postmaster(data_dir).pid == postmaster.pid
+        assert store.count("notes", MemoryScope(user_id="parent")) == 1
+        for i in range(3):
+            assert store.count("notes", MemoryScope(user_id=f"child-{i}")) == 5
+    _wait_stopped(data_dir)
+
+
+@pytest.mark.slow
+def test_a_forked_child_is_a_user_of_the_embedded_server_until_it_exits(data_dir: Path) -> None:
+    """The parent closes its store (the last of its own handles) while a child forked from it
+    still works: the server stays for the child, and stops when the child, its last user,
+    closes; it is never restarted behind anyone's back (one postmaster throughout)."""
+    context = multiprocessing.get_context("fork")
+    using, parent_closed = context.Event(), context.Event()
+    store = SyncMemoryStore(settings=_settings(data_dir)).open()
+    store.create_collection("notes", dimensions=DIMS, embedding_model=GatedEmbedder.model_id)
+    postmaster = _postmaster(data_dir).pid
+
+    def child(i: int) -> None:
+        store.add("notes", [_record("child-first", 100)])
+        using.set()
+        assert parent_closed.wait(CHILD_TIMEOUT_S)
+        assert _postmaster(data_dir).pid == postmaster
+        _child_work_sync(store, "notes", "child", close=True)
+
+    runner = threading.Thread(target=_in_children, args=(child, 1, "multiprocessing"))
+    runner.start()
+    assert using.wait(CHILD_TIMEOUT_S)
+    store.close()
+    assert _postmaster(data_dir).pid == postmaster
+    parent_closed.set()
+    runner.join(CHILD_TIMEOUT_S + 5)
+    assert not runner.is_alive()
+    _wait_stopped(data_dir)
 
 
 # --- close ---------------------------------------------------------------------------------

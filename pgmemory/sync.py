@@ -132,6 +132,9 @@ class _LoopThread:
         connections finish), cancel the calls still in flight (each raises StoreClosedError),
         then stop the loop and its thread. Calling it twice is harmless."""
         self._adopt()
+        if threading.current_thread() is self._thread:
+            closing.close()
+            raise PgMemoryError("a SyncMemoryStore cannot be closed from inside its own loop")
         with self._lock:
             if self._closed:
                 closing.close()

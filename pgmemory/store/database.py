@@ -452,11 +452,8 @@ class Database:
             self._after_fork()
 
     def _after_fork(self) -> None:
-        """In a forked child: fresh pools, and a handle of its own on the embedded server.
-
-        The parent's handle is not the child's to release: the child takes its own at its
-        first connection, so it counts as a user, and its exit stops nothing the parent uses.
-        """
+        """In a forked child: fresh pools, and a handle of its own on the embedded server (taken
+        at its first connection: the child counts as a user, and stops nothing of the parent's)."""
         self._pid = os.getpid()
         engines = [self._engine] if self._engine is not None else []
         if self._replicas is not None:
@@ -479,7 +476,11 @@ class Database:
         if self._child_server_due and self._server is not None:
             if self._child_server is None:  # one start, whichever task connects first
                 self._child_server = asyncio.ensure_future(asyncio.to_thread(self._server.start))
-            await asyncio.shield(self._child_server)
+            try:
+                await asyncio.shield(self._child_server)
+            except Exception:
+                self._child_server = None  # the next connection tries again
+                raise
             self._child_server_due = False
         try:
             conn = await self.engine.connect()

@@ -54,3 +54,8 @@ class StructuredOutputError(PgMemoryError):
 
 class MissingExtraError(PgMemoryError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+class StoreClosedError(PgMemoryError):
+    """The store was closed: by a call to ``close()`` before this call, or while it ran (it
+    was then cancelled, and a write it made may or may not have taken effect)."""

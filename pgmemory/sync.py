@@ -12,13 +12,16 @@ body runs the async store's own method on that loop. The life cycle is written h
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import threading
 from collections.abc import Awaitable, Coroutine
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgmemory.admin.admin import Admin
-from pgmemory.errors import PgMemoryError
+from pgmemory.errors import PgMemoryError, StoreClosedError
+from pgmemory.store import lifecycle
 from pgmemory.store.store import MemoryStore
 from pgmemory.sync_generated import SyncAdminMethods, SyncMemoryStoreMethods
 
@@ -34,35 +37,146 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
+#: Held by a forked child while it makes its own loops (a child begins with one thread; this
+#: lock is only ever taken in children, so a fork cannot leave it held).
+_FORK_LOCK = threading.Lock()
+#: Seconds close() waits for the loop to cancel what remains, and for its thread to end.
+_STOP_TIMEOUT_S = 10.0
+
+
 class _LoopThread:
-    """An event loop running forever in a daemon thread; coroutines are submitted to it."""
+    """An event loop running forever in a daemon thread; coroutines are submitted to it.
+
+    It knows the calls in flight, so that :meth:`close` answers each of them, and the process
+    it was made in: in a forked child (the parent's loop thread does not exist there) the
+    first call makes a fresh loop and thread. The check is a pid comparison on each call
+    rather than an ``os.register_at_fork`` hook: it sees every fork (servers such as uWSGI
+    fork from C), costs one system call next to a database round trip, and does the work
+    lazily, in the children that use the store, never inside the fork itself.
+    """
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._calls: set[Future[Any]] = set()
+        self._closed = False
+        self._start()
+
+    def _start(self) -> None:
+        self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
-            target=self.loop.run_forever, name="pgmemory-sync-loop", daemon=True
+            target=self._loop.run_forever, name="pgmemory-sync-loop", daemon=True
         )
         self._thread.start()
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """This process's loop (a forked child's own)."""
+        self._adopt()
+        return self._loop
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _adopt(self) -> None:
+        """In a forked child: a fresh loop and thread. The parent's loop is kept, never closed:
+        its selector and wake-up socket are the parent's too, and closing them here would
+        unregister them from the parent's loop."""
+        if self._pid == os.getpid():
+            return
+        with _FORK_LOCK:
+            if self._pid == os.getpid():
+                return
+            lifecycle.keep_inherited((self._loop, self._thread, self._calls))
+            self._lock = threading.Lock()
+            self._calls = set()
+            self._start()
+            self._pid = os.getpid()
+
     def run(self, awaitable: Awaitable[T], /) -> T:
-        """Run ``awaitable`` on the loop and wait for its result (or exception) in this thread."""
+        """Run ``awaitable`` on the loop and wait for its result (or exception) in this thread.
+
+        Raises:
+            StoreClosedError: The store was closed before the call, or while it ran.
+        """
+        self._adopt()
         if threading.current_thread() is self._thread:
-            if isinstance(awaitable, Coroutine):
-                awaitable.close()
+            _discard(awaitable)
             raise PgMemoryError(
                 "a SyncMemoryStore method was called from inside its own event loop: use the "
                 "async MemoryStore in async code"
             )
-        future: Future[T] = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self.loop)
-        return future.result()
+        with self._lock:
+            if self._closed:
+                _discard(awaitable)
+                raise StoreClosedError(lifecycle.CLOSED)
+            future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._loop)
+            self._calls.add(future)
+        try:
+            return future.result()
+        except CancelledError:
+            if not self._closed:
+                raise
+            raise StoreClosedError(
+                "the store was closed while this call ran, and the call was cancelled (a write "
+                "it made may or may not have taken effect): close the store only after its "
+                "last call"
+            ) from None
+        finally:
+            with self._lock:
+                self._calls.discard(future)
 
-    def stop(self) -> None:
-        """Stop the loop, join the thread, close the loop."""
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
+    def close(self, closing: Coroutine[Any, Any, None]) -> None:
+        """Refuse new calls, run ``closing`` (the store's close, which lets calls holding
+        connections finish), cancel the calls still in flight (each raises StoreClosedError),
+        then stop the loop and its thread. Calling it twice is harmless."""
+        self._adopt()
+        if threading.current_thread() is self._thread:
+            closing.close()
+            raise PgMemoryError("a SyncMemoryStore cannot be closed from inside its own loop")
+        with self._lock:
+            if self._closed:
+                closing.close()
+                return
+            self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(closing, self._loop).result(
+                timeout=lifecycle.CLOSE_GRACE_S + _STOP_TIMEOUT_S
+            )
+        finally:
+            with self._lock:
+                calls = list(self._calls)
+            for call in calls:
+                call.cancel()
+            self._stop()
+
+    def _stop(self) -> None:
+        """Let cancelled calls unwind, stop the loop, join the thread, close the loop."""
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(_cancel_others(), self._loop).result(
+                timeout=_STOP_TIMEOUT_S
+            )
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=_STOP_TIMEOUT_S)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+def _discard(awaitable: Awaitable[Any]) -> None:
+    """Close a coroutine that will not run (no "never awaited" warning)."""
+    if isinstance(awaitable, Coroutine):
+        awaitable.close()
+
+
+async def _cancel_others() -> None:
+    """Cancel every other task of the running loop and wait for them (a bounded wait: the
+    caller times it out)."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class SyncMemoryStore(SyncMemoryStoreMethods):
@@ -97,7 +211,7 @@ class SyncMemoryStore(SyncMemoryStoreMethods):
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        """The event loop the store runs on."""
+        """The event loop the store runs on (in a process forked after opening, its own)."""
         return self._portal.loop
 
     def open(self) -> SyncMemoryStore:
@@ -106,13 +220,15 @@ class SyncMemoryStore(SyncMemoryStoreMethods):
         return self
 
     def close(self) -> None:
-        """Close the store, then stop the background loop. Calling it twice is harmless."""
-        if self._portal.loop.is_closed():
-            return
-        try:
-            self._portal.run(self.async_store.close())
-        finally:
-            self._portal.stop()
+        """Close the store for good, then stop the background loop.
+
+        Later calls raise :class:`~pgmemory.errors.StoreClosedError`. Calls in flight are
+        answered: those holding a database connection may finish (for at most
+        ``lifecycle.CLOSE_GRACE_S``), the others are cancelled and raise StoreClosedError.
+        Calling it twice is harmless; in a process forked after opening, it closes only that
+        process's pool and loop (the parent's stay the parent's).
+        """
+        self._portal.close(self.async_store.close())
 
     def shared_transaction(self) -> None:
         """Not available on the sync face: blocking calls run one by one on the background

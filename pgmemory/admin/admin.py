@@ -33,8 +33,10 @@ from pgmemory.admin.pages import Cursor, Page
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW, MemoryRecall, Recall
 from pgmemory.admin.retention import PruneRecord
 from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
-from pgmemory.store.database import Database, retried_read
+from pgmemory.store import lifecycle
+from pgmemory.store.database import Database
 from pgmemory.store.records import Memory
+from pgmemory.store.retry import retried_read
 from pgmemory.store.store import MemoryStore
 
 
@@ -315,3 +317,6 @@ class Admin:
             DatabaseNotReadyError: The ``citus`` extension is not installed (nothing is changed).
         """
         return await distribution.distribute(self._db)
+
+
+lifecycle.refuse_when_closed(Admin, lambda admin: admin._db.closed, keep=())

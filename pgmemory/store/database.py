@@ -10,8 +10,7 @@ verb                   transaction                      retry                   
 =====================  ===============================  ==========================  ==================
 :meth:`read`           autocommit, or one READ          the whole read method,      a hot standby when
                        COMMITTED transaction (for       once, after a lost          one may serve the
-                       ``SET LOCAL``)                   connection (:func:`retried  user; else primary
-                                                        _read`)
+                       ``SET LOCAL``)                   connection (``retry.py``)   user; else primary
 :meth:`fetch`          one statement, one prepared      as :meth:`read`             primary (its audit
                        round trip, its own commit;                                  row is a write)
                        joins the unit of work if one
@@ -43,19 +42,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
 import logging
+import os
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
 
-from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
+from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
 from pgmemory.settings import Settings
-from pgmemory.store import fastpath, migrate as migrations, queries as q
+from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries as q
 from pgmemory.store.connector import adopt_engine, check_database, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
@@ -112,6 +112,14 @@ class Database:
         self._engine: AsyncEngine | None = None
         self._read_urls = tuple(read_urls)
         self._replicas: ReplicaSet | None = None
+        self._closed = False
+        #: The process the pools were made in: a forked child makes its own (see _usable).
+        self._pid = os.getpid()
+        #: A forked child's start of its own use of the embedded server (see _after_fork).
+        self._child_server: asyncio.Future[str] | None = None
+        self._child_server_due = False
+        #: The connections handed out, so that close() can wait for those in flight.
+        self._leases: weakref.WeakSet[AsyncConnection] = weakref.WeakSet()
         #: The shared transaction the current task's writes join, if any.
         self._shared: contextvars.ContextVar[_SharedTransaction | None] = contextvars.ContextVar(
             f"pgmemory_shared_transaction_{id(self)}", default=None
@@ -125,6 +133,8 @@ class Database:
                 missing.
             MissingExtraError: No URL is set and the embedded server is not installed.
         """
+        if self._closed:
+            raise StoreClosedError(lifecycle.CLOSED)
         if self._engine is not None:
             return
         url = self._url
@@ -151,14 +161,33 @@ class Database:
             if self._read_urls:
                 self._replicas = ReplicaSet(self._read_urls, self.settings)
         except BaseException:
-            await self.close()
+            await self._release()
             raise
 
-    async def close(self) -> None:
-        """Close the pool; release the embedded server (stopped when no process uses it).
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (every statement then raises StoreClosedError)."""
+        return self._closed
 
-        A server that died (crashed, killed) is fine: there is nothing left to stop.
+    async def close(self) -> None:
+        """Refuse new statements, let those in flight finish, close the pool; release the
+        embedded server (stopped when no process uses it).
+
+        Then every verb raises :class:`~pgmemory.errors.StoreClosedError`; calls in flight keep
+        their connections, awaited (at most ``CLOSE_GRACE_S``) before the pool goes. A dead
+        server is fine. Calling it twice, or in a forked child (the parent's pool and server
+        stay the parent's: see :mod:`pgmemory.store.lifecycle`), is harmless.
         """
+        if self._closed:
+            return
+        self._closed = True
+        if self._pid != os.getpid():
+            self._after_fork()
+        await lifecycle.wait_returned(self._leases, lifecycle.CLOSE_GRACE_S)
+        await self._release()
+
+    async def _release(self) -> None:
+        """Close the pools and release the embedded server."""
         engine, self._engine = self._engine, None
         replicas, self._replicas = self._replicas, None
         if replicas is not None:
@@ -189,6 +218,7 @@ class Database:
     @property
     def engine(self) -> AsyncEngine:
         """The pooled async engine."""
+        self._usable()
         if self._engine is None:
             raise RuntimeError("the store is not open: use `async with MemoryStore(...)`")
         return self._engine
@@ -261,7 +291,8 @@ class Database:
         self, user: str | None, *, transaction: bool = False
     ) -> AsyncIterator[AsyncConnection]:
         """The read verb: a connection for a read of ``user``'s data, on a replica when one may
-        serve it. The method doing the read is retried as a whole (:func:`retried_read`).
+        serve it. The method doing the read is retried as a whole
+        (:func:`pgmemory.store.retry.retried_read`).
 
         A replica serves it when it is reachable, not lagging, and has replayed the user's
         latest write through this database (waiting at most ``replica_wait_ms``); otherwise,
@@ -275,7 +306,10 @@ class Database:
         """
         conn = None
         if self._replicas is not None:
+            self._usable()
             conn = await self._replicas.acquire(user)
+            if conn is not None:
+                self._leases.add(conn)
         if conn is None:
             conn = await self._connect()
         async with contextlib.AsyncExitStack() as stack:
@@ -342,7 +376,7 @@ class Database:
         Errors come out as from any other statement: a psycopg error raised in the block is
         re-raised as SQLAlchemy's ``DBAPIError`` (parameters hidden). When the connection was
         lost, the pool discards it and the error is ``connection_invalidated``, so
-        :func:`retried_read` runs the read once more.
+        :func:`pgmemory.store.retry.retried_read` runs the read once more.
         """
         async with contextlib.AsyncExitStack() as stack:
             conn = await self._connect()
@@ -363,7 +397,7 @@ class Database:
                     psycopg.Error,
                     hide_parameters=True,
                     connection_invalidated=lost,
-                    dialect=self.engine.dialect,
+                    dialect=conn.dialect,
                 ) from exc
             finally:
                 if not conn.invalidated:
@@ -412,6 +446,28 @@ class Database:
             )
         return await operation()
 
+    def _usable(self) -> None:
+        """Raise StoreClosedError once closed; in a forked child, leave the parent's pools (a
+        pid check before every statement: one system call, and it sees every kind of fork)."""
+        if self._closed:
+            raise StoreClosedError(lifecycle.CLOSED)
+        if self._pid != os.getpid():
+            self._after_fork()
+
+    def _after_fork(self) -> None:
+        """In a forked child: fresh pools, and a handle of its own on the embedded server (taken
+        at its first connection: the child counts as a user, and stops nothing of the parent's)."""
+        self._pid = os.getpid()
+        engines = [self._engine] if self._engine is not None else []
+        if self._replicas is not None:
+            engines += [replica.engine for replica in self._replicas.replicas]
+        lifecycle.leave_pools_to_parent(engines)
+        self._leases = weakref.WeakSet()
+        if self._server is not None:
+            lifecycle.keep_inherited(self._server)
+            self._server = EmbeddedServer(self._server.data_dir)
+            self._child_server, self._child_server_due = None, True
+
     async def _connect(self) -> AsyncConnection:
         """A started pooled connection (the caller closes it).
 
@@ -419,8 +475,18 @@ class Database:
         be made and the embedded server is ours, that server is started again (it died) and
         the connection made once more.
         """
+        self._usable()
+        if self._child_server_due and self._server is not None:
+            if self._child_server is None:  # one start, whichever task connects first
+                self._child_server = asyncio.ensure_future(asyncio.to_thread(self._server.start))
+            try:
+                await asyncio.shield(self._child_server)
+            except Exception:
+                self._child_server = None  # the next connection tries again
+                raise
+            self._child_server_due = False
         try:
-            return await self.engine.connect()
+            conn = await self.engine.connect()
         except DBAPIError as exc:
             if self._server is None:
                 raise
@@ -428,38 +494,10 @@ class Database:
                 "cannot connect to the embedded server (%s); starting it again",
                 type(exc.orig).__name__,
             )
-        await asyncio.to_thread(self._server.ensure_running)
-        return await self.engine.connect()
-
-
-class _HasDatabase(Protocol):
-    """An object whose reads go through a :class:`Database` (the store)."""
-
-    @property
-    def _db(self) -> Database: ...
-
-
-S = TypeVar("S", bound=_HasDatabase)
-
-
-def retried_read(
-    method: Callable[Concatenate[S, P], Awaitable[T]],
-) -> Callable[Concatenate[S, P], Awaitable[T]]:
-    """Run a reading method (of the store or the admin plane) through :meth:`Database.retried`
-    (retried once after a lost connection).
-
-    Args:
-        method: An ``async`` method that only reads (and at most writes recall audit rows).
-
-    Returns:
-        The method, retried once when it loses its connection midway.
-    """
-
-    @functools.wraps(method)
-    async def reading(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._db.retried(lambda: method(self, *args, **kwargs))
-
-    return reading
+            await asyncio.to_thread(self._server.ensure_running)
+            conn = await self.engine.connect()
+        self._leases.add(conn)
+        return conn
 
 
 async def _lock_users(conn: AsyncConnection, users: frozenset[str] | None) -> None:

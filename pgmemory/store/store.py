@@ -16,7 +16,7 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
-from pgmemory.store import erasure, facts, history, reads, recall, writes
+from pgmemory.store import erasure, facts, history, lifecycle, reads, recall, writes
 from pgmemory.store.ann import (
     ANN_EF_SEARCH,
     ANN_MIN_SCOPE_ROWS,
@@ -25,7 +25,7 @@ from pgmemory.store.ann import (
     AnnPaths,
 )
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.database import Database, retried_read
+from pgmemory.store.database import Database
 from pgmemory.store.modes import STORE_DEFAULT_MODE, SearchMode
 from pgmemory.store.records import (
     AnnStatus,
@@ -38,6 +38,7 @@ from pgmemory.store.records import (
     RecallTrace,
     SearchWeights,
 )
+from pgmemory.store.retry import retried_read
 
 if TYPE_CHECKING:
     from pgmemory.embedders.base import Embedder
@@ -112,7 +113,10 @@ class MemoryStore:
         return self
 
     async def close(self) -> None:
-        """Close the pool; release the embedded server (stopped when no process uses it)."""
+        """Close the store for good: later calls raise :class:`~pgmemory.errors.StoreClosedError`;
+        calls in flight may finish (their connections are awaited, at most
+        ``lifecycle.CLOSE_GRACE_S``); then the pool closes and the embedded server is released
+        (stopped when no process uses it). Calling it twice is harmless."""
         await self._db.close()
 
     async def __aenter__(self) -> MemoryStore:
@@ -571,3 +575,6 @@ class MemoryStore:
             self._db, self._catalogue, collection, scope, limit=limit, offset=offset,
             newest_first=newest_first, since=since, until=until, allow_unscoped=allow_unscoped,
         )  # fmt: skip
+
+
+lifecycle.refuse_when_closed(MemoryStore, lambda store: store._db.closed, keep=["close"])

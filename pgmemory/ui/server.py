@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
-from collections.abc import Iterable
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from pgmemory.extras import require
@@ -203,6 +207,10 @@ def serve(
 ) -> None:
     """Open a store and serve the page until interrupted (blocking).
 
+    SIGTERM (how systemd, docker and supervisors stop a process) is handled as Ctrl-C: the
+    page shuts down, then the store closes, stopping the embedded server it started; the
+    caller sees KeyboardInterrupt (``pgmemory ui`` then exits 0).
+
     Args:
         host: address to bind (loopback by default).
         port: TCP port.
@@ -235,4 +243,31 @@ def serve(
                 insecure_no_token=insecure_no_token, allowed_hosts=hosts,
             )  # fmt: skip
 
-    asyncio.run(run())
+    with _stops_as_interrupts():
+        asyncio.run(run())
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _stops_as_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT raise KeyboardInterrupt where the main thread is.
+
+    Uvicorn takes both signals while it serves, shuts down gracefully, then raises the signal
+    again for the handler it found: this one, so the exception unwinds through the store's
+    ``async with`` (which closes it, stopping the embedded server) instead of the default
+    SIGTERM action killing the process with the server still running. SIGINT is handled the
+    same way rather than by asyncio.run's own handler, which cancels the main task and so
+    interrupts the store's close.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -493,6 +493,7 @@ def test_pgmemory_ui_stopped_by_a_signal_stops_its_embedded_server(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGMEMORY_")}
     env["PGMEMORY_DATA_DIR"] = str(data_dir)
+    env["PGMEMORY_UI_TOKEN"] = token = "life-cycle-test-token-4b1d"
     ui = subprocess.Popen(
         [sys.executable, "-m", "pgmemory", "ui", "--port", str(port)],
         cwd=ROOT,
@@ -507,7 +508,10 @@ def test_pgmemory_ui_stopped_by_a_signal_stops_its_embedded_server(
             assert ui.poll() is None, ui.communicate()[0]
             assert time.monotonic() < deadline, "the page never answered"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                signed_in = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/", headers={"Authorization": f"Bearer {token}"}
+                )
+                with urllib.request.urlopen(signed_in, timeout=5) as page:
                     assert page.status == 200
                     break
             except OSError:

@@ -33,28 +33,13 @@ down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_GUARD = """
-CREATE OR REPLACE FUNCTION pgmemory_audit_guard() RETURNS trigger
-LANGUAGE plpgsql
-SET "TimeZone" TO 'UTC' SET extra_float_digits TO 1 AS $$
-BEGIN
-    IF TG_OP <> 'INSERT'
-       AND current_setting('pgmemory.audit_change', true) IS DISTINCT FROM 'sanctioned' THEN
-        RAISE EXCEPTION 'pgmemory: % on % refused: audit rows are append-only (erase with '
-            'pgmemory_erase_user_audit, prune with pgmemory_prune_audit)', TG_OP, TG_TABLE_NAME
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF TG_LEVEL = 'STATEMENT' OR TG_OP = 'DELETE' THEN
-        RETURN OLD;
-    END IF;
-    IF TG_OP = 'INSERT' THEN
+#: What the guard does first on an INSERT (put before 0006's row-hash line).
+_STAMP = """    IF TG_OP = 'INSERT' THEN
         NEW.at := now();  -- the server's clock, not the writer's say
     END IF;
-    NEW.row_sha256 := pgmemory_audit_row_sha256(to_jsonb(NEW));
-    RETURN NEW;
-END
-$$
 """
+_ROW_HASH_LINE = "    NEW.row_sha256 := pgmemory_audit_row_sha256(to_jsonb(NEW));\n"
+
 
 #: The checks put before 0006's erasure body (its first statement is the secret's DELETE).
 _ERASE_CHECKS = """
@@ -120,9 +105,16 @@ def _pin_search_path() -> None:
         )
 
 
+def _guard(v0006: ModuleType) -> str:
+    """0006's guard, stamping an inserted row's ``at`` before it hashes the row."""
+    ddl = v0006._GUARD.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+    assert ddl.count(_ROW_HASH_LINE) == 1, "0006's guard has no row-hash line"
+    return ddl.replace(_ROW_HASH_LINE, _STAMP + _ROW_HASH_LINE)
+
+
 def upgrade() -> None:
     v0006 = _v0006()
-    op.execute(_GUARD)
+    op.execute(_guard(v0006))
     op.execute(_with_checks(v0006._ERASE, _ERASE_CHECKS))
     op.execute(_with_checks(v0006._PRUNE, _PRUNE_CHECK))
     _pin_search_path()

@@ -303,8 +303,8 @@ class Admin:
 
         Raises:
             InvalidInputError: A bad count.
-            DatabaseNotReadyError: The table is missing, already partitioned or not empty
-                (nothing is changed).
+            DatabaseNotReadyError: The table is missing, already partitioned or not empty, or
+                the database has Citus (nothing is changed).
         """
         return await partitioning.partition_memories(self._db, partitions)
 

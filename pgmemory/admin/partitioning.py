@@ -85,7 +85,8 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
     Raises:
         InvalidInputError: A bad count; nothing was changed.
         DatabaseNotReadyError: The table is missing (run the migrations first), already
-            partitioned, or holds rows; nothing was changed.
+            partitioned, or holds rows, or the database has Citus (there the tables are
+            distributed instead); nothing was changed.
     """
     from sqlalchemy import text
 
@@ -95,6 +96,12 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
 
     count = check_partitions(partitions)
     async with db.write() as conn:
+        if (await conn.execute(text(s.CITUS_INSTALLED))).scalar():
+            raise DatabaseNotReadyError(
+                "this database has the citus extension: on Citus pgmemory's tables are "
+                "distributed by user_id (`pgmemory db distribute`), which splits a heavy user's "
+                "rows by shard instead; partitioning is for one server. Nothing was changed"
+            )
         await conn.execute(text(q.MIGRATION_XACT_LOCK), {"key": MIGRATION_LOCK_KEY})
         kind = (await conn.execute(text(q.MEMORIES_RELKIND))).scalar()
         if kind is None:

@@ -150,3 +150,17 @@ async def test_a_table_sharded_another_way_is_refused(migrated: str) -> None:
     with pytest.raises(DatabaseNotReadyError, match="pgmemory_user_secrets is a reference table"):
         await _distribute(migrated)
     assert set(_layout(migrated)) == {"pgmemory_user_secrets"}, "something was changed"
+
+
+async def test_partitioning_is_refused_on_a_citus_database(migrated: str) -> None:
+    """db partition is for one server: on a Citus database it says so and changes nothing."""
+    async with MemoryStore(migrated) as store:
+        with pytest.raises(DatabaseNotReadyError, match="citus extension.*Nothing was changed"):
+            await Admin(store).partition_memories(partitions=4)
+    engine = sa.create_engine(migrated)
+    with engine.connect() as conn:
+        kind = conn.execute(
+            sa.text("SELECT relkind::text FROM pg_class WHERE oid = 'pgmemory_memories'::regclass")
+        ).scalar_one()
+    engine.dispose()
+    assert kind == "r"

@@ -188,8 +188,8 @@ class Settings(BaseSettings):
     ui_token: SecretStr | None = Field(
         default=None,
         description=(
-            "Token the audit web page (`pgmemory ui`) demands of every request; required "
-            "unless the page is started with --insecure-no-token (loopback, read-only only)."
+            "Retired: the audit page's tokens are kept hashed in the database (`pgmemory "
+            "token create NAME`); `pgmemory ui` refuses to start while this is set."
         ),
     )
     ui_allowed_hosts: str | None = Field(

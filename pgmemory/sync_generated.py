@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW
+from pgmemory.admin.tokens import DEFAULT_LIFETIME
 from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS, ANN_RECALL_FLOOR
 from pgmemory.store.modes import STORE_DEFAULT_MODE
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from pgmemory.admin.pages import Cursor, Page
     from pgmemory.admin.recalls import MemoryRecall, Recall
     from pgmemory.admin.retention import PruneRecord
+    from pgmemory.admin.tokens import IssuedToken, TokenInfo
     from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
     from pgmemory.embedders.base import Embedder
     from pgmemory.store.database import Database
@@ -541,6 +543,39 @@ class SyncAdminMethods:
         functions, grants) and every audit row's hash. Reads only; a full scan of the audit
         tables."""
         return self._portal.run(self.async_admin.verify_audit())
+
+    def issue_token(
+        self, name: str, *, purpose: str = "ui", lifetime: timedelta = DEFAULT_LIFETIME
+    ) -> IssuedToken:
+        """Blocking :meth:`Admin.issue_token`: issue a token under ``name``; the token is in the
+        result only, never stored."""
+        return self._portal.run(
+            self.async_admin.issue_token(name, purpose=purpose, lifetime=lifetime)
+        )
+
+    def verify_token(self, token: str, *, purpose: str = "ui") -> TokenInfo | None:
+        """Blocking :meth:`Admin.verify_token`: the record of ``token`` when it is live and opens
+        ``purpose``, else None."""
+        return self._portal.run(self.async_admin.verify_token(token, purpose=purpose))
+
+    def token_still_valid(self, token_id: int, *, purpose: str = "ui") -> bool:
+        """Blocking :meth:`Admin.token_still_valid`: whether the token numbered ``token_id`` is
+        neither revoked nor expired."""
+        return self._portal.run(self.async_admin.token_still_valid(token_id, purpose=purpose))
+
+    def list_tokens(
+        self, *, include_inactive: bool = False, limit: int | None = None
+    ) -> list[TokenInfo]:
+        """Blocking :meth:`Admin.list_tokens`: tokens, newest first: names, purposes and dates (live
+        ones unless ``include_inactive``); never a token or its hash."""
+        return self._portal.run(
+            self.async_admin.list_tokens(include_inactive=include_inactive, limit=limit)
+        )
+
+    def revoke_token(self, name_or_id: str | int) -> TokenInfo | None:
+        """Blocking :meth:`Admin.revoke_token`: revoke the live token of this name (or number) at
+        once; None when there is none."""
+        return self._portal.run(self.async_admin.revoke_token(name_or_id))
 
     def create_app_role(self, name: str, password: str) -> roles.RoleReport:
         """Blocking :meth:`Admin.create_app_role`: create (or reset) a least-privilege application

@@ -24,6 +24,7 @@ from pgmemory.admin import (
     recalls,
     retention,
     roles,
+    tokens,
     users,
 )
 from pgmemory.admin.facts import FactChange, FactSet
@@ -32,6 +33,7 @@ from pgmemory.admin.memories import MemoryAuditEntry
 from pgmemory.admin.pages import Cursor, Page
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW, MemoryRecall, Recall
 from pgmemory.admin.retention import PruneRecord
+from pgmemory.admin.tokens import DEFAULT_LIFETIME, IssuedToken, TokenInfo
 from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
 from pgmemory.store import lifecycle
 from pgmemory.store.database import Database
@@ -276,6 +278,42 @@ class Admin:
             :mod:`pgmemory.admin.integrity` for what it can and cannot detect.
         """
         return await integrity.verify(self._db)
+
+    # --- access tokens (the audit page; see pgmemory.admin.tokens) ----------------------------
+
+    async def issue_token(
+        self, name: str, *, purpose: str = "ui", lifetime: timedelta = DEFAULT_LIFETIME
+    ) -> IssuedToken:
+        """Issue a token under ``name``; the token is in the result only, never stored.
+
+        Args:
+            name: The label (whose or what it is), unique among live tokens.
+            purpose: What it opens: ``"ui"`` (the audit page) or ``"mcp"``.
+            lifetime: How long it works (at most a year).
+
+        Raises:
+            InvalidInputError: A bad name, purpose or lifetime, or a live token of that name.
+        """
+        return await tokens.issue_token(self._db, name, purpose=purpose, lifetime=lifetime)
+
+    async def verify_token(self, token: str, *, purpose: str = "ui") -> TokenInfo | None:
+        """The record of ``token`` when it is live and opens ``purpose``, else None."""
+        return await tokens.verify_token(self._db, token, purpose=purpose)
+
+    async def token_still_valid(self, token_id: int, *, purpose: str = "ui") -> bool:
+        """Whether the token numbered ``token_id`` is neither revoked nor expired."""
+        return await tokens.token_still_valid(self._db, token_id, purpose=purpose)
+
+    async def list_tokens(
+        self, *, include_inactive: bool = False, limit: int | None = None
+    ) -> list[TokenInfo]:
+        """Tokens, newest first: names, purposes and dates (live ones unless
+        ``include_inactive``); never a token or its hash."""
+        return await tokens.list_tokens(self._db, include_inactive=include_inactive, limit=limit)
+
+    async def revoke_token(self, name_or_id: str | int) -> TokenInfo | None:
+        """Revoke the live token of this name (or number) at once; None when there is none."""
+        return await tokens.revoke_token(self._db, name_or_id)
 
     # --- deployment: roles, partitioning, Citus ---------------------------------------------
 

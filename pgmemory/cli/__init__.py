@@ -9,6 +9,7 @@ embedded server under ``PGMEMORY_DATA_DIR``. Commands, one module per group:
 * :mod:`pgmemory.cli.audit` - ``audit verify``;
 * :mod:`pgmemory.cli.transfer` - ``export``, ``import``;
 * :mod:`pgmemory.cli.erase` - ``forget``, ``prune-audit``;
+* :mod:`pgmemory.cli.tokens` - ``token create|list|revoke`` (access tokens);
 * :mod:`pgmemory.ui.cli` - ``ui`` (the audit web page).
 
 Failures pgmemory can explain print ONE line (``pgmemory: error: ...``, see
@@ -27,7 +28,7 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from pgmemory.cli import db, erase, listing, transfer
+from pgmemory.cli import db, erase, listing, tokens, transfer
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_parsers(commands, common)
     transfer.add_parsers(commands, common)
     erase.add_parsers(commands, common)
+    tokens.add_parsers(commands, common)
     ui_cli.add_parser(commands)
     return parser
 

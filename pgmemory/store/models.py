@@ -321,9 +321,44 @@ class FactAuditRow(Base):
     __table_args__ = (Index("ix_pgmemory_fact_audit_scope", "user_id", "namespace", "at"),)
 
 
+class AccessTokenRow(Base):
+    """An operator's access token, kept as its sha256 only: who it was issued to (a label),
+    what it opens (``purpose``), until when, and whether it was revoked.
+
+    The token itself is shown once, when issued; a stolen copy of this table opens nothing.
+    Only the owner reads or writes it (the least-privilege role has no grant on it).
+    """
+
+    __tablename__ = "pgmemory_access_tokens"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    purpose: Mapped[str] = mapped_column(Text, nullable=False)
+    token_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        Index("uq_pgmemory_access_tokens_sha256", "token_sha256", unique=True),
+        # One live token per name: a name says whose it is when it is listed or revoked.
+        Index(
+            "uq_pgmemory_access_tokens_name",
+            "name",
+            unique=True,
+            postgresql_where=text("revoked_at IS NULL"),
+        ),
+        CheckConstraint("name <> ''", name="name_not_blank"),
+        CheckConstraint("expires_at > created_at", name="expires_after_creation"),
+    )
+
+
 __all__ = [
     "COVERING_MAX_DIMENSIONS",
     "MAX_DIMENSIONS",
+    "AccessTokenRow",
     "Base",
     "ChatMessageRow",
     "CollectionRow",

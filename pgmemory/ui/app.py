@@ -84,11 +84,11 @@ async def _form(request: Request) -> dict[str, str]:
 class _UI:
     """The pages, bound to one open store."""
 
-    def __init__(self, store: MemoryStore, *, allow_writes: bool, auth: Auth | None) -> None:
+    def __init__(self, store: MemoryStore, *, allow_writes: bool, tokens: bool) -> None:
         self.store = store
         self.admin = Admin(store)
         self.allow_writes = allow_writes
-        self.auth = auth
+        self.auth = Auth(self.admin) if tokens else None
         self.secret = os.urandom(32)  # signs the erase forms' CSRF tokens (per process)
 
     # --- plumbing ----------------------------------------------------------------------------
@@ -174,11 +174,12 @@ class _UI:
             return RedirectResponse(request.url_for("index").path, status_code=303)
         if request.method == "POST":
             form = await _form(request)
-            if same(form.get("token", ""), self.auth.token):
+            info = await self.auth.verify(form.get("token", ""))
+            if info is not None:
                 response = RedirectResponse(request.url_for("index").path, status_code=303)
-                self.auth.set_cookie(request, response)
+                self.auth.set_cookie(request, response, info)
                 return response
-            return unauthorized(request, "That token is not right.")
+            return unauthorized(request, "That token is not valid (wrong, expired or revoked).")
         return unauthorized(request, None)
 
     async def user(self, request: Request) -> Response:
@@ -444,7 +445,6 @@ def create_app(
     store: MemoryStore,
     *,
     allow_writes: bool = False,
-    token: str | None = None,
     insecure_no_token: bool = False,
     allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
@@ -452,47 +452,41 @@ def create_app(
 
     Every request must name the page in its Host header (127.0.0.1, localhost, [::1], or one
     of ``allowed_hosts``), else 400: so a web page the operator visits cannot read it through
-    DNS rebinding. And every request must present the token, unless the page is opened on
-    purpose with ``insecure_no_token=True``. GETs write nothing: the page's searches are not
-    recorded in the recall audit (they are the operator's, not the user's recalls).
+    DNS rebinding. And every request must present a live token issued for the page
+    (``pgmemory token create NAME`` or :meth:`Admin.issue_token
+    <pgmemory.admin.admin.Admin.issue_token>`; kept hashed in the store, revocable, expiring),
+    unless the page is opened on purpose with ``insecure_no_token=True``. GETs write nothing:
+    the page's searches are not recorded in the recall audit (they are the operator's, not the
+    user's recalls), and neither are its reads.
 
     Args:
         store: an open :class:`~pgmemory.store.store.MemoryStore`; the app neither opens nor
             closes it (so it must be opened on the event loop that serves the app).
         allow_writes: offer erasure (of a user, or of one scope) behind a confirmation page;
             off, every erase request gets 403.
-        token: every request must present it, as ``Authorization: Bearer <token>``, or once
-            as ``?token=<token>`` (or the sign-in form), which sets an HttpOnly,
-            SameSite=Strict cookie; without it: 401.
         insecure_no_token: serve without a token: whoever reaches the page reads every memory.
-            Read-only only; a token and this together are refused (which did you mean?).
+            Read-only only.
         allowed_hosts: more names the page answers to (a reverse proxy's), as Host carries
             them: ``name`` (any port) or ``name:port`` (that port only).
+
+    A token is presented as ``Authorization: Bearer <token>``, or once as ``?token=<token>``
+    (or through the sign-in form), which sets an HttpOnly, SameSite=Strict cookie re-checked
+    against the token on every request; without one: 401.
 
     Returns:
         The Starlette application.
 
     Raises:
-        ValueError: no token without ``insecure_no_token``; both; ``allow_writes`` without a
-            token; an allowed host that is not a host name.
+        ValueError: ``allow_writes`` with ``insecure_no_token``; an allowed host that is not a
+            host name.
     """
-    if token is not None and not token.strip():
-        token = None
-    if token is not None and insecure_no_token:
-        raise ValueError("a token and insecure_no_token=True: give one or the other")
-    if allow_writes and token is None:
+    if allow_writes and insecure_no_token:
         raise ValueError(
-            "allow_writes needs a token: pass token=... (e.g. from PGMEMORY_UI_TOKEN), so only "
-            "operators who hold it can erase"
-        )
-    if token is None and not insecure_no_token:
-        raise ValueError(
-            "the audit page needs a token: pass token=... (e.g. from PGMEMORY_UI_TOKEN); to "
-            "serve it open to whoever can reach it, pass insecure_no_token=True"
+            "allow_writes needs tokens: drop insecure_no_token, so only operators holding a "
+            "token issued for the page (`pgmemory token create NAME`) can erase"
         )
     hosts = HostCheck(tuple(allowed_hosts))
-    auth = Auth(token) if token is not None else None
-    ui = _UI(store, allow_writes=allow_writes, auth=auth)
+    ui = _UI(store, allow_writes=allow_writes, tokens=not insecure_no_token)
     routes = [
         Route("/", ui.page(ui.index), name="index"),
         Route("/login", ui.page(ui.login), name="login", methods=["GET", "POST"]),
@@ -506,7 +500,7 @@ def create_app(
         Route("/user/session", ui.page(ui.session), name="session"),
         Route("/user/erase", ui.page(ui.erase), name="erase", methods=["GET", "POST"]),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(Guard, hosts=hosts, auth=auth)])
+    app = Starlette(routes=routes, middleware=[Middleware(Guard, hosts=hosts, auth=ui.auth)])
     return app
 
 

@@ -5,8 +5,9 @@
     ui_cli.add_parser(commands)            # where the sub-commands are defined
     if args.command == "ui": return ui_cli.run(args)
 
-The token comes from the settings (``PGMEMORY_UI_TOKEN`` in the environment or the settings
-file, :attr:`pgmemory.settings.Settings.ui_token`), and so do the extra Host names
+The page opens with tokens kept hashed in the database (``pgmemory token create NAME``); on
+start it issues one for its own run, prints the sign-in address to stderr and revokes it when
+it stops (``--no-run-token``: only issued tokens). The extra Host names come from the settings
 (``PGMEMORY_UI_ALLOWED_HOSTS``; ``--allowed-host`` adds more). Serving without a token takes
 ``--insecure-no-token`` on the command line, each time: it is no setting, so it cannot linger
 in a settings file.
@@ -46,10 +47,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="serve the audit web page (what is remembered about a user, and which recalls "
         "used it)",
         description=(
-            f"Serve the audit web page. Read-only unless --allow-writes. It needs a token in "
-            f"{TOKEN_ENV} (or, on loopback and read-only, --insecure-no-token), and answers "
-            "only to the Host names it serves: 127.0.0.1, localhost, [::1], the bound address "
-            f"and {ALLOWED_HOSTS_ENV} / --allowed-host."
+            "Serve the audit web page. Read-only unless --allow-writes. It opens with a token "
+            "issued for it (one for this run is printed at start; `pgmemory token create NAME` "
+            "issues lasting ones), or, on loopback and read-only, --insecure-no-token; it "
+            "answers only to the Host names it serves: 127.0.0.1, localhost, [::1], the bound "
+            f"address and {ALLOWED_HOSTS_ENV} / --allowed-host."
         ),
     )
     parser.add_argument(
@@ -58,14 +60,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--host", default=DEFAULT_HOST,
-        help=f"address to bind (default {DEFAULT_HOST}; any other needs the token)",
+        help=f"address to bind (default {DEFAULT_HOST}; any other needs tokens)",
     )  # fmt: skip
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
     )
     parser.add_argument(
         "--allow-writes", action="store_true",
-        help="offer erasure of a user or scope, behind a confirmation (needs the token)",
+        help="offer erasure of a user or scope, behind a confirmation (needs tokens)",
     )  # fmt: skip
     parser.add_argument(
         "--allowed-host", action="append", default=[], metavar="NAME",
@@ -74,8 +76,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--insecure-no-token", action="store_true",
-        help=f"serve without {TOKEN_ENV}: anyone who can reach the page reads every memory "
+        help="serve without tokens: anyone who can reach the page reads every memory "
         "(loopback and read-only only)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-run-token", action="store_true",
+        help="do not issue (and print) a token for this run: only tokens from "
+        "`pgmemory token create` open the page",
     )  # fmt: skip
     return parser
 
@@ -90,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed arguments.
 
     Returns:
-        The exit status (2 when a token is needed but missing, or a setting or allowed host is
-        unusable).
+        The exit status (2 when the token opt-out is not allowed, or a setting or allowed host
+        is unusable).
     """
     import logging
 
@@ -104,9 +111,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         env_file = getattr(args, "env_file", None)
         settings = Settings.from_env_file(env_file) if env_file else Settings()
-        token = settings.ui_token.get_secret_value() if settings.ui_token is not None else None
+        if settings.ui_token is not None:
+            raise ValueError(server.RETIRED_TOKEN_ENV)
         options: dict[str, Any] = {
-            "allow_writes": args.allow_writes, "token": token,
+            "allow_writes": args.allow_writes,
             "insecure_no_token": args.insecure_no_token, "allowed_hosts": args.allowed_host,
         }  # fmt: skip
         # Refuse before warning (and before any database server starts).
@@ -115,8 +123,9 @@ def run(args: argparse.Namespace) -> int:
         if args.insecure_no_token:
             print(NO_TOKEN_WARNING, file=sys.stderr)
         server.serve(
-            args.host, args.port, url=getattr(args, "url", None), settings=settings, **options
-        )
+            args.host, args.port, url=getattr(args, "url", None), settings=settings,
+            run_token=not args.no_run_token, **options,
+        )  # fmt: skip
     except ValueError as exc:  # a token, a host name, or InvalidInputError (a ValueError too)
         prefix = "pgmemory: error" if isinstance(exc, InvalidInputError) else "pgmemory ui: error"
         print(f"{prefix}: {exc}", file=sys.stderr)

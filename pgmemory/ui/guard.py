@@ -1,5 +1,5 @@
 """The audit page's boundary: the Host check, the token check and sign-in cookie, and the
-security headers every response carries.
+security headers every response carries. Tokens are the store's (:mod:`pgmemory.admin.tokens`).
 
 The Host check comes first: a page on loopback is still reachable from any web page its
 operator visits, through DNS rebinding (a name the attacker controls, re-pointed at
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 from collections.abc import MutableMapping
-from typing import Any
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from starlette.datastructures import URL, Headers
@@ -21,6 +23,10 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pgmemory.ui.render import render
+
+if TYPE_CHECKING:
+    from pgmemory.admin.admin import Admin
+    from pgmemory.admin.tokens import TokenInfo
 
 #: Name of the cookie a ``?token=`` login sets (HttpOnly, SameSite=Strict).
 COOKIE_NAME = "pgmemory_ui"
@@ -101,45 +107,66 @@ class HostCheck:
 
 
 class Auth:
-    """The token, and the cookie value a sign-in sets (derived from the token, not the token)."""
+    """The token check: tokens issued for the page (``pgmemory token create``, purpose
+    ``"ui"``), looked up by their hash in the store, and the sign-in cookie.
 
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.session_value = hmac.new(
-            token.encode("utf-8"), b"pgmemory-ui-session", hashlib.sha256
-        ).hexdigest()
+    The cookie names the token by its number and is signed with a key of this process; every
+    request re-checks that the token is still live, so revoking it (or its expiry) locks the
+    page at once, cookies included. A token is never kept in the cookie, the page or the logs.
+    """
 
-    def check(self, request: Request) -> Response | None:
+    def __init__(self, admin: Admin) -> None:
+        self.admin = admin
+        self._key = os.urandom(32)
+
+    def _mac(self, token_id: int) -> str:
+        return hmac.new(self._key, f"pgmemory-ui:{token_id}".encode(), hashlib.sha256).hexdigest()
+
+    async def _signed_in(self, request: Request) -> bool:
+        raw = request.cookies.get(COOKIE_NAME, "")
+        number, _, mac = raw.partition(".")
+        if not number.isdigit() or len(number) > 18 or not same(mac, self._mac(int(number))):
+            return False
+        return await self.admin.token_still_valid(int(number), purpose="ui")
+
+    async def verify(self, offered: str) -> TokenInfo | None:
+        """The record of the offered token when it opens the page, else None."""
+        return await self.admin.verify_token(offered.strip(), purpose="ui")
+
+    async def check(self, request: Request) -> Response | None:
         """None when the request may pass, else the response to send instead."""
         header = request.headers.get("authorization", "")
         scheme, _, credential = header.partition(" ")
-        if scheme.lower() == "bearer" and same(credential.strip(), self.token):
+        if scheme.lower() == "bearer" and await self.verify(credential):
             return None
-        if same(request.cookies.get(COOKIE_NAME, ""), self.session_value):
+        if await self._signed_in(request):
             return None
         offered = request.query_params.get("token")
         if offered is not None and request.method == "GET":
-            if not same(offered, self.token):
-                return unauthorized(request, "That token is not right.")
+            info = await self.verify(offered)
+            if info is None:
+                return unauthorized(request, "That token is not valid (wrong, expired or revoked).")
             # Signed in: drop the token from the address (history, bookmarks) at once.
             kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             target = request.url.replace(query=urlencode(kept, quote_via=quote, safe=""))
             response = RedirectResponse(relative(target), status_code=303)
-            self.set_cookie(request, response)
+            self.set_cookie(request, response, info)
             return response
         if request.url.path == login_path(request):
             return None  # the sign-in form, and its POST (which checks the token itself)
         return unauthorized(request, None)
 
-    def set_cookie(self, request: Request, response: Response) -> None:
-        """Set the sign-in cookie: HttpOnly, SameSite=Strict, Secure over https."""
+    def set_cookie(self, request: Request, response: Response, info: TokenInfo) -> None:
+        """Set the sign-in cookie for ``info``'s token: HttpOnly, SameSite=Strict, Secure over
+        https, living no longer than the token."""
         response.set_cookie(
             COOKIE_NAME,
-            self.session_value,
+            f"{info.id}.{self._mac(info.id)}",
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
             path=request.scope.get("root_path") or "/",
+            expires=info.expires_at.astimezone(UTC),
         )
 
 
@@ -171,7 +198,7 @@ class Guard:
         if not self.hosts.accepts(Headers(scope=scope).get("host", "")):
             refusal = self.hosts.refusal()
         else:
-            refusal = self.auth.check(Request(scope)) if self.auth is not None else None
+            refusal = await self.auth.check(Request(scope)) if self.auth is not None else None
         if refusal is None:
             await self.app(scope, receive, send_with_headers)
         else:

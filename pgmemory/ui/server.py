@@ -7,9 +7,12 @@ import contextlib
 import ipaddress
 import logging
 import os
+import secrets
 import signal
+import sys
 import threading
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -21,8 +24,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Environment variable holding the operators' token.
+#: The retired setting that held one plain-text token for the page.
 TOKEN_ENV = "PGMEMORY_UI_TOKEN"
+RETIRED_TOKEN_ENV = (
+    f"{TOKEN_ENV} is retired: a plain-text token in the environment or a settings file can be "
+    "neither revoked nor expired. Unset it; `pgmemory ui` prints a sign-in address for its run, "
+    "and `pgmemory token create NAME` issues tokens kept hashed in the database (revocable, "
+    "with an expiry)"
+)
+#: How long the token ``pgmemory ui`` issues for its own run lives (revoked when it stops).
+RUN_TOKEN_LIFETIME = timedelta(hours=12)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
@@ -44,49 +55,30 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def resolve_token(
-    host: str,
-    *,
-    allow_writes: bool,
-    token: str | None = None,
-    insecure_no_token: bool = False,
-) -> str | None:
-    """The token the page will demand: ``token``, else ``PGMEMORY_UI_TOKEN``.
+def check_access(host: str, *, allow_writes: bool, insecure_no_token: bool) -> None:
+    """Refuse serving without tokens where that is not allowed.
 
     Args:
         host: the address to bind.
         allow_writes: whether erasure is offered.
-        token: an explicit token (wins over the environment).
-        insecure_no_token: the operator's explicit choice to serve the page without a token
+        insecure_no_token: the operator's explicit choice to serve the page without tokens
             (loopback and read-only only).
 
-    Returns:
-        The token, or None when ``insecure_no_token`` opened the page on purpose.
-
     Raises:
-        ValueError: no token and no opt-out; the opt-out beyond loopback or with writes; or
-            both a token and the opt-out.
+        ValueError: the opt-out beyond loopback or with writes, or the retired
+            ``PGMEMORY_UI_TOKEN`` is set.
     """
-    token = token or os.environ.get(TOKEN_ENV) or None
-    if token is not None and insecure_no_token:
-        raise ValueError(
-            f"--insecure-no-token, but a token is set ({TOKEN_ENV}): give one or the other"
-        )
-    if token is not None:
-        return token
+    if os.environ.get(TOKEN_ENV):
+        raise ValueError(RETIRED_TOKEN_ENV)
+    if not insecure_no_token:
+        return
     if allow_writes or not is_loopback(host):
         why = "allows writes" if allow_writes else f"listens beyond this machine ({host})"
         raise ValueError(
-            f"the audit page {why}, so it needs a token: set {TOKEN_ENV} to a long random "
-            "secret (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+            f"--insecure-no-token, but the audit page {why}: it needs tokens (drop "
+            "--insecure-no-token; `pgmemory ui` prints a sign-in address, and "
+            "`pgmemory token create NAME` issues more)"
         )
-    if not insecure_no_token:
-        raise ValueError(
-            f"the audit page needs a token: set {TOKEN_ENV} to a long random secret (e.g. "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`), or pass "
-            "--insecure-no-token to let anyone who can reach it read every memory"
-        )
-    return None
 
 
 def served_hosts(host: str, allowed_hosts: Iterable[str] = ()) -> list[str]:
@@ -115,7 +107,6 @@ def preflight(
     host: str,
     *,
     allow_writes: bool,
-    token: str | None,
     insecure_no_token: bool,
     allowed_hosts: Iterable[str],
 ) -> None:
@@ -124,16 +115,15 @@ def preflight(
     Args:
         host: the address to bind.
         allow_writes: whether erasure is offered.
-        token: the operators' token, if any.
-        insecure_no_token: the opt-out of the token.
+        insecure_no_token: the opt-out of tokens.
         allowed_hosts: the extra Host names.
 
     Raises:
-        ValueError: a token is needed and there is none, or an allowed host is no host name.
+        ValueError: the opt-out where it is not allowed, or an allowed host is no host name.
     """
     from pgmemory.ui.guard import HostCheck
 
-    resolve_token(host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token)
+    check_access(host, allow_writes=allow_writes, insecure_no_token=insecure_no_token)
     HostCheck(tuple(served_hosts(host, allowed_hosts)))
 
 
@@ -143,9 +133,9 @@ async def serve_store(
     port: int = DEFAULT_PORT,
     *,
     allow_writes: bool = False,
-    token: str | None = None,
     insecure_no_token: bool = False,
     allowed_hosts: Iterable[str] = (),
+    run_token: bool = True,
 ) -> None:
     """Serve the page on an open store until interrupted (run it on the store's event loop).
 
@@ -155,31 +145,31 @@ async def serve_store(
         store: an open store.
         host: address to bind (loopback by default).
         port: TCP port.
-        allow_writes: offer erasure (needs a token).
-        token: the operators' token (default: ``PGMEMORY_UI_TOKEN``).
-        insecure_no_token: serve without a token (loopback, read-only; logs a warning).
+        allow_writes: offer erasure (needs tokens).
+        insecure_no_token: serve without tokens (loopback, read-only; logs a warning).
         allowed_hosts: Host names answered besides loopback's and the bound address.
+        run_token: issue a token for this run (living :data:`RUN_TOKEN_LIFETIME` at most,
+            revoked when the page stops) and print its sign-in address to stderr, once; off,
+            only tokens issued with ``pgmemory token create`` open the page.
 
     Raises:
-        ValueError: a token is needed and there is none.
+        ValueError: the token opt-out where it is not allowed.
     """
     uvicorn = require("uvicorn", extra="ui", purpose="serving the audit web page")
+    from pgmemory.admin.admin import Admin
     from pgmemory.ui.app import create_app
 
-    token = resolve_token(
-        host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token
-    )
+    check_access(host, allow_writes=allow_writes, insecure_no_token=insecure_no_token)
     app = create_app(
         store,
         allow_writes=allow_writes,
-        token=token,
-        insecure_no_token=token is None,
+        insecure_no_token=insecure_no_token,
         allowed_hosts=served_hosts(host, allowed_hosts),
     )
     config = uvicorn.Config(
         app, host=host, port=port, access_log=False, lifespan="off", log_level="info"
     )
-    if token is None:
+    if insecure_no_token:
         logger.warning(
             "the audit page runs WITHOUT A TOKEN (insecure_no_token): any user or process on "
             "this machine can read every memory through it"
@@ -189,9 +179,29 @@ async def serve_store(
         host,
         port,
         "writes allowed" if allow_writes else "read-only",
-        "token required" if token else "no token",
+        "no token" if insecure_no_token else "tokens required",
     )
-    await uvicorn.Server(config).serve()
+    admin = Admin(store)
+    issued = None
+    if run_token and not insecure_no_token:
+        issued = await admin.issue_token(
+            f"pgmemory ui {host}:{port} {secrets.token_hex(4)}", lifetime=RUN_TOKEN_LIFETIME
+        )
+        shown = f"[{host}]" if ":" in host else host
+        # The secret goes to the terminal that started the page, never to the logs.
+        print(
+            f"pgmemory ui: sign in at http://{shown}:{port}/?token={issued.token}\n"
+            f"  (valid for this run, {RUN_TOKEN_LIFETIME.total_seconds() / 3600:g} h at most; "
+            "`pgmemory token create NAME` issues lasting ones)",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        if issued is not None:
+            with contextlib.suppress(Exception):  # the store may be going away with us
+                await asyncio.shield(admin.revoke_token(issued.info.id))
 
 
 def serve(
@@ -199,11 +209,11 @@ def serve(
     port: int = DEFAULT_PORT,
     *,
     allow_writes: bool = False,
-    token: str | None = None,
     insecure_no_token: bool = False,
     allowed_hosts: Iterable[str] = (),
     url: str | None = None,
     settings: Settings | None = None,
+    run_token: bool = True,
 ) -> None:
     """Open a store and serve the page until interrupted (blocking).
 
@@ -214,17 +224,18 @@ def serve(
     Args:
         host: address to bind (loopback by default).
         port: TCP port.
-        allow_writes: offer erasure (needs a token).
-        token: the operators' token (default: ``PGMEMORY_UI_TOKEN``).
-        insecure_no_token: serve without a token (loopback, read-only; logs a warning).
+        allow_writes: offer erasure (needs tokens).
+        insecure_no_token: serve without tokens (loopback, read-only; logs a warning).
         allowed_hosts: Host names answered besides loopback's and the bound address (default:
             the settings' ``PGMEMORY_UI_ALLOWED_HOSTS``).
         url: database URL (default: the settings', else the embedded server).
         settings: pgmemory settings (default: from the environment).
+        run_token: as for :func:`serve_store`.
 
     Raises:
-        ValueError: a token is needed and there is none, or an allowed host is not a host name
-            (checked before anything starts).
+        ValueError: the token opt-out where it is not allowed, the retired
+            ``PGMEMORY_UI_TOKEN`` is set, or an allowed host is not a host name (checked
+            before anything starts).
     """
     from pgmemory.settings import Settings
     from pgmemory.store.store import MemoryStore
@@ -232,15 +243,14 @@ def serve(
     settings = settings or Settings()
     hosts = [*settings.ui_allowed_host_list(), *allowed_hosts]
     preflight(
-        host, allow_writes=allow_writes, token=token, insecure_no_token=insecure_no_token,
-        allowed_hosts=hosts,
+        host, allow_writes=allow_writes, insecure_no_token=insecure_no_token, allowed_hosts=hosts,
     )  # fmt: skip
 
     async def run() -> None:
         async with MemoryStore(url, settings=settings) as store:
             await serve_store(
-                store, host, port, allow_writes=allow_writes, token=token,
-                insecure_no_token=insecure_no_token, allowed_hosts=hosts,
+                store, host, port, allow_writes=allow_writes,
+                insecure_no_token=insecure_no_token, allowed_hosts=hosts, run_token=run_token,
             )  # fmt: skip
 
     with _stops_as_interrupts():

@@ -1,5 +1,6 @@
-"""The reliability tests of the audit page read the page's seeded user (one seed, one place)."""
+"""The reliability tests of the audit page read the page's seeded user and sign in with a
+token issued for the page (one seed, one place)."""
 
-from tests.ui.conftest import seeded
+from tests.ui.conftest import seeded, token
 
-__all__ = ["seeded"]
+__all__ = ["seeded", "token"]

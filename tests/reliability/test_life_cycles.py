@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -493,7 +495,6 @@ def test_pgmemory_ui_stopped_by_a_signal_stops_its_embedded_server(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGMEMORY_")}
     env["PGMEMORY_DATA_DIR"] = str(data_dir)
-    env["PGMEMORY_UI_TOKEN"] = token = "life-cycle-test-token-4b1d"
     ui = subprocess.Popen(
         [sys.executable, "-m", "pgmemory", "ui", "--port", str(port)],
         cwd=ROOT,
@@ -502,11 +503,21 @@ def test_pgmemory_ui_stopped_by_a_signal_stops_its_embedded_server(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(ui.stdout or ()), daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 120
+        token = None
         while True:
-            assert ui.poll() is None, ui.communicate()[0]
+            assert ui.poll() is None, "".join(lines)
             assert time.monotonic() < deadline, "the page never answered"
+            # The token issued for this run is printed once, on the terminal that started it.
+            found = [re.search(r"sign in at \S+\?token=(pgm_\S+)", line) for line in lines]
+            token = next((m.group(1) for m in found if m), None)
+            if token is None:
+                time.sleep(0.2)
+                continue
             try:
                 signed_in = urllib.request.Request(
                     f"http://127.0.0.1:{port}/", headers={"Authorization": f"Bearer {token}"}
@@ -518,7 +529,9 @@ def test_pgmemory_ui_stopped_by_a_signal_stops_its_embedded_server(
                 time.sleep(0.2)
         postmaster = _postmaster(data_dir)
         ui.send_signal(sig)
-        output, _ = ui.communicate(timeout=60)
+        ui.wait(timeout=60)
+        reader.join(10)
+        output = "".join(lines)
     finally:
         if ui.poll() is None:
             ui.kill()
@@ -526,3 +539,11 @@ def test_pgmemory_ui_stopped_by_a_signal_stops_its_embedded_server(
     assert ui.returncode == 0, output
     assert not postmaster.is_running() or postmaster.status() == "zombie", output
     assert not _server_running(data_dir), output
+    if sig == signal.SIGTERM:
+        # The run's token was revoked as the page stopped: it opens nothing any more.
+        listed = subprocess.run(
+            [sys.executable, "-m", "pgmemory", "token", "list", "--all", "--json"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        [run] = [t for t in json.loads(listed.stdout) if t["name"].startswith("pgmemory ui ")]
+        assert run["revoked_at"] is not None and token not in listed.stdout

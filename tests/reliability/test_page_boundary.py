@@ -5,8 +5,9 @@ the token, and reading it changes nothing.
   or a misrouted proxy sends), answers 400 with a line naming the setting, token or not; the
   names it serves (loopback's, the bound address, the allowed hosts; with or without a port)
   are answered.
-- **Token by default**: the page needs a token unless opened with ``insecure_no_token``;
-  every route, without it, answers 401 and shows nothing.
+- **Token by default**: the page needs a live token issued for it (kept hashed in the
+  store) unless opened with ``insecure_no_token``; every route, without one (or with a
+  revoked one, another face's, or a forged cookie), answers 401 and shows nothing.
 - **GETs write nothing**: every GET route, for a seeded user and for a made-up one, searches
   in every mode included, leaves every pgmemory table (the audits and the user secrets among
   them) exactly as it was, so nothing a cross-site GET triggers can write.
@@ -38,8 +39,6 @@ from pgmemory.ui.server import served_hosts
 from tests.conftest import unique
 from tests.ui.conftest import Seeded, random_vectors
 
-TOKEN = "boundary-token-6c0e93aa"
-SIGNED_IN = {"Authorization": f"Bearer {TOKEN}"}
 #: Names a hostile or misrouted request carries: rebinding names, look-alikes, ports, junk.
 FOREIGN_HOSTS = [
     "attacker.example",
@@ -114,17 +113,17 @@ def params(seeded: Seeded) -> dict[str, str]:
 
 
 async def test_every_route_refuses_every_foreign_host(
-    store: MemoryStore, seeded: Seeded, params: dict[str, str]
+    store: MemoryStore, seeded: Seeded, params: dict[str, str], token: str
 ) -> None:
-    default = create_app(store, allow_writes=True, token=TOKEN)
-    proxied = create_app(store, token=TOKEN, allowed_hosts=PROXY_ALLOWED)
+    default = create_app(store, allow_writes=True)
+    proxied = create_app(store, allowed_hosts=PROXY_ALLOWED)
     opened = create_app(store, insecure_no_token=True)
     cases = [(default, FOREIGN_HOSTS), (proxied, FOREIGN_HOSTS + PROXY_REFUSED),
              (opened, FOREIGN_HOSTS)]  # fmt: skip
     for app, hosts in cases:
         async with client(app) as http:
             for (method, path), host, credentials in itertools.product(
-                routes(app), hosts, [{}, SIGNED_IN]
+                routes(app), hosts, [{}, {"Authorization": f"Bearer {token}"}]
             ):
                 answer = await ask(
                     http, method, path, params, headers={"Host": host, **credentials}
@@ -153,18 +152,20 @@ async def test_a_request_without_any_host_header_is_refused(store: MemoryStore) 
     assert ALLOWED_HOSTS_ENV.encode() in b"".join(m.get("body", b"") for m in sent[1:])
 
 
-async def test_the_names_it_serves_are_answered(store: MemoryStore, seeded: Seeded) -> None:
+async def test_the_names_it_serves_are_answered(
+    store: MemoryStore, seeded: Seeded, token: str
+) -> None:
     cases = [
-        (create_app(store, token=TOKEN), LOOPBACK),
-        (create_app(store, token=TOKEN, allowed_hosts=PROXY_ALLOWED), LOOPBACK + PROXY_ACCEPTED),
+        (create_app(store), LOOPBACK),
+        (create_app(store, allowed_hosts=PROXY_ALLOWED), LOOPBACK + PROXY_ACCEPTED),
         # the bound address is served (as `pgmemory ui --host` passes it), a wildcard names none
-        (create_app(store, token=TOKEN, allowed_hosts=served_hosts("192.0.2.7")),
+        (create_app(store, allowed_hosts=served_hosts("192.0.2.7")),
          ["192.0.2.7", "192.0.2.7:8765"]),
-        (create_app(store, token=TOKEN, allowed_hosts=served_hosts("2001:db8::7")),
+        (create_app(store, allowed_hosts=served_hosts("2001:db8::7")),
          ["[2001:db8::7]", "[2001:db8::7]:8765"]),
     ]  # fmt: skip
     for app, hosts in cases:
-        async with client(app, headers=SIGNED_IN) as http:
+        async with client(app, headers={"Authorization": f"Bearer {token}"}) as http:
             for host in hosts:
                 index = await http.get("/", params={"after": seeded.user[:-1]},
                                        headers={"Host": host})  # fmt: skip
@@ -178,19 +179,21 @@ async def test_the_names_it_serves_are_answered(store: MemoryStore, seeded: Seed
     for bad in ["*", "*.example.com", "https://audit.example.com", "audit.example.com/",
                 "a b", "", "a,b", "user@host", "name:", ":8443"]:  # fmt: skip
         with pytest.raises(ValueError, match="not a host name"):
-            create_app(store, token=TOKEN, allowed_hosts=[bad])
+            create_app(store, allowed_hosts=[bad])
 
 
-async def test_every_route_needs_the_token_by_default(
-    store: MemoryStore, seeded: Seeded, params: dict[str, str]
+async def test_every_route_needs_a_live_token_by_default(
+    store: MemoryStore, seeded: Seeded, params: dict[str, str], token: str
 ) -> None:
-    with pytest.raises(ValueError, match="insecure_no_token"):
-        create_app(store)
-    with pytest.raises(ValueError, match="insecure_no_token"):
-        create_app(store, token="   ")
-    app = create_app(store, allow_writes=True, token=TOKEN)
-    wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"},
-             {"Cookie": f"{COOKIE_NAME}=wrong"}, {"Cookie": f"{COOKIE_NAME}={TOKEN}"}]  # fmt: skip
+    admin = Admin(store)
+    revoked = await admin.issue_token(unique("revoked"))
+    await admin.revoke_token(revoked.info.id)
+    app = create_app(store, allow_writes=True)
+    mcp = (await admin.issue_token(unique("mcp"), purpose="mcp")).token  # opens another face
+    wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {token}"},
+             {"Authorization": f"Bearer {revoked.token}"}, {"Authorization": f"Bearer {mcp}"},
+             {"Cookie": f"{COOKIE_NAME}=wrong"}, {"Cookie": f"{COOKIE_NAME}={token}"},
+             {"Cookie": f"{COOKIE_NAME}={revoked.info.id}.{'0' * 64}"}]  # fmt: skip
     async with client(app) as http:
         for (method, path), headers in itertools.product(routes(app), wrong):
             answer = await ask(http, method, path, params, headers=headers)
@@ -221,11 +224,11 @@ async def table_counts(engine: AsyncEngine) -> dict[str, int]:
 
 
 async def test_no_get_writes_anything(
-    store: MemoryStore, seeded: Seeded, owner_engine: AsyncEngine
+    store: MemoryStore, seeded: Seeded, owner_engine: AsyncEngine, token: str
 ) -> None:
     recall = (await Admin(store).user_recalls(seeded.user)).items[0].id
     made_up = unique("made-up")
-    app = create_app(store, allow_writes=True, token=TOKEN)
+    app = create_app(store, allow_writes=True)
     gets = [path for method, path in routes(app) if method == "GET"]
     queries: list[dict[str, str]] = [{}]
     queries += [{"q": "what do I eat?", "mode": mode} for mode in MODES]
@@ -233,7 +236,7 @@ async def test_no_get_writes_anything(
     before = await table_counts(owner_engine)
     # As a cross-site page would send them: a signed-in browser's cookie, a foreign Origin.
     async with client(app) as http:
-        signed_in = await http.get("/", params={"token": TOKEN})  # the ?token= sign-in GET
+        signed_in = await http.get("/", params={"token": token})  # the ?token= sign-in GET
         assert signed_in.status_code == 303 and COOKIE_NAME in http.cookies
         for path, user, query in itertools.product(gets, [seeded.user, made_up], queries):
             params = {"user": user, "collection": seeded.collection,
@@ -255,7 +258,7 @@ async def test_no_get_writes_anything(
 
 
 async def test_the_directory_lists_no_pseudonym_and_pages_past_them(
-    store: MemoryStore, seeded: Seeded, collection: str
+    store: MemoryStore, seeded: Seeded, collection: str, token: str
 ) -> None:
     # Users on both sides of where the pseudonyms sort (in C and in natural-language orders).
     before, after = f"erasea-{unique('u')}", f"erasedz-{unique('u')}"
@@ -270,8 +273,8 @@ async def test_the_directory_lists_no_pseudonym_and_pages_past_them(
     await store.erase_user(seeded.user)
     pseudonyms = await pseudonyms_of(store)
     assert len(pseudonyms) >= 4
-    app = create_app(store, token=TOKEN)
-    async with client(app, headers=SIGNED_IN) as http:
+    app = create_app(store)
+    async with client(app, headers={"Authorization": f"Bearer {token}"}) as http:
         seen: list[str] = []
         cursor = "erase"
         for _ in range(200):  # one user per page: the walk must not stall at the pseudonyms
@@ -308,15 +311,15 @@ async def pseudonyms_of(store: MemoryStore) -> list[str]:
         return list(rows.scalars())
 
 
-async def test_the_search_is_cut_off(store: MemoryStore, collection: str) -> None:
+async def test_the_search_is_cut_off(store: MemoryStore, collection: str, token: str) -> None:
     user = unique("many")
     await store.add(
         collection,
         [MemoryRecord(content=f"bulk note {i}", scope=MemoryScope(user_id=user), embedding=v)
          for i, v in enumerate(random_vectors(SEARCH_MAX + 20, seed=11))],
     )  # fmt: skip
-    app = create_app(store, token=TOKEN)
-    async with client(app, headers=SIGNED_IN) as http:
+    app = create_app(store)
+    async with client(app, headers={"Authorization": f"Bearer {token}"}) as http:
         for mode, limit in itertools.product(["text", "hybrid"], ["1000000", "200", ""]):
             page = await http.get("/user/memories", params={
                 "user": user, "collection": collection, "q": "bulk note", "mode": mode,

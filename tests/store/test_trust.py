@@ -207,6 +207,9 @@ async def test_the_application_role_writes_erases_and_prunes_but_cannot_touch_th
             "UPDATE pgmemory_recall_audit SET query_text = NULL": "permission denied",
             "TRUNCATE pgmemory_fact_audit": "permission denied",
             "SELECT secret FROM pgmemory_user_secrets": "permission denied",
+            "SELECT token_sha256 FROM pgmemory_access_tokens": "permission denied",
+            "INSERT INTO pgmemory_access_tokens (name, purpose, token_sha256, expires_at) "
+            "VALUES ('x', 'ui', 'h', now() + interval '1 day')": "permission denied",
             "CREATE TABLE pgmemory_rogue (id int)": "permission denied for schema",
             "DROP TABLE pgmemory_memory_audit": "must be owner",
             "ALTER TABLE pgmemory_memory_audit DISABLE TRIGGER pgmemory_audit_guard": "must be owner",

@@ -102,6 +102,14 @@ async def seed_user(store: MemoryStore, collection: str, user: str | None = None
 
 
 @pytest_asyncio.fixture
+async def token(store: MemoryStore) -> str:
+    """A live token issued for the audit page (as `pgmemory token create` issues one)."""
+    from pgmemory.admin import Admin
+
+    return (await Admin(store).issue_token(unique("operator"))).token
+
+
+@pytest_asyncio.fixture
 async def seeded(store: MemoryStore, collection: str) -> Seeded:
     """One freshly seeded user in a fresh collection."""
     return await seed_user(store, collection)

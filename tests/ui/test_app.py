@@ -18,15 +18,14 @@ from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from pgmemory.ui import create_app
 from pgmemory.ui.app import ACTOR, COOKIE_NAME
-from pgmemory.ui.server import TOKEN_ENV, resolve_token
+from pgmemory.ui.server import TOKEN_ENV, check_access
 from tests.conftest import unique
 from tests.ui.conftest import AWKWARD_USER_IDS, SCRIPT_MEMORY, Seeded, random_vectors
 
-TOKEN = "test-token-9f2c41e7"
 
-
-#: What an operator's browser sends: the token, once signed in (as a header here).
-SIGNED_IN = {"Authorization": f"Bearer {TOKEN}"}
+def bearer(token: str) -> dict[str, str]:
+    """What an operator's program sends: the token, as a header."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 def client_for(app: Starlette, **kwargs: object) -> httpx.AsyncClient:
@@ -36,9 +35,9 @@ def client_for(app: Starlette, **kwargs: object) -> httpx.AsyncClient:
 
 
 @pytest.fixture
-async def reader(store: MemoryStore) -> AsyncIterator[httpx.AsyncClient]:
-    """A signed-in client of the read-only page (the default: a token, on loopback)."""
-    async with client_for(create_app(store, token=TOKEN), headers=SIGNED_IN) as client:
+async def reader(store: MemoryStore, token: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A signed-in client of the read-only page (the default: tokens, on loopback)."""
+    async with client_for(create_app(store), headers=bearer(token)) as client:
         yield client
 
 
@@ -51,18 +50,21 @@ def links(body: str, pattern: str) -> list[str]:
     ]
 
 
-async def test_token_is_required_when_set(store: MemoryStore) -> None:
-    async with client_for(create_app(store, token=TOKEN)) as client:
+async def test_a_live_token_opens_the_page_and_a_revoked_one_no_longer(
+    store: MemoryStore, token: str
+) -> None:
+    admin = Admin(store)
+    app = create_app(store)
+    async with client_for(app) as client:
         denied = await client.get("/")
         assert denied.status_code == 401 and "Sign in" in denied.text
         assert (await client.get("/user", params={"user": "x"})).status_code == 401
-        assert (await client.get("/", headers={"Authorization": "Bearer nope"})).status_code == 401
-        assert (
-            await client.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
-        ).status_code == 200
+        assert (await client.get("/", headers=bearer("nope"))).status_code == 401
+        assert (await client.get("/", headers=bearer(token + "x"))).status_code == 401
+        assert (await client.get("/", headers=bearer(token))).status_code == 200
         assert (await client.get("/", params={"token": "nope"})).status_code == 401
         # ?token= signs in: a cookie (HttpOnly, SameSite=Strict), and the token leaves the URL.
-        login = await client.get("/user", params={"user": "a/b", "token": TOKEN})
+        login = await client.get("/user", params={"user": "a/b", "token": token})
         assert login.status_code == 303
         assert login.headers["location"] == "/user?user=a%2Fb"
         cookie = login.headers["set-cookie"]
@@ -71,41 +73,97 @@ async def test_token_is_required_when_set(store: MemoryStore) -> None:
             and "HttpOnly" in cookie
             and "SameSite=strict" in cookie
         )
-        assert TOKEN not in cookie
+        assert token not in cookie and token[4:20] not in cookie
         assert (await client.get("/")).status_code == 200  # the client kept the cookie
-    async with client_for(create_app(store, token=TOKEN)) as client:
-        form = await client.post("/login", data={"token": TOKEN})
+        # A forged cookie (another token's number, or no signature) opens nothing.
+        number = client.cookies[COOKIE_NAME].split(".")[0]
+        for forged in (f"{int(number) + 1}.{'0' * 64}", number, f"{number}."):
+            async with client_for(app, cookies={COOKIE_NAME: forged}) as other:
+                assert (await other.get("/")).status_code == 401, forged
+        # The cookie is signed by this page's process: another page does not take it.
+        kept = client.cookies[COOKIE_NAME]
+        async with client_for(create_app(store), cookies={COOKIE_NAME: kept}) as other:
+            assert (await other.get("/")).status_code == 401
+        # Revoking the token locks out its header and the cookie it signed in, at once.
+        [live] = [t for t in await admin.list_tokens() if str(t.id) == number]
+        assert (await admin.revoke_token(live.name)) is not None
+        assert (await client.get("/")).status_code == 401
+        assert (await client.get("/", headers=bearer(token))).status_code == 401
+    second = (await admin.issue_token(unique("operator"))).token
+    async with client_for(create_app(store)) as client:
+        form = await client.post("/login", data={"token": second})
         assert form.status_code == 303 and COOKIE_NAME in form.headers["set-cookie"]
         assert (await client.get("/")).status_code == 200
+        wrong = await client.post("/login", data={"token": token})  # the revoked one
+        assert wrong.status_code == 401 and "revoked" in wrong.text
 
 
-async def test_writes_and_open_binds_need_a_token(
+async def test_tokens_are_kept_hashed_expire_and_open_only_their_purpose(
+    store: MemoryStore,
+) -> None:
+    from datetime import timedelta
+
+    from pgmemory.admin.tokens import token_sha256
+    from pgmemory.errors import InvalidInputError
+
+    admin = Admin(store)
+    name = unique("operator")
+    issued = await admin.issue_token(name, lifetime=timedelta(hours=1))
+    assert issued.token.startswith("pgm_") and len(issued.token) >= 40
+    assert issued.token not in repr(issued) and issued.token not in repr(issued.info)
+    async with store.engine.connect() as conn:
+        stored = (
+            await conn.execute(
+                text("SELECT to_jsonb(t)::text FROM pgmemory_access_tokens AS t WHERE name = :n"),
+                {"n": name},
+            )
+        ).scalar_one()
+    assert issued.token not in stored and token_sha256(issued.token) in stored
+    assert (await admin.verify_token(issued.token)) is not None
+    assert (await admin.verify_token(issued.token, purpose="mcp")) is None
+    with pytest.raises(InvalidInputError, match="already named"):
+        await admin.issue_token(name)
+    for lifetime in (timedelta(0), timedelta(days=400), timedelta(seconds=-1)):
+        with pytest.raises(InvalidInputError, match="lifetime"):
+            await admin.issue_token(unique("operator"), lifetime=lifetime)
+    with pytest.raises(InvalidInputError, match="purpose"):
+        await admin.issue_token(unique("operator"), purpose="everything")
+    # Expired (by the server's clock): refused, and its name is free again.
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE pgmemory_access_tokens SET created_at = now() - interval '2 hours', "
+                "expires_at = now() - interval '1 second' WHERE name = :n"
+            ),
+            {"n": name},
+        )
+    assert (await admin.verify_token(issued.token)) is None
+    assert name not in [t.name for t in await admin.list_tokens()]
+    assert name in [t.name for t in await admin.list_tokens(include_inactive=True)]
+    again = await admin.issue_token(name)
+    assert (await admin.verify_token(again.token)) is not None
+    assert (await admin.revoke_token(name)) is not None
+    assert (await admin.revoke_token(name)) is None  # nothing live left under that name
+
+
+async def test_writes_and_open_binds_need_tokens(
     store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(TOKEN_ENV, raising=False)
-    with pytest.raises(ValueError, match="token"):
-        create_app(store, allow_writes=True)
-    with pytest.raises(ValueError, match="insecure_no_token"):
-        create_app(store)  # no token by default, read-only or not
-    with pytest.raises(ValueError, match="token"):
+    with pytest.raises(ValueError, match="tokens"):
         create_app(store, allow_writes=True, insecure_no_token=True)
-    with pytest.raises(ValueError, match="one or the other"):
-        create_app(store, token=TOKEN, insecure_no_token=True)
+    create_app(store)  # tokens, the default
     create_app(store, insecure_no_token=True)  # the explicit opt-out
-    with pytest.raises(ValueError, match=TOKEN_ENV):
-        resolve_token("0.0.0.0", allow_writes=False)
-    with pytest.raises(ValueError, match=TOKEN_ENV):
-        resolve_token("0.0.0.0", allow_writes=False, insecure_no_token=True)
-    with pytest.raises(ValueError, match=TOKEN_ENV):
-        resolve_token("127.0.0.1", allow_writes=True, insecure_no_token=True)
     with pytest.raises(ValueError, match="--insecure-no-token"):
-        resolve_token("127.0.0.1", allow_writes=False)
-    assert resolve_token("127.0.0.1", allow_writes=False, insecure_no_token=True) is None
-    assert resolve_token("::1", allow_writes=False, insecure_no_token=True) is None
+        check_access("0.0.0.0", allow_writes=False, insecure_no_token=True)
+    with pytest.raises(ValueError, match="--insecure-no-token"):
+        check_access("127.0.0.1", allow_writes=True, insecure_no_token=True)
+    check_access("127.0.0.1", allow_writes=False, insecure_no_token=True)
+    check_access("::1", allow_writes=False, insecure_no_token=True)
+    check_access("0.0.0.0", allow_writes=True, insecure_no_token=False)
     monkeypatch.setenv(TOKEN_ENV, "from-env")
-    assert resolve_token("0.0.0.0", allow_writes=True) == "from-env"
-    with pytest.raises(ValueError, match="one or the other"):
-        resolve_token("127.0.0.1", allow_writes=False, insecure_no_token=True)
+    with pytest.raises(ValueError, match="retired"):
+        check_access("127.0.0.1", allow_writes=False, insecure_no_token=False)
 
 
 async def test_read_only_refuses_erasure(
@@ -247,10 +305,10 @@ async def test_overview_facts_audit_and_session_pages(
 
 
 async def test_erasure_needs_confirmation_and_csrf_and_is_audited(
-    store: MemoryStore, seeded: Seeded
+    store: MemoryStore, seeded: Seeded, token: str
 ) -> None:
-    app = create_app(store, allow_writes=True, token=TOKEN)
-    async with client_for(app, headers=SIGNED_IN) as client:
+    app = create_app(store, allow_writes=True)
+    async with client_for(app, headers=bearer(token)) as client:
         confirm = await client.get("/user/erase", params={"user": seeded.user})
         assert confirm.status_code == 200 and "cannot be undone" in confirm.text
         csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', confirm.text).group(1)
@@ -291,7 +349,9 @@ async def test_erasure_needs_confirmation_and_csrf_and_is_audited(
     assert [(e.operation, e.actor) for e in audit.items[:3]] == [("delete", ACTOR)] * 3
 
 
-async def test_erasing_one_scope_leaves_the_rest(store: MemoryStore, seeded: Seeded) -> None:
+async def test_erasing_one_scope_leaves_the_rest(
+    store: MemoryStore, seeded: Seeded, token: str
+) -> None:
     keep = unique("keep")
     await store.add(
         seeded.collection,
@@ -302,8 +362,8 @@ async def test_erasing_one_scope_leaves_the_rest(store: MemoryStore, seeded: See
         ],
     )
     async with client_for(
-        create_app(store, allow_writes=True, token=TOKEN),
-        headers=SIGNED_IN,
+        create_app(store, allow_writes=True),
+        headers=bearer(token),
     ) as client:
         target = {"user": seeded.user, "collection": seeded.collection, "session": seeded.session}
         confirm = await client.get("/user/erase", params=target)
@@ -315,9 +375,9 @@ async def test_erasing_one_scope_leaves_the_rest(store: MemoryStore, seeded: See
     assert [m.content for m in left.items] == ["other session"]
 
 
-async def test_mounts_under_a_prefix(store: MemoryStore, seeded: Seeded) -> None:
-    host = Starlette(routes=[Mount("/audit", app=create_app(store, token=TOKEN))])
-    async with client_for(host, headers=SIGNED_IN) as client:
+async def test_mounts_under_a_prefix(store: MemoryStore, seeded: Seeded, token: str) -> None:
+    host = Starlette(routes=[Mount("/audit", app=create_app(store))])
+    async with client_for(host, headers=bearer(token)) as client:
         index = await client.get("/audit/", params={"after": seeded.user[:-1]})
         assert index.status_code == 200
         [link] = [h for h in links(index.text, r"/user\?user=") if seeded.user in h][:1]
@@ -325,7 +385,7 @@ async def test_mounts_under_a_prefix(store: MemoryStore, seeded: Seeded) -> None
         assert (await client.get(link)).status_code == 200
 
 
-def test_cli_parser_hooks_into_a_host_parser_and_refuses_open_binds_without_token(
+def test_cli_parser_hooks_into_a_host_parser_and_refuses_open_binds_without_tokens(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import argparse
@@ -347,10 +407,13 @@ def test_cli_parser_hooks_into_a_host_parser_and_refuses_open_binds_without_toke
     )
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     # Refused before any server or database is touched.
-    assert cli.main(["--host", "0.0.0.0", "--url", "postgresql://nowhere.invalid/db"]) == 2
-    assert TOKEN_ENV in capsys.readouterr().err
-    assert cli.main(["--url", "postgresql://nowhere.invalid/db"]) == 2  # loopback: still one
+    nowhere = ["--url", "postgresql://nowhere.invalid/db"]
+    assert cli.main(["--host", "0.0.0.0", "--insecure-no-token", *nowhere]) == 2
     assert "--insecure-no-token" in capsys.readouterr().err
+    monkeypatch.setenv(TOKEN_ENV, "a-plain-text-token")
+    assert cli.main(nowhere) == 2  # the retired setting: refused, never used
+    assert "retired" in capsys.readouterr().err
+    monkeypatch.delenv(TOKEN_ENV)
     assert cli.main(["--allowed-host", "https://x/", "--url", "postgresql://nowhere.invalid/db",
                      "--insecure-no-token"]) == 2  # fmt: skip
     assert "not a host name" in capsys.readouterr().err

@@ -27,11 +27,11 @@ from pgmemory.settings import Settings
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from pgmemory.ui import create_app
+from tests.conftest import unique
 from tests.ui.conftest import SCRIPT_MEMORY, Seeded
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
-TOKEN = "browser-test-token-5b1d"
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
 
@@ -62,6 +62,7 @@ class _Server(threading.Thread):
         self.server: uvicorn.Server | None = None
         self.ready = threading.Event()
         self.error: BaseException | None = None
+        self.token = ""  # issued for the page once the store is open
 
     def run(self) -> None:
         try:
@@ -75,7 +76,8 @@ class _Server(threading.Thread):
         async with MemoryStore(
             self.database_url, settings=settings, embedder=self.embedder
         ) as store:
-            app = create_app(store, allow_writes=True, token=TOKEN)
+            self.token = (await Admin(store).issue_token(unique("browser"))).token
+            app = create_app(store, allow_writes=True)
             config = uvicorn.Config(app, access_log=False, lifespan="off", log_level="warning")
             self.server = uvicorn.Server(config)
             serving = asyncio.create_task(self.server.serve(sockets=[self.sock]))
@@ -139,7 +141,7 @@ async def test_index_to_user_to_recall_to_the_memories_it_returned(
             [MemoryRecord(content=f"note {i} of an awkward id", scope=MemoryScope(user_id=user))],
         )
     # Sign in with ?token=: the token leaves the address at once, a cookie keeps the session.
-    await tab.goto(f"{ui_server.url}/?after={seeded.user[:-1]}&token={TOKEN}")
+    await tab.goto(f"{ui_server.url}/?after={seeded.user[:-1]}&token={ui_server.token}")
     assert "token=" not in tab.url
     await expect(tab.get_by_role("heading", name="Users")).to_be_visible()
     await shoot(tab, "index", tmp_path)
@@ -182,7 +184,7 @@ async def test_erase_a_user_with_confirmation(
     tab = page
     expect = playwright_api.expect
     await tab.goto(f"{ui_server.url}/login")
-    await tab.get_by_placeholder("token").fill(TOKEN)
+    await tab.get_by_placeholder("token").fill(ui_server.token)
     await tab.get_by_role("button", name="Sign in").click()
     await expect(tab.get_by_role("heading", name="Users")).to_be_visible()
 

@@ -346,9 +346,10 @@ LIMIT :limit
 AUDIT_TABLES = ("pgmemory_memory_audit", "pgmemory_recall_audit", "pgmemory_fact_audit")
 #: The table of per-user secrets keying audit hashes (no role but its owner may touch it).
 SECRETS_TABLE = "pgmemory_user_secrets"
-#: The functions the guard consists of; the first three run as their owner.
+#: The functions the guard consists of; the first four run as their owner.
 DEFINER_FUNCTIONS = (
     "pgmemory_keyed_sha256",
+    "pgmemory_erase_user",
     "pgmemory_erase_user_audit",
     "pgmemory_prune_audit",
 )
@@ -533,7 +534,7 @@ APP_ROLE_GRANTS = (
     f"GRANT SELECT, INSERT ON {_AUDIT_TABLE_LIST} TO {{role}}",
     "GRANT SELECT ON pgmemory_alembic_version TO {role}",
     "GRANT EXECUTE ON FUNCTION pgmemory_keyed_sha256(text, text), "
-    "pgmemory_erase_user_audit(text, text), "
+    "pgmemory_erase_user(text, text), pgmemory_erase_user_audit(text, text), "
     "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text) TO {role}",
 )
 

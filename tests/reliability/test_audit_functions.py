@@ -181,3 +181,94 @@ async def test_an_erasure_does_not_depend_on_the_users_size(database_url: str) -
         counts = await store.erase_user(user)
         assert counts["memories"] == 20_000
         assert await store.count(collection, scope) == 0
+
+
+async def test_a_role_setting_the_functions_flag_itself_gains_nothing(
+    database_url: str, role_engine: sa.Engine
+) -> None:
+    """The guard honours the functions' flag for the tables' owner only: set by the role in
+    its own transaction, it neither backdates an insert nor opens UPDATE or DELETE."""
+    user = unique("flag")
+    with role_engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
+        at = conn.execute(
+            sa.text(
+                "INSERT INTO pgmemory_memory_audit (user_id, operation, memory_id, collection, "
+                "application_id, agent_id, session_id, content_sha256, actor, at) "
+                "VALUES (:u, 'insert', gen_random_uuid(), 'c', '', '', '', repeat('0', 64), 'x', "
+                "'2001-01-01') RETURNING at"
+            ),
+            {"u": user},
+        ).scalar_one()
+    owner = role_engine.url.username == sa.engine.make_url(database_url).username
+    # The owner holding the flag is what the functions are; anyone else is stamped.
+    assert (at.year == 2001) is owner
+    if owner:
+        return
+    with pytest.raises(sa.exc.DBAPIError), role_engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
+        conn.execute(sa.text("DELETE FROM pgmemory_memory_audit WHERE user_id = :u"), {"u": user})
+
+
+async def test_an_erasure_moves_each_audit_row_whole_to_the_pseudonym(
+    database_url: str, role_engine: sa.Engine
+) -> None:
+    """Each audit row of an erased user is moved (the distribution column cannot be updated on
+    Citus): under the pseudonym with its id, time and hashed values, the personal ones blanked;
+    none stays under the user, and the audit still verifies."""
+    user, _ = await _live_user(database_url)
+    async with MemoryStore(database_url) as store:
+        await store.merge_facts("profile", MemoryScope(user_id=user), {"city": "Oslo"})
+    columns = {
+        "pgmemory_memory_audit": "id, at, txid, operation, memory_id, collection, content_sha256",
+        "pgmemory_recall_audit": "id, at, collection, mode, query_sha256, memory_ids, scores",
+        "pgmemory_fact_audit": "id, at, namespace, key",
+    }
+    engine = sa.create_engine(database_url)
+
+    def rows(who: str) -> dict[str, list[tuple[object, ...]]]:
+        with engine.connect() as conn:
+            return {
+                table: [
+                    tuple(r)
+                    for r in conn.execute(
+                        sa.text(f"SELECT {cols} FROM {table} WHERE user_id = :u ORDER BY id"),
+                        {"u": who},
+                    )
+                ]
+                for table, cols in columns.items()
+            }
+
+    try:
+        before = rows(user)
+        assert all(before.values())
+        with role_engine.begin() as conn:
+            summary = conn.execute(
+                sa.text("SELECT pgmemory_erase_user(:u, 'test')"), {"u": user}
+            ).scalar_one()
+        pseudonym = summary["pseudonym"]
+        after = rows(pseudonym)
+        assert not any(rows(user).values())
+        # The memory's delete row joins the moved ones; every earlier row moved unchanged.
+        assert (
+            after["pgmemory_memory_audit"][: len(before["pgmemory_memory_audit"])]
+            == (before["pgmemory_memory_audit"])
+        )
+        assert [r[3] for r in after["pgmemory_memory_audit"]][-1] == "delete"
+        assert after["pgmemory_recall_audit"] == before["pgmemory_recall_audit"]
+        assert after["pgmemory_fact_audit"] == before["pgmemory_fact_audit"]
+        assert summary["erased"] == {"memories": 1, "facts": 1, "history_messages": 0}
+        with engine.connect() as conn:
+            kept = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pgmemory_fact_audit WHERE user_id = :p "
+                    "AND (old_value IS NOT NULL OR new_value IS NOT NULL)"
+                ),
+                {"p": pseudonym},
+            ).scalar_one()
+        assert kept == 0
+    finally:
+        engine.dispose()
+    async with MemoryStore(database_url) as owner:
+        report = await Admin(owner).verify_audit()
+    assert report.ok, report.problems

@@ -35,7 +35,7 @@ def _audit_rows(database_url: str) -> list[tuple[object, ...]]:
     engine = sa.create_engine(database_url)
     try:
         with engine.connect() as conn:
-            return [
+            return sorted(
                 tuple(row)
                 for table in (
                     "pgmemory_memory_audit",
@@ -43,7 +43,7 @@ def _audit_rows(database_url: str) -> list[tuple[object, ...]]:
                     "pgmemory_fact_audit",
                 )
                 for row in conn.execute(sa.text(f"SELECT id, user_id, row_sha256 FROM {table}"))
-            ]
+            )
     finally:
         engine.dispose()
 
@@ -117,7 +117,8 @@ async def test_audit_rows_carry_the_servers_time_whatever_the_insert_says(
             {"u": user},
         ).scalar_one()
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
-    assert at == now and at > datetime(2026, 1, 1, tzinfo=UTC)
+    # The server's clock: this transaction's start (on Citus, the worker's, a moment later).
+    assert timedelta(0) <= at - now < timedelta(seconds=5)
 
 
 async def test_the_library_refuses_them_too_with_its_own_errors(database_url: str) -> None:
@@ -167,10 +168,9 @@ async def test_an_erasure_does_not_depend_on_the_users_size(database_url: str) -
     from pgmemory.settings import Settings
 
     user, collection = unique("big"), f"c_{uuid.uuid4().hex[:10]}"
-    settings = Settings(_env_file=None, statement_timeout_ms=20)  # type: ignore[call-arg]
-    async with MemoryStore(database_url, settings=settings) as store:
+    scope = MemoryScope(user_id=user)
+    async with MemoryStore(database_url) as store:
         await store.create_collection(collection, dimensions=DIMENSIONS, embedding_model="t:3")
-        scope = MemoryScope(user_id=user)
         await store.import_records(
             collection,
             (
@@ -178,6 +178,8 @@ async def test_an_erasure_does_not_depend_on_the_users_size(database_url: str) -
                 for i in range(20_000)
             ),
         )
+    settings = Settings(_env_file=None, statement_timeout_ms=20)  # type: ignore[call-arg]
+    async with MemoryStore(database_url, settings=settings) as store:
         counts = await store.erase_user(user)
         assert counts["memories"] == 20_000
         assert await store.count(collection, scope) == 0
@@ -200,11 +202,9 @@ async def test_a_role_setting_the_functions_flag_itself_gains_nothing(
             ),
             {"u": user},
         ).scalar_one()
-    owner = role_engine.url.username == sa.engine.make_url(database_url).username
-    # The owner holding the flag is what the functions are; anyone else is stamped.
-    assert (at.year == 2001) is owner
-    if owner:
-        return
+    if role_engine.url.username == sa.engine.make_url(database_url).username:
+        return  # the owner holding the flag is what the functions are (and may do anything)
+    assert at.year > 2001  # stamped with the server's clock
     with pytest.raises(sa.exc.DBAPIError), role_engine.begin() as conn:
         conn.execute(sa.text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
         conn.execute(sa.text("DELETE FROM pgmemory_memory_audit WHERE user_id = :u"), {"u": user})

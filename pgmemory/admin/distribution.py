@@ -16,7 +16,12 @@ from sqlalchemy.exc import DBAPIError
 from pgmemory.admin import statements as s
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store.database import Database
-from pgmemory.store.routing import DISTRIBUTION_COLUMN, PER_USER_TABLES, REFERENCE_TABLES
+from pgmemory.store.routing import (
+    DISTRIBUTION_COLUMN,
+    PER_USER_TABLES,
+    REFERENCE_TABLES,
+    SEPARATELY_COLOCATED,
+)
 
 
 @dataclass
@@ -142,7 +147,11 @@ async def distribute(db: Database) -> Distribution:
                     {
                         "table": table,
                         "column": DISTRIBUTION_COLUMN,
-                        "colocate_with": "default" if table == first else first,
+                        "colocate_with": "none"
+                        if table in SEPARATELY_COLOCATED
+                        else "default"
+                        if table == first
+                        else first,
                     },
                 )
                 done.distributed.append(table)

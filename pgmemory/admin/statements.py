@@ -346,9 +346,10 @@ LIMIT :limit
 AUDIT_TABLES = ("pgmemory_memory_audit", "pgmemory_recall_audit", "pgmemory_fact_audit")
 #: The table of per-user secrets keying audit hashes (no role but its owner may touch it).
 SECRETS_TABLE = "pgmemory_user_secrets"
-#: The functions the guard consists of; the first three run as their owner.
+#: The functions the guard consists of; the first four run as their owner.
 DEFINER_FUNCTIONS = (
     "pgmemory_keyed_sha256",
+    "pgmemory_erase_user",
     "pgmemory_erase_user_audit",
     "pgmemory_prune_audit",
 )
@@ -468,6 +469,12 @@ WHERE NOT EXISTS (SELECT 1 FROM recorded AS r WHERE r.pseudonym = u.user_id)
 #: whose cutoff was later than the prune itself, and live memories whose insert row carries a
 #: pseudonym (their user was "erased" while their data stayed).
 AUDIT_MISUSE = """
+WITH erased_inserts AS MATERIALIZED (
+    -- the pseudonymised insert rows, gathered first: on Citus they live on other shards than
+    -- the memories they name, which a join could not reach without repartitioning
+    SELECT a.memory_id FROM pgmemory_memory_audit AS a
+    WHERE a.operation = 'insert' AND left(a.user_id, 7) = 'erased:'
+)
 SELECT
   (SELECT count(*) FROM pgmemory_fact_audit AS r
    WHERE r.namespace IN (:erasure_namespace, :retention_namespace)
@@ -476,9 +483,8 @@ SELECT
    WHERE r.user_id = '' AND r.namespace = :retention_namespace
      AND CAST(r.new_value ->> 'cutoff' AS timestamptz) > r.at) AS future_prunes,
   (SELECT count(*) FROM pgmemory_memories AS m
-   JOIN pgmemory_memory_audit AS a
-     ON a.memory_id = m.id AND a.operation = 'insert' AND left(a.user_id, 7) = 'erased:'
-   WHERE left(m.user_id, 7) <> 'erased:') AS live_but_erased
+   WHERE m.id IN (SELECT memory_id FROM erased_inserts)
+     AND left(m.user_id, 7) <> 'erased:') AS live_but_erased
 """
 
 # The application role. Role, database and schema names are DDL identifiers (never parameters):
@@ -533,7 +539,7 @@ APP_ROLE_GRANTS = (
     f"GRANT SELECT, INSERT ON {_AUDIT_TABLE_LIST} TO {{role}}",
     "GRANT SELECT ON pgmemory_alembic_version TO {role}",
     "GRANT EXECUTE ON FUNCTION pgmemory_keyed_sha256(text, text), "
-    "pgmemory_erase_user_audit(text, text), "
+    "pgmemory_erase_user(text, text), pgmemory_erase_user_audit(text, text), "
     "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text) TO {role}",
 )
 

@@ -124,11 +124,13 @@ async def expire(
 async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[str, int]:
     """Erase everything stored about a user in ONE transaction; returns counts per kind.
 
-    Memories (each deletion audited), facts and chat history are deleted; then
-    ``pgmemory_erase_user_audit`` replaces the user id in every audit row by a pseudonym
-    (``erased:`` + a hash keyed with the user's secret), blanks the fact values and query texts
-    the audits kept, deletes the secret (so neither the pseudonym nor any content hash can be
-    linked to the user or confirmed by a guess again) and records the erasure.
+    One call of ``pgmemory_erase_user`` (the owner's, SECURITY DEFINER) does it all: memories
+    (each deletion audited), facts and chat history are deleted; then every audit row of the
+    user moves to a pseudonym (``erased:`` + a hash keyed with the user's secret: a copy under
+    it with the same id and time, and the original deleted, because on Citus ``user_id`` is
+    the distribution column and cannot be updated), the fact values and query texts the audits
+    kept are blanked, the secret is deleted (so neither the pseudonym nor any content hash can
+    be linked to the user or confirmed by a guess again) and the erasure is recorded.
 
     The interactive statement timeout does not apply (as for a bulk import): an erasure must not
     fail for the size of the user. If it fails otherwise, nothing of it is kept.
@@ -140,10 +142,7 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
         async with db.write() as conn:
             await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
             await conn.execute(text(q.LOCK_USER_FOR_ERASURE), params)
-            memories = len((await conn.execute(text(q.ERASE_USER_MEMORIES), params)).all())
-            facts = (await conn.execute(text(q.ERASE_USER_FACTS), params)).rowcount
-            history = (await conn.execute(text(q.ERASE_USER_HISTORY), params)).rowcount
-            summary = (await conn.execute(text(q.ERASE_USER_AUDIT), params)).scalar_one()
+            summary = (await conn.execute(text(q.ERASE_USER), params)).scalar_one()
     except DBAPIError as exc:
         refusal = _audit_refusal(exc)
         if refusal is None:
@@ -151,11 +150,11 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
         raise PgMemoryError(
             f"the erasure was refused and rolled back, nothing was erased: {refusal}"
         ) from None
-    audit = summary["pseudonymised"]
+    audit, erased = summary["pseudonymised"], summary["erased"]
     counts = {
-        "memories": memories,
-        "facts": int(facts),
-        "history_messages": int(history),
+        "memories": int(erased["memories"]),
+        "facts": int(erased["facts"]),
+        "history_messages": int(erased["history_messages"]),
         "memory_audit_rows_pseudonymised": int(audit["memory_audit"]),
         "recall_audit_rows_pseudonymised": int(audit["recall_audit"]),
         "fact_audit_rows_pseudonymised": int(audit["fact_audit"]),

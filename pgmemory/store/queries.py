@@ -793,23 +793,13 @@ SELECT :user_id, :collection, :application_id, :agent_id, :session_id, :provider
 
 # --- erasure of a user ---------------------------------------------------------------------
 
-#: Erase every memory of a user in every collection, auditing each row.
-ERASE_USER_MEMORIES = _audited(
-    """
-    DELETE FROM pgmemory_memories WHERE user_id = :user_id""",
-    "delete",
-)
-
-#: Erase every fact of a user (all namespaces and narrower scopes).
-ERASE_USER_FACTS = "DELETE FROM pgmemory_facts WHERE user_id = :user_id"
-
-#: Pseudonymise a user's audit rows, blank the personal values they kept, destroy the user's
-#: secret and record the erasure (a SECURITY DEFINER function: the application role may not
-#: change audit rows itself). Returns {"pseudonym", "pseudonymised": {table: rows}}.
-ERASE_USER_AUDIT = "SELECT pgmemory_erase_user_audit(:user_id, :actor)"
-
-#: Erase a user's chat history in every session.
-ERASE_USER_HISTORY = "DELETE FROM pgmemory_chat_messages WHERE user_id = :user_id"
+#: Erase everything stored about a user, as one call of a SECURITY DEFINER function (migration
+#: 0014): audit and delete their memories in every collection, delete their facts and chat
+#: history, then move their audit rows to a pseudonym (personal values blanked), destroy their
+#: secret and record the erasure. The owner does it all, so Citus never sees the application
+#: role and the owner change the same shards in one transaction. Returns {"pseudonym",
+#: "pseudonymised": {table: rows}, "erased": {"memories", "facts", "history_messages"}}.
+ERASE_USER = "SELECT pgmemory_erase_user(:user_id, :actor)"
 
 
 # --- read replicas -------------------------------------------------------------------------

@@ -31,10 +31,21 @@ PER_USER_TABLES = (
     "pgmemory_user_secrets",
 )
 
-#: pgmemory's own SQL functions (migration 0006) that read or write per-user tables. The first
-#: argument of the first two is the user, so a call with a bound first argument names one user;
-#: the prune takes a cutoff and sweeps every user's audit rows.
-PER_USER_FUNCTIONS = ("pgmemory_keyed_sha256", "pgmemory_erase_user_audit", "pgmemory_prune_audit")
+#: pgmemory's own SQL functions (migrations 0006, 0014) that read or write per-user tables. The
+#: first argument of the first three is the user, so a call with a bound first argument names
+#: one user (an erasure also writes the pseudonym's rows and the records user's); the prune
+#: takes a cutoff and sweeps every user's audit rows.
+PER_USER_FUNCTIONS = (
+    "pgmemory_keyed_sha256",
+    "pgmemory_erase_user",
+    "pgmemory_erase_user_audit",
+    "pgmemory_prune_audit",
+)
+
+#: Per-user tables distributed in a co-location group of their own: the per-user secrets are
+#: read and created by the owner's keyed-hash function inside the application role's
+#: transactions, and Citus refuses a transaction in which two users change one shard group.
+SEPARATELY_COLOCATED = ("pgmemory_user_secrets",)
 
 #: Small tables every statement may join: copied to every node.
 REFERENCE_TABLES = ("pgmemory_collections",)

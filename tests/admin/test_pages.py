@@ -138,6 +138,7 @@ async def test_prune_audit_deletes_only_old_rows_and_records_itself(
     async with store.engine.begin() as conn:
         # Age half of this user's audit rows past the cutoff; everyone else's rows are recent.
         # (Backdating changes audit rows: the owner's sanctioned bypass of the guard.)
+        await conn.execute(text("SET LOCAL citus.propagate_set_commands = 'local'"))  # shards too
         await conn.execute(text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
         for table in ("pgmemory_recall_audit", "pgmemory_memory_audit", "pgmemory_fact_audit"):
             await conn.execute(

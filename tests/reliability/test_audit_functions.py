@@ -35,7 +35,7 @@ def _audit_rows(database_url: str) -> list[tuple[object, ...]]:
     engine = sa.create_engine(database_url)
     try:
         with engine.connect() as conn:
-            return [
+            return sorted(
                 tuple(row)
                 for table in (
                     "pgmemory_memory_audit",
@@ -43,7 +43,7 @@ def _audit_rows(database_url: str) -> list[tuple[object, ...]]:
                     "pgmemory_fact_audit",
                 )
                 for row in conn.execute(sa.text(f"SELECT id, user_id, row_sha256 FROM {table}"))
-            ]
+            )
     finally:
         engine.dispose()
 
@@ -117,7 +117,8 @@ async def test_audit_rows_carry_the_servers_time_whatever_the_insert_says(
             {"u": user},
         ).scalar_one()
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
-    assert at == now and at > datetime(2026, 1, 1, tzinfo=UTC)
+    # The server's clock: this transaction's start (on Citus, the worker's, a moment later).
+    assert timedelta(0) <= at - now < timedelta(seconds=5)
 
 
 async def test_the_library_refuses_them_too_with_its_own_errors(database_url: str) -> None:
@@ -167,10 +168,9 @@ async def test_an_erasure_does_not_depend_on_the_users_size(database_url: str) -
     from pgmemory.settings import Settings
 
     user, collection = unique("big"), f"c_{uuid.uuid4().hex[:10]}"
-    settings = Settings(_env_file=None, statement_timeout_ms=20)  # type: ignore[call-arg]
-    async with MemoryStore(database_url, settings=settings) as store:
+    scope = MemoryScope(user_id=user)
+    async with MemoryStore(database_url) as store:
         await store.create_collection(collection, dimensions=DIMENSIONS, embedding_model="t:3")
-        scope = MemoryScope(user_id=user)
         await store.import_records(
             collection,
             (
@@ -178,6 +178,97 @@ async def test_an_erasure_does_not_depend_on_the_users_size(database_url: str) -
                 for i in range(20_000)
             ),
         )
+    settings = Settings(_env_file=None, statement_timeout_ms=20)  # type: ignore[call-arg]
+    async with MemoryStore(database_url, settings=settings) as store:
         counts = await store.erase_user(user)
         assert counts["memories"] == 20_000
         assert await store.count(collection, scope) == 0
+
+
+async def test_a_role_setting_the_functions_flag_itself_gains_nothing(
+    database_url: str, role_engine: sa.Engine
+) -> None:
+    """The guard honours the functions' flag for the tables' owner only: set by the role in
+    its own transaction, it neither backdates an insert nor opens UPDATE or DELETE."""
+    user = unique("flag")
+    with role_engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
+        at = conn.execute(
+            sa.text(
+                "INSERT INTO pgmemory_memory_audit (user_id, operation, memory_id, collection, "
+                "application_id, agent_id, session_id, content_sha256, actor, at) "
+                "VALUES (:u, 'insert', gen_random_uuid(), 'c', '', '', '', repeat('0', 64), 'x', "
+                "'2001-01-01') RETURNING at"
+            ),
+            {"u": user},
+        ).scalar_one()
+    if role_engine.url.username == sa.engine.make_url(database_url).username:
+        return  # the owner holding the flag is what the functions are (and may do anything)
+    assert at.year > 2001  # stamped with the server's clock
+    with pytest.raises(sa.exc.DBAPIError), role_engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
+        conn.execute(sa.text("DELETE FROM pgmemory_memory_audit WHERE user_id = :u"), {"u": user})
+
+
+async def test_an_erasure_moves_each_audit_row_whole_to_the_pseudonym(
+    database_url: str, role_engine: sa.Engine
+) -> None:
+    """Each audit row of an erased user is moved (the distribution column cannot be updated on
+    Citus): under the pseudonym with its id, time and hashed values, the personal ones blanked;
+    none stays under the user, and the audit still verifies."""
+    user, _ = await _live_user(database_url)
+    async with MemoryStore(database_url) as store:
+        await store.merge_facts("profile", MemoryScope(user_id=user), {"city": "Oslo"})
+    columns = {
+        "pgmemory_memory_audit": "id, at, txid, operation, memory_id, collection, content_sha256",
+        "pgmemory_recall_audit": "id, at, collection, mode, query_sha256, memory_ids, scores",
+        "pgmemory_fact_audit": "id, at, namespace, key",
+    }
+    engine = sa.create_engine(database_url)
+
+    def rows(who: str) -> dict[str, list[tuple[object, ...]]]:
+        with engine.connect() as conn:
+            return {
+                table: [
+                    tuple(r)
+                    for r in conn.execute(
+                        sa.text(f"SELECT {cols} FROM {table} WHERE user_id = :u ORDER BY id"),
+                        {"u": who},
+                    )
+                ]
+                for table, cols in columns.items()
+            }
+
+    try:
+        before = rows(user)
+        assert all(before.values())
+        with role_engine.begin() as conn:
+            summary = conn.execute(
+                sa.text("SELECT pgmemory_erase_user(:u, 'test')"), {"u": user}
+            ).scalar_one()
+        pseudonym = summary["pseudonym"]
+        after = rows(pseudonym)
+        assert not any(rows(user).values())
+        # The memory's delete row joins the moved ones; every earlier row moved unchanged.
+        assert (
+            after["pgmemory_memory_audit"][: len(before["pgmemory_memory_audit"])]
+            == (before["pgmemory_memory_audit"])
+        )
+        assert [r[3] for r in after["pgmemory_memory_audit"]][-1] == "delete"
+        assert after["pgmemory_recall_audit"] == before["pgmemory_recall_audit"]
+        assert after["pgmemory_fact_audit"] == before["pgmemory_fact_audit"]
+        assert summary["erased"] == {"memories": 1, "facts": 1, "history_messages": 0}
+        with engine.connect() as conn:
+            kept = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pgmemory_fact_audit WHERE user_id = :p "
+                    "AND (old_value IS NOT NULL OR new_value IS NOT NULL)"
+                ),
+                {"p": pseudonym},
+            ).scalar_one()
+        assert kept == 0
+    finally:
+        engine.dispose()
+    async with MemoryStore(database_url) as owner:
+        report = await Admin(owner).verify_audit()
+    assert report.ok, report.problems

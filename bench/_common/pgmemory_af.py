@@ -25,7 +25,17 @@ from typing import Any
 
 
 def _classes() -> tuple[Any, Any]:
-    """The agent-framework provider classes of the ``pgmemory`` on ``sys.path``."""
+    """The agent-framework provider classes of the ``pgmemory`` on ``sys.path``: the lazy
+    top-level exports once they are agent-framework providers (issue 22), else the
+    integration's twins."""
+    import agent_framework as af
+
+    import pgmemory
+
+    memory_cls = getattr(pgmemory, "ChatHistoryMemoryProvider", None)
+    history_cls = getattr(pgmemory, "PostgresHistoryProvider", None)
+    if isinstance(memory_cls, type) and issubclass(memory_cls, af.ContextProvider):
+        return memory_cls, history_cls
     from pgmemory.integrations.agent_framework import (
         ChatHistoryMemoryProvider,
         PostgresHistoryProvider,

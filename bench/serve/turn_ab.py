@@ -10,9 +10,10 @@ identical seeded scopes of 100, 1,000 and 10,000 messages of one user:
 * ``before``: the checkout at ``--before`` (extracted with ``git archive`` into
   ``--ref-dir``, no worktree registered), imported in a worker process of its own with its own
   ``PYTHONPATH`` and its own migrations, on a database of its own;
-* ``after``: this checkout, whatever it is (pgmemory's own runtime while it exists and
-  agent-framework is absent, else agent-framework with ``bench/_common/pgmemory_af.py``'s
-  providers), on another database of the same server.
+* ``after``: this checkout, whatever it is (or ``--after REF``, extracted the same way):
+  agent-framework's ``Agent`` with ``bench/_common/pgmemory_af.py``'s providers (the
+  ``user_id=`` constructors of issue 22 when the checkout has them, else the integration
+  before them), on another database of the same server.
 
 Each side is a long-lived worker (``bench/serve/_turn_worker.py``); every turn runs on both,
 in ABBA order, so noise hits both alike. A turn: a new session of the scope's user, recall for
@@ -205,19 +206,25 @@ def goals(sizes: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     before_root, before_sha = extract(args.before, args.ref_dir)
-    after_sha = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = bool(
-        subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
     progress(f"before: {args.before} = {before_sha[:12]} at {before_root}")
-    progress(f"after: this checkout {ROOT} ({after_sha[:12]}{', modified' if dirty else ''})")
+    if args.after:
+        after_root, after_sha = extract(args.after, args.ref_dir)
+        dirty = False
+        progress(f"after: {args.after} = {after_sha[:12]} at {after_root}")
+    else:
+        after_root = ROOT
+        after_sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
+        progress(f"after: this checkout {ROOT} ({after_sha[:12]}{', modified' if dirty else ''})")
     server = Server()
     info = server.info()
     progress(info)
@@ -230,7 +237,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             server.scratch("turn_after", pgmemory_schema=False) as url_after,
         ):
             urls = {"before": url_before, "after": url_after}
-            roots = {"before": before_root, "after": ROOT}
+            roots = {"before": before_root, "after": after_root}
             flavours = {"before": args.before_flavour, "after": args.after_flavour}
             for side in SIDES:
                 workers[side] = Worker(side, roots[side])
@@ -296,7 +303,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "goals": goals(results),
         "conditions": {
             "before": {"ref": args.before, "commit": before_sha, **setup.get("before", {})},
-            "after": {"commit": after_sha, "modified": dirty, **setup.get("after", {})},
+            "after": {
+                "ref": args.after or "this checkout",
+                "commit": after_sha,
+                "modified": dirty,
+                **setup.get("after", {}),
+            },
             "server": info,
             "cpus": os.cpu_count(),
             "loadavg_1m": os.getloadavg()[0],
@@ -343,6 +355,9 @@ def print_size(size: int, e: dict[str, Any]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", required=True, help="git ref of the 'before' side (e.g. 026b354)")
+    p.add_argument(
+        "--after", default=None, help="git ref of the 'after' side (default: this checkout)"
+    )
     p.add_argument("--sizes", default="100,1000,10000", help="messages in the user's scope")
     p.add_argument("--turns", type=int, default=100, help="timed turns per size and side")
     p.add_argument("--warmup", type=int, default=5, help="untimed turns first")

@@ -367,7 +367,7 @@ class LangGraphMemory(af.ContextProvider):
 
 
 async def open_pgmemory(settings: Settings, stack: Any, app: FastAPI) -> list[Any]:
-    from bench._common.pgmemory_af import pgmemory_providers
+    from bench._common.pgmemory_af import pgmemory_providers, provider_api
     from pgmemory import CollectionError, MemoryStore, make_embedder
     from pgmemory.embedders import CachedEmbedder
 
@@ -388,6 +388,7 @@ async def open_pgmemory(settings: Settings, stack: Any, app: FastAPI) -> list[An
         await store.create_collection(COLLECTION)
     app.state.embedder = embedder
     app.state.store = store
+    app.state.provider_api = provider_api()
     return pgmemory_providers(store, COLLECTION, current_user)
 
 
@@ -523,6 +524,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.startup = {
             "memory": MEMORY,
             "providers": [type(p).__name__ for p in providers],
+            "provider_api": getattr(app.state, "provider_api", None),
             "imports_s": _IMPORTED - _T0,
             "open_s": app.state.opened - started,
             "warm_up_s": warmed - app.state.opened,

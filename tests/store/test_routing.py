@@ -204,7 +204,11 @@ def test_every_key_of_a_per_user_table_holds_user_id(database_url: str) -> None:
             ).all()
     finally:
         engine.dispose()
-    assert tables == set(routing.PER_USER_TABLES) | set(routing.REFERENCE_TABLES)
+    assert tables == (
+        set(routing.PER_USER_TABLES)
+        | set(routing.REFERENCE_TABLES)
+        | set(routing.COORDINATOR_TABLES)
+    )
     assert tables == {table.name for table in Base.metadata.sorted_tables}
     assert {table for table, _, _ in keys} == set(routing.PER_USER_TABLES)  # each has a key
     missing = [(table, index) for table, index, columns in keys if "user_id" not in columns]

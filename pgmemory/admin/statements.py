@@ -92,34 +92,63 @@ LIMIT :limit
 #: :limit index probes per source.
 USER_PAGE = _build_user_page()
 
+
+def _build_user_page_distributed() -> str:
+    sources = ("pgmemory_memories", *_USER_SOURCES)
+    keep = _NOT_PSEUDONYM.format(column="user_id")
+    parts = "\n    UNION\n    ".join(
+        f"(SELECT DISTINCT user_id FROM {table} WHERE user_id > :after AND {keep} "
+        "ORDER BY user_id LIMIT :limit)"
+        for table in sources
+    )
+    return f"""
+SELECT user_id FROM (
+    {parts}
+) AS found
+ORDER BY user_id
+LIMIT :limit
+"""
+
+
+#: USER_PAGE where the tables are distributed by user (Citus, which runs no recursive CTE
+#: across shards): each table's first :limit distinct users after :after, which every shard
+#: finds in its own index (the users of different shards are different), merged. It reads
+#: the page's users' index entries, not one per user: dearer than the skip scan for users
+#: with many rows, and spread over the workers.
+USER_PAGE_DISTRIBUTED = _build_user_page_distributed()
+
 #: Memories per collection of each user on a page (the ids come from USER_PAGE).
 USER_MEMORY_COUNTS = """
 SELECT u.user_id, c.name AS collection, s.memories, s.last_at
 FROM unnest(CAST(:user_ids AS text[])) AS u(user_id)
 CROSS JOIN pgmemory_collections AS c
 CROSS JOIN LATERAL (
+    -- grouped by the user (one group, or none when the user has no memory there): Citus runs
+    -- a lateral aggregate only when it is grouped by the distribution column
     SELECT count(*) AS memories, max(m.created_at) AS last_at FROM pgmemory_memories AS m
     WHERE m.collection = c.name AND m.user_id = u.user_id
+    GROUP BY m.user_id
 ) AS s
-WHERE s.memories > 0
 ORDER BY u.user_id, c.name
 """
 
-#: Recalls, chat messages and facts of each user on a page, with the latest time of each.
+#: Recalls, chat messages and facts of each user on a page, with the latest time of each (a
+#: user with none has no row); each table grouped by user, so Citus runs each on the shards.
 USER_ACTIVITY = """
-SELECT u.user_id, r.recalls, r.last_recall_at, h.last_message_at, f.last_fact_at
-FROM unnest(CAST(:user_ids AS text[])) AS u(user_id)
-CROSS JOIN LATERAL (
-    SELECT count(*) AS recalls, max(a.at) AS last_recall_at FROM pgmemory_recall_audit AS a
-    WHERE a.user_id = u.user_id
-) AS r
-CROSS JOIN LATERAL (
-    SELECT max(h.created_at) AS last_message_at FROM pgmemory_chat_messages AS h
-    WHERE h.user_id = u.user_id
-) AS h
-CROSS JOIN LATERAL (
-    SELECT max(f.updated_at) AS last_fact_at FROM pgmemory_facts AS f WHERE f.user_id = u.user_id
-) AS f
+SELECT user_id, sum(recalls) AS recalls, max(last_recall_at) AS last_recall_at,
+       max(last_message_at) AS last_message_at, max(last_fact_at) AS last_fact_at
+FROM (
+    SELECT user_id, count(*) AS recalls, max(at) AS last_recall_at,
+           CAST(NULL AS timestamptz) AS last_message_at, CAST(NULL AS timestamptz) AS last_fact_at
+    FROM pgmemory_recall_audit WHERE user_id = ANY(CAST(:user_ids AS text[])) GROUP BY user_id
+    UNION ALL
+    SELECT user_id, 0, NULL, max(created_at), NULL
+    FROM pgmemory_chat_messages WHERE user_id = ANY(CAST(:user_ids AS text[])) GROUP BY user_id
+    UNION ALL
+    SELECT user_id, 0, NULL, NULL, max(updated_at)
+    FROM pgmemory_facts WHERE user_id = ANY(CAST(:user_ids AS text[])) GROUP BY user_id
+) AS activity
+GROUP BY user_id
 """
 
 #: A user's memory scopes: each collection/application/agent/session with its row count.
@@ -612,6 +641,8 @@ CURRENT_DATABASE = "SELECT current_database()"
 
 #: Whether the citus extension is installed in this database.
 CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+#: The same, as a row (``installed``), for the read helpers.
+CITUS_INSTALLED_AS_ROW = f"{CITUS_INSTALLED} AS installed"
 
 #: How Citus manages a table already ('distributed', 'reference'; NULL: not at all).
 CITUS_TABLE_TYPE = """
@@ -703,6 +734,7 @@ FAN_OUT: dict[str, str] = {
     "PARTITION_MEMORIES": "DDL: pgmemory db partition rebuilds the whole (empty) table",
     "MEMORIES_PARTITIONS": "pgmemory db partition: the catalog's count of partitions, no rows",
     "USER_PAGE": "the operator's user directory: a page of user ids across all tables",
+    "USER_PAGE_DISTRIBUTED": "the operator's user directory on Citus: a page of user ids",
     "USER_MEMORY_COUNTS": "the operator's user directory: counts for one page of users",
     "USER_ACTIVITY": "the operator's user directory: activity for one page of users",
     "PRUNE_AUDIT": "audit retention (pgmemory_prune_audit): rows older than a cutoff, of every user",

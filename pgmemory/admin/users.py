@@ -4,6 +4,7 @@ scopes and chat sessions.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -39,10 +40,24 @@ class UserPage:
     next_after: str | None
 
 
+#: Whether each open database has Citus (asked once per database object).
+_CITUS: weakref.WeakKeyDictionary[Database, bool] = weakref.WeakKeyDictionary()
+
+
+async def _distributed(db: Database) -> bool:
+    """Whether the database has Citus, so that the directory walks it shard by shard."""
+    known = _CITUS.get(db)
+    if known is None:
+        rows = await read_rows(db, s.CITUS_INSTALLED_AS_ROW, {})
+        known = _CITUS[db] = bool(rows[0]["installed"])
+    return known
+
+
 async def list_users(db: Database, *, after: str = "", limit: int | None = None) -> UserPage:
     """Users found in any table (memories, audits, chat history, facts), in id order.
 
-    Every table is walked with a skip scan (one index probe per distinct user), so a page costs
+    Every table is walked with a skip scan (one index probe per distinct user; on Citus, each
+    shard's distinct users, see USER_PAGE_DISTRIBUTED), so a page costs
     about ``limit`` probes per table however many rows each user has.
 
     Args:
@@ -56,9 +71,8 @@ async def list_users(db: Database, *, after: str = "", limit: int | None = None)
     limit = clamp_limit(limit)
     if after:  # '' starts from the beginning; anything else is a user id, checked like one
         check_user(after)
-    ids = [
-        r["user_id"] for r in await read_rows(db, s.USER_PAGE, {"after": after, "limit": limit + 1})
-    ]
+    page = s.USER_PAGE_DISTRIBUTED if await _distributed(db) else s.USER_PAGE
+    ids = [r["user_id"] for r in await read_rows(db, page, {"after": after, "limit": limit + 1})]
     more = len(ids) > limit
     ids = ids[:limit]
     if not ids:

@@ -243,4 +243,8 @@ async def test_session_resumes_in_a_fresh_process(
     assert done.stdout.strip() == "您叫 Alice。"
     contents = [m.get("content") for m in openai_server.requests[-1]["messages"]]
     # The history came back from PostgreSQL in the new process, in order, before the new input.
-    assert contents.index("我叫 Alice") < contents.index("您好，Alice。") < contents.index("我叫什么？")
+    assert (
+        contents.index("我叫 Alice")
+        < contents.index("您好，Alice。")
+        < contents.index("我叫什么？")
+    )

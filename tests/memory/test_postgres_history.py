@@ -1,7 +1,7 @@
 """PostgreSQL history in agent-framework's Agent: ordered, paginated, deduplicated, one
 transaction per run, kept across a simulated restart (a new store object on the same
 database), reduced by the framework's compaction before the model, and readable from rows
-written before 0.9."""
+written before 0.3."""
 
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ async def test_after_run_compaction_is_refused_and_before_run_reduces_what_is_se
     assert await store.count_history(session.session_id, user_id=user) == 8
 
 
-async def test_rows_written_before_0_9_read_back(
+async def test_rows_written_before_0_3_read_back(
     store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     user = unique("u")

@@ -10,7 +10,7 @@ process, with a new store object - continues the same history, and a session who
 names another user or session is refused.
 
 A row holds the framework's ``Message.to_dict()`` plus a ``text`` key for SQL readers and the
-audit page. Rows written by pgmemory before 0.9 (its own message format) read back as
+audit page. Rows written by pgmemory before 0.3 (its own message format) read back as
 framework messages.
 """
 
@@ -265,14 +265,14 @@ def to_row(message: Message) -> dict[str, Any]:
 
 
 def from_row(row: Mapping[str, Any]) -> Message:
-    """A history row as a framework message (rows of pgmemory's own format before 0.9 too)."""
+    """A history row as a framework message (rows of pgmemory's own format before 0.3 too)."""
     if row.get("type") == "message":
         return Message.from_dict({k: row[k] for k in ("type", *_MESSAGE_KEYS) if k in row})
     return _from_legacy_row(row)
 
 
 def _from_legacy_row(row: Mapping[str, Any]) -> Message:
-    """A row written by pgmemory's own runtime (before 0.9) as a framework message."""
+    """A row written by pgmemory's own runtime (before 0.3) as a framework message."""
     contents: list[Content] = []
     for item in row.get("contents") or [{"type": "text", "text": row.get("text") or ""}]:
         kind = item.get("type")

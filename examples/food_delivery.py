@@ -26,7 +26,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -154,14 +154,15 @@ def decide(transcript: Sequence[tuple[str, str]], tools_called: Sequence[str]) -
 
 
 class StandIn(BaseHTTPRequestHandler):
-    """A chat-completions endpoint on 127.0.0.1 that answers with :func:`decide`."""
+    """A chat-completions endpoint that answers with its server's ``answer(body)`` step
+    (:func:`step_for` by default: :func:`decide`)."""
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        step = step_for(body)
+        step = getattr(self.server, "answer", step_for)(body)
         if "call" in step:
             arguments = json.dumps(step["arguments"], ensure_ascii=False)
             call = {
@@ -200,6 +201,17 @@ def step_for(body: dict[str, Any]) -> dict[str, Any]:
     return decide([(m["role"], str(m.get("content") or "")) for m in messages], called)
 
 
+def serve_stand_in(
+    answer: Callable[[dict[str, Any]], dict[str, Any]] = step_for,
+) -> tuple[ThreadingHTTPServer, str]:
+    """The stand-in model on 127.0.0.1 (a free port), served on a thread: (server, base URL).
+    ``answer(body)`` returns a :func:`decide`-style step; stop it with ``server.shutdown()``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+    server.answer = answer  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
 SCRIPT = [
     ("alice", "帮我点一份外卖，一荤一素，我不能吃辣"),
     ("alice", "帮我点一份外卖"),
@@ -222,9 +234,7 @@ async def main() -> None:
             f"model: {settings.openai_chat_model} at {settings.openai_base_url or 'api.openai.com'}"
         )
     else:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        server, url = serve_stand_in()
         client = OpenAIChatCompletionClient(model="stand-in", base_url=url, api_key="offline")
         print(f"model: offline stand-in at {url} (set PGMEMORY_OPENAI_* for a real model)")
     try:

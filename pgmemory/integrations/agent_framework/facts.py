@@ -135,9 +135,10 @@ class FactMemoryProvider(ContextProvider):
             ``"likely"`` (default) while a required fact is unknown (the agent asks for it,
             so the next answer may be a bare "Dana."), and otherwise only when a cheap local
             check says a message may state a fact (a first-person statement or a word of a
-            field's name; see :mod:`pgmemory.memory.fact_trigger`); ``"until_known"`` only while a required
-            fact (every field, when none is required) is unknown, as the seeds do, so later
-            corrections are missed; ``"always"`` after every run with user text.
+            field's name; see :mod:`~pgmemory.integrations.agent_framework.fact_trigger`);
+            ``"until_known"`` only while a required fact (every field, when none is required)
+            is unknown, as the seeds do, so later corrections are missed; ``"always"`` after
+            every run with user text.
 
     Raises:
         InvalidInputError: an argument is unusable (the message names it and the fix).

@@ -48,6 +48,11 @@ if TYPE_CHECKING:
     from pgmemory.integrations.agent_framework.history import (
         PostgresHistoryProvider as PostgresHistoryProvider,
     )
+    from pgmemory.integrations.agent_framework.messages import (
+        MessageFilter as MessageFilter,
+        all_messages as all_messages,
+        external_only as external_only,
+    )
     from pgmemory.settings import (
         Settings as Settings,
     )

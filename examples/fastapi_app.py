@@ -1,12 +1,14 @@
 """A FastAPI chat service whose agent remembers each user, across sessions and restarts.
 
-    pip install 'pgmemory[embedded,use]' fastapi uvicorn
+    pip install 'pgmemory[embedded,use,agent-framework]' fastapi uvicorn
     PGMEMORY_OPENAI_BASE_URL=... PGMEMORY_OPENAI_API_KEY=... uvicorn examples.fastapi_app:app
 
 One :class:`~pgmemory.MemoryStore` per process, opened in the lifespan (its pool serves every
 request), with the embedder loaded at start-up so the first request does not pay for it. The
+agent is agent-framework's ``Agent``; pgmemory's providers are its history and memory. The
 user id comes from the application's authentication — here the ``X-User-Id`` header stands in
-for it — never from the request body: memory scopes and chat history are keyed by it.
+for it — never from the request body or the session: the providers' ``user_id`` resolver reads
+what the endpoint bound for this request, and memory scopes and chat history are keyed by it.
 
 ``POST /chat {"message": "...", "session_id": null}`` answers and returns the session id to send
 back for the next turn. Bad input is a 400, a scope problem a 403.
@@ -14,23 +16,22 @@ back for the next turn. Bad input is a 400, a scope problem a 403.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
+from agent_framework import Agent, AgentSession
+from agent_framework.openai import OpenAIChatCompletionClient
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse
+from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from pgmemory import (
-    Agent,
-    AgentSession,
     ChatHistoryMemoryProvider,
-    CollectionError,
     InvalidInputError,
-    MemoryScope,
     MemoryStore,
-    OpenAIChatClient,
     PostgresHistoryProvider,
     ScopeError,
     Settings,
@@ -38,15 +39,13 @@ from pgmemory import (
 
 COLLECTION = "chat_memory"
 INSTRUCTIONS = "You are a helpful assistant. Use what you remember about the user."
+#: The authenticated user of the request being served (set by the endpoint).
+REQUEST_USER: contextvars.ContextVar[str] = contextvars.ContextVar("request_user")
 
 
-def per_user(session: AgentSession) -> ChatHistoryMemoryProvider.State:
-    """Memory scopes from the user id the application bound to the session."""
-    user_id = session.state["user_id"]
-    return ChatHistoryMemoryProvider.State(
-        storage_scope=MemoryScope(user_id=user_id, session_id=session.session_id),
-        search_scope=MemoryScope(user_id=user_id),
-    )
+def bound_user(session: AgentSession) -> str:
+    """pgmemory's user binding: the request's authenticated user, never the session's state."""
+    return REQUEST_USER.get()
 
 
 @asynccontextmanager
@@ -54,19 +53,24 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Open the store and the model client once per process; warm the embedder."""
     settings = Settings()
     store = await MemoryStore(settings=settings, migrate=True).open()
-    client = OpenAIChatClient.from_settings(settings)
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    openai = AsyncOpenAI(
+        base_url=settings.openai_base_url,
+        api_key=key or "unset",
+        max_retries=settings.openai_max_retries,
+        timeout=settings.openai_timeout_s,
+    )
+    client = OpenAIChatCompletionClient(model=settings.openai_chat_model, async_client=openai)
     try:
         await store.embedder.embed(["warm-up"])  # load the local model now, not on a request
-        try:
-            await store.get_collection(COLLECTION)
-        except CollectionError:
-            await store.create_collection(COLLECTION)
-        memory = ChatHistoryMemoryProvider(store, COLLECTION, state_initializer=per_user)
-        history = PostgresHistoryProvider(store)
-        app.state.agent = Agent(client, INSTRUCTIONS, context_providers=[history, memory])
+        memory = ChatHistoryMemoryProvider(store, COLLECTION, user_id=bound_user)
+        history = PostgresHistoryProvider(store, user_id=bound_user)
+        app.state.agent = Agent(
+            client=client, instructions=INSTRUCTIONS, context_providers=[history, memory]
+        )
         yield
     finally:
-        await client.aclose()
+        await openai.close()
         await store.close()
 
 
@@ -109,6 +113,9 @@ async def chat(
     body: ChatRequest, request: Request, user_id: Annotated[str, Depends(current_user)]
 ) -> ChatReply:
     """Run one agent turn for the authenticated user."""
-    session = AgentSession(body.session_id, state={"user_id": user_id})
-    response = await request.app.state.agent.run(body.message, session)
+    if body.session_id is not None and not body.session_id.strip():
+        raise InvalidInputError("session_id is blank; send null to start a new session")
+    REQUEST_USER.set(user_id)  # what the providers' user_id resolver reads for this request
+    session = AgentSession(session_id=body.session_id)
+    response = await request.app.state.agent.run(body.message, session=session)
     return ChatReply(session_id=session.session_id, reply=response.text)

@@ -19,30 +19,33 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pgmemory.memory import PostgresHistoryProvider
-from pgmemory.runtime import Agent, OpenAIChatClient
-from pgmemory.store.store import MemoryStore
+from agent_framework import Agent, AgentSession
+from agent_framework.openai import OpenAIChatCompletionClient
+
+from pgmemory import MemoryStore, PostgresHistoryProvider
 
 INSTRUCTIONS = "You are a friendly assistant. Answer in one or two sentences."
+USER = "alice"  # the signed-in user; in an application, from its authentication
 
 
 async def turn(saved_session: str | None, text: str) -> str:
     """Open a store, run one turn, close everything; return the session as JSON."""
     async with MemoryStore(migrate=True) as store:
-        client = OpenAIChatClient.from_settings(store.settings)
-        try:
-            agent = Agent(client, INSTRUCTIONS, context_providers=[PostgresHistoryProvider(store)])
-            if saved_session is None:
-                session = agent.create_session()
-                session.state["user_id"] = "alice"
-            else:
-                session = agent.deserialize_session(saved_session)
-            response = await agent.run(text, session)
-            print(f"user:      {text}")
-            print(f"assistant: {response.text}\n")
-            return json.dumps(session.to_dict())
-        finally:
-            await client.aclose()
+        settings = store.settings
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        client = OpenAIChatCompletionClient(
+            model=settings.openai_chat_model, base_url=settings.openai_base_url, api_key=key
+        )
+        history = PostgresHistoryProvider(store, user_id=USER)
+        agent = Agent(client=client, instructions=INSTRUCTIONS, context_providers=[history])
+        if saved_session is None:
+            session = agent.create_session()
+        else:
+            session = AgentSession.from_dict(json.loads(saved_session))
+        response = await agent.run(text, session=session)
+        print(f"user:      {text}")
+        print(f"assistant: {response.text}\n")
+        return json.dumps(session.to_dict())
 
 
 async def main() -> None:

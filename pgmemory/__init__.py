@@ -3,8 +3,9 @@
 The public surface is what this module exports; everything else is internal.
 
 Names are imported on first use (PEP 562), so ``import pgmemory`` is cheap and loads neither
-SQLAlchemy, the ``openai`` package nor numpy: ``pgmemory.MemoryStore`` imports the store when
-it is first asked for. The imports under ``TYPE_CHECKING`` below are the one list of public
+SQLAlchemy, the ``openai`` package, numpy nor agent-framework: ``pgmemory.MemoryStore`` imports
+the store when it is first asked for, and ``pgmemory.ChatHistoryMemoryProvider`` (and the other
+providers) agent-framework, which the ``agent-framework`` extra installs. The imports under ``TYPE_CHECKING`` below are the one list of public
 names: type checkers and IDEs read them, and :func:`pgmemory._exports.lazy_exports` makes
 ``__all__`` and the lazy imports from the same lines. ``pgmemory.__version__`` is the installed
 distribution's version.
@@ -34,43 +35,23 @@ if TYPE_CHECKING:
         MissingExtraError as MissingExtraError,
         PgMemoryError as PgMemoryError,
         ScopeError as ScopeError,
-        StructuredOutputError as StructuredOutputError,
-        ToolArgumentsError as ToolArgumentsError,
-        ToolLoopLimitError as ToolLoopLimitError,
     )
-    from pgmemory.memory import (
+    from pgmemory.integrations.agent_framework.chat_history import (
         ChatHistoryMemoryProvider as ChatHistoryMemoryProvider,
+    )
+    from pgmemory.integrations.agent_framework.chat_history_options import (
         ChatHistoryMemoryProviderOptions as ChatHistoryMemoryProviderOptions,
+    )
+    from pgmemory.integrations.agent_framework.facts import (
         FactMemoryProvider as FactMemoryProvider,
+    )
+    from pgmemory.integrations.agent_framework.history import (
         PostgresHistoryProvider as PostgresHistoryProvider,
     )
-    from pgmemory.runtime import (
-        AfterRunError as AfterRunError,
-        Agent as Agent,
-        AgentResponse as AgentResponse,
-        AgentResponseUpdate as AgentResponseUpdate,
-        AgentSession as AgentSession,
-        ChatClient as ChatClient,
-        ChatReducer as ChatReducer,
-        ChatResponse as ChatResponse,
-        ContextProvider as ContextProvider,
-        FunctionCallContent as FunctionCallContent,
-        FunctionResultContent as FunctionResultContent,
-        HistoryProvider as HistoryProvider,
-        InMemoryHistoryProvider as InMemoryHistoryProvider,
-        Message as Message,
-        MessageCountingReducer as MessageCountingReducer,
+    from pgmemory.integrations.agent_framework.messages import (
         MessageFilter as MessageFilter,
-        OpenAIChatClient as OpenAIChatClient,
-        ProviderSessionState as ProviderSessionState,
-        SessionContext as SessionContext,
-        SummarizingReducer as SummarizingReducer,
-        TextContent as TextContent,
-        Tool as Tool,
         all_messages as all_messages,
         external_only as external_only,
-        filter_by_source as filter_by_source,
-        tool as tool,
     )
     from pgmemory.settings import (
         Settings as Settings,

@@ -40,18 +40,6 @@ class EmbeddingError(PgMemoryError):
     """An embedder failed or returned vectors that cannot be stored."""
 
 
-class ToolArgumentsError(InvalidInputError):
-    """The model's arguments do not fit the tool's parameters."""
-
-
-class ToolLoopLimitError(PgMemoryError):
-    """The model kept asking for tools after ``max_tool_iterations`` rounds."""
-
-
-class StructuredOutputError(PgMemoryError):
-    """The model's reply does not match the requested ``response_format``."""
-
-
 class MissingExtraError(PgMemoryError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 

@@ -15,6 +15,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -24,7 +25,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.admin import Admin
 from pgmemory.embedders import CachedEmbedder, USEEmbedder
-from pgmemory.runtime.openai_client import OpenAIChatClient
 from pgmemory.settings import Settings
 from pgmemory.store import migrate
 from pgmemory.store.embedded import EmbeddedServer
@@ -180,16 +180,17 @@ def openai_server() -> Iterator[OpenAIServer]:
         yield server
 
 
-@pytest_asyncio.fixture
-async def chat_client(openai_server: OpenAIServer) -> AsyncIterator[OpenAIChatClient]:
-    """An :class:`OpenAIChatClient` (the real ``openai`` client) on ``openai_server``, no retries."""
-    client = OpenAIChatClient(
-        model="test-model", base_url=openai_server.url, api_key="test", max_retries=0
+@pytest.fixture
+def chat_client(openai_server: OpenAIServer) -> Any:
+    """agent-framework's ``OpenAIChatCompletionClient`` (the real ``openai`` client inside) on
+    ``openai_server``, no retries."""
+    from agent_framework.openai import OpenAIChatCompletionClient
+    from openai import AsyncOpenAI
+
+    return OpenAIChatCompletionClient(
+        model="test-model",
+        async_client=AsyncOpenAI(base_url=openai_server.url, api_key="test", max_retries=0),
     )
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 def unique(prefix: str) -> str:

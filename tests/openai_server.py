@@ -5,7 +5,7 @@ so tests drive the real ``openai`` client over HTTP instead of mocking it::
 
     with OpenAIServer() as server:
         server.queue(text("Hello!"), tool_calls(call("GetMenu", {})), text("Done"))
-        client = OpenAIChatClient(model="test", base_url=server.url, api_key="test")
+        client = OpenAIChatCompletionClient(model="test", base_url=server.url, api_key="test")
         ...
         assert server.requests[0]["messages"][-1]["content"] == "hi"
 

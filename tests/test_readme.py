@@ -118,5 +118,5 @@ def test_snippet_runs_as_written(
     )
     output = f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     assert done.returncode == 0, f"snippet failed:\n{code}\n{output}"
-    if "OpenAIChatClient" in code:  # it really talked to the (scripted) model
+    if "OpenAIChatCompletionClient" in code:  # it really talked to the (scripted) model
         assert len(model_server.requests) > asked_before, output

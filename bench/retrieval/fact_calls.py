@@ -6,8 +6,9 @@ does each policy miss?
 Two conversations, each run once per policy (``always``, ``until_known``, ``likely``) on a
 scratch database (created and dropped), every turn in a fresh session:
 
-* ``food``: the food-delivery demo's script and agent (chat-history memory, GetMenu and
-  PlaceOrder, the offline ``ReplayModel``) plus a fact provider for the diner's dietary
+* ``food``: the food-delivery demo's script and agent (agent-framework's ``Agent``,
+  chat-history memory, GetMenu and PlaceOrder, the demo's offline stand-in model over HTTP)
+  plus a fact provider for the diner's dietary
   restrictions (no required fact). Alice states "我不能吃辣" once, then she and Bob only say
   "帮我点一份外卖".
 * ``chat``: a scripted 20-turn English conversation with the seeds' ``UserInfo`` (name and
@@ -29,19 +30,24 @@ import importlib.util
 import json
 import sys
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
+from agent_framework import Agent
+from agent_framework.openai import OpenAIChatCompletionClient
 from pydantic import BaseModel, Field
 
 from bench._common.paths import ROOT
 from bench._common.scratch import Server
-from pgmemory import Agent, ChatResponse, MemoryScope, MemoryStore, Message, Settings
-from pgmemory.memory import ChatHistoryMemoryProvider, FactMemoryProvider
-from pgmemory.memory.fact_trigger import EXTRACT_WHEN
+from pgmemory import (
+    FactMemoryProvider,
+    MemoryScope,
+    MemoryStore,
+    Settings,
+)
+from pgmemory.integrations.agent_framework.fact_trigger import EXTRACT_WHEN
 
 _spec = importlib.util.spec_from_file_location(
     "food_delivery", ROOT / "examples" / "food_delivery.py"
@@ -93,8 +99,8 @@ CHAT: list[tuple[str, str, dict[str, Any]]] = [
 
 
 class Extractor:
-    """Wraps the agent's model: extraction requests (a ``response_format``) are counted and
-    answered from the script's table; every other request goes to ``inner``."""
+    """The stand-in model's answers: extraction requests (a ``response_format``) are counted
+    and answered from the script's table; every other request gets ``inner(body)``."""
 
     def __init__(self, inner: Any, table: dict[str, dict[str, Any]]) -> None:
         self.inner = inner
@@ -102,25 +108,21 @@ class Extractor:
         self.extraction_calls = 0
         self.agent_calls = 0
 
-    async def get_response(
-        self, messages: Sequence[Message], *, response_format: Any = None, **kwargs: Any
-    ) -> ChatResponse:
-        if response_format is None:
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not body.get("response_format"):
             self.agent_calls += 1
-            return await self.inner.get_response(messages, **kwargs)
+            return self.inner(body)
         self.extraction_calls += 1
         facts: dict[str, Any] = {}
-        for m in messages:
-            if m.role == "user":
-                facts.update(self.table.get(m.text, {}))
-        return ChatResponse(messages=[Message("assistant", json.dumps(facts))])
+        for m in body["messages"]:
+            if m["role"] == "user":
+                facts.update(self.table.get(str(m.get("content") or ""), {}))
+        return {"text": json.dumps(facts)}
 
 
-class Small:
+def small(body: dict[str, Any]) -> dict[str, Any]:
     """The agent's model in the chat scenario: a short reply."""
-
-    async def get_response(self, messages: Sequence[Message], **_: Any) -> ChatResponse:
-        return ChatResponse(messages=[Message("assistant", "Sure.")])
+    return {"text": "Sure."}
 
 
 async def run(
@@ -128,54 +130,50 @@ async def run(
 ) -> tuple[int, int, list[str], dict[str, dict[str, Any]]]:
     script = FOOD if scenario == "food" else CHAT
     model: type[BaseModel] = DinerFacts if scenario == "food" else UserInfo
-    client = Extractor(
-        food.ReplayModel() if scenario == "food" else Small(), {t: f for _, t, f in script}
+    answers = Extractor(
+        food.step_for if scenario == "food" else small, {t: f for _, t, f in script}
     )
+    server, base_url = food.serve_stand_in(answers)
+    client = OpenAIChatCompletionClient(model="stand-in", base_url=base_url, api_key="offline")
     run_id = uuid.uuid4().hex[:6]
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    async with MemoryStore(url, settings=settings) as store:
-        facts = FactMemoryProvider(
-            store,
-            client,  # type: ignore[arg-type]
-            model,
-            state_initializer=FactMemoryProvider.scope_from_session("user_id"),
-            extract_when=policy,  # type: ignore[arg-type]
-        )
-        if scenario == "food":
-            await store.create_collection(food.COLLECTION)
-            memory = ChatHistoryMemoryProvider(
-                store, food.COLLECTION, state_initializer=food.user_scope
+    user = food.current_user  # each turn's user is bound through food.CURRENT_USER
+    try:
+        async with MemoryStore(url, settings=settings) as store:
+            facts = FactMemoryProvider(
+                store,
+                client,
+                model,
+                user_id=user,
+                extract_when=policy,  # type: ignore[arg-type]
             )
-            from pgmemory import tool
-
-            agent = Agent(
-                client,  # type: ignore[arg-type]
-                food.INSTRUCTIONS,
-                tools=[
-                    tool(food.get_menu, name="GetMenu"),
-                    tool(food.place_order, name="PlaceOrder"),
-                ],
-                context_providers=[memory, facts],
-            )
-        else:
-            agent = Agent(client, "You are a friendly assistant.", context_providers=[facts])  # type: ignore[arg-type]
-        expected: dict[str, dict[str, Any]] = {}
-        for user, text, stated in script:
-            session = agent.create_session()
-            session.state["user_id"] = f"{user}-{run_id}"
-            await agent.run(text, session=session)
-            expected.setdefault(user, {}).update(stated)
-        stored = {
-            user: await store.get_facts(facts.namespace, MemoryScope(user_id=f"{user}-{run_id}"))
-            for user in expected
-        }
+            if scenario == "food":
+                agent = food.build_agent(client, store, user_id=user)
+                agent.context_providers.append(facts)
+            else:
+                agent = Agent(
+                    client=client, instructions="You are friendly.", context_providers=[facts]
+                )
+            expected: dict[str, dict[str, Any]] = {}
+            for name, text, stated in script:
+                food.CURRENT_USER.set(f"{name}-{run_id}")
+                await agent.run(text, session=agent.create_session())
+                expected.setdefault(name, {}).update(stated)
+            stored = {
+                name: await store.get_facts(
+                    facts.namespace, MemoryScope(user_id=f"{name}-{run_id}")
+                )
+                for name in expected
+            }
+    finally:
+        server.shutdown()
     missed = [
-        f"{user}.{k}={v!r} (stored {stored[user].get(k)!r})"
-        for user, want in expected.items()
+        f"{name}.{k}={v!r} (stored {stored[name].get(k)!r})"
+        for name, want in expected.items()
         for k, v in want.items()
-        if stored[user].get(k) != v
+        if stored[name].get(k) != v
     ]
-    return client.extraction_calls, client.agent_calls, missed, stored
+    return answers.extraction_calls, answers.agent_calls, missed, stored
 
 
 async def amain(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,15 +7,17 @@ and with the default budget?
 Two scenarios, each run once with two providers recalling the same stored memories (the
 default one stores the turns; an unbounded twin stores nothing and only injects):
 
-* ``food``: the food-delivery demo's agent and offline ``ReplayModel`` — a first order with "no
-  spicy", then 20 more "order me something different from last time"; every injection counts.
+* ``food``: the food-delivery demo's agent (agent-framework's ``Agent``) and its offline
+  stand-in model over HTTP — a first order with "no spicy", then 20 more "order me something
+  different from last time"; every injection counts.
 * ``long``: 10 sessions of a ~20,000-character question and a ~30,000-character answer
   (English, Chinese, JSON mixed), then a short question; every injection from the second
   session on counts (two users).
 
 * ``locomo``: LoCoMo conversations (``../shared/bench-data``, read at run time) replayed
-  through the agent, one run per exchange, then their questions asked in fresh sessions; only
-  the questions' injections count (default: 3 conversations, 40 questions each).
+  through the agent, one run per exchange (the second speaker's turns of an exchange as one
+  reply: a chat-completions answer is one message), then their questions asked in fresh
+  sessions; only the questions' injections count (default: 3 conversations, 40 questions each).
 
 Prints characters and estimated tokens (:func:`pgmemory.text.tokens.estimate_tokens`) as
 p50 / p95 / max. Runs on a scratch database (created and dropped).
@@ -29,26 +31,22 @@ import importlib.util
 import random
 import statistics
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
+from agent_framework import Agent, AgentSession, ContextProvider, Message, SessionContext, tool
+from agent_framework.openai import OpenAIChatCompletionClient
 from tqdm.auto import tqdm
 
 from bench._common.paths import ROOT
 from bench._common.scratch import Server
 from pgmemory import (
-    Agent,
-    AgentSession,
-    ChatResponse,
-    ContextProvider,
+    ChatHistoryMemoryProvider,
+    ChatHistoryMemoryProviderOptions,
     MemoryStore,
-    Message,
-    SessionContext,
     Settings,
 )
-from pgmemory.memory import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
 from pgmemory.text.tokens import estimate_tokens
 
 _spec = importlib.util.spec_from_file_location(
@@ -71,18 +69,18 @@ class Record(ContextProvider):
         self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict
     ) -> None:
         for provider in self.watched:
-            for message in context.get_messages(sources=[provider.source_id]):
+            for message in context.context_messages.get(provider.source_id, []):
                 self.sizes[provider.source_id].append(message.text)
 
 
 class LongModel:
-    """Answers every question with ~30,000 characters."""
+    """The stand-in model's answer to every question: ~30,000 characters."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
 
-    async def get_response(self, messages: Sequence[Message], **_: Any) -> ChatResponse:
-        return ChatResponse(messages=[Message("assistant", "Answer: " + babble(self.rng, 30_000))])
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"text": "Answer: " + babble(self.rng, 30_000)}
 
 
 def babble(rng: random.Random, chars: int) -> str:
@@ -100,14 +98,18 @@ def babble(rng: random.Random, chars: int) -> str:
     return "".join(out)[:chars]
 
 
-def agent_with(client: Any, store: MemoryStore, tools: list[Any], instructions: str) -> tuple:
+def agent_with(answer: Any, store: MemoryStore, tools: list[Any], instructions: str) -> tuple:
+    """The agent on the stand-in model answering with ``answer(body)``; the user of each run
+    is bound through ``food.CURRENT_USER``. Returns (agent, record, stand-in server)."""
+    server, url = food.serve_stand_in(answer)
+    client = OpenAIChatCompletionClient(model="stand-in", base_url=url, api_key="offline")
     bounded = ChatHistoryMemoryProvider(
-        store, food.COLLECTION, state_initializer=food.user_scope, source_id="bounded"
+        store, food.COLLECTION, user_id=food.current_user, source_id="bounded"
     )
     unbounded = ChatHistoryMemoryProvider(
         store,
         food.COLLECTION,
-        state_initializer=food.user_scope,
+        user_id=food.current_user,
         source_id="unbounded",
         options=ChatHistoryMemoryProviderOptions(
             max_context_tokens=None,
@@ -116,47 +118,56 @@ def agent_with(client: Any, store: MemoryStore, tools: list[Any], instructions: 
         ),
     )
     record = Record(unbounded, bounded)
-    agent = Agent(client, instructions, tools=tools, context_providers=[bounded, unbounded, record])
-    return agent, record
+    agent = Agent(
+        client=client,
+        instructions=instructions,
+        tools=tools,
+        context_providers=[bounded, unbounded, record],
+    )
+    return agent, record, server
 
 
 async def food_scenario(store: MemoryStore) -> Record:
-    from pgmemory import tool
-
     tools = [tool(food.get_menu, name="GetMenu"), tool(food.place_order, name="PlaceOrder")]
-    agent, record = agent_with(food.ReplayModel(), store, tools, food.INSTRUCTIONS)
-    for i in range(21):
-        session = agent.create_session()
-        session.state["user_id"] = "alice-bench"
-        ask = (
-            "帮我点一份外卖，一荤一素，我不能吃辣" if i == 0 else "帮我点一份外卖，和上次点的不一样"
-        )
-        await agent.run(ask, session=session)
+    agent, record, server = agent_with(food.step_for, store, tools, food.INSTRUCTIONS)
+    try:
+        food.CURRENT_USER.set("alice-bench")
+        for i in range(21):
+            ask = (
+                "帮我点一份外卖，一荤一素，我不能吃辣"
+                if i == 0
+                else "帮我点一份外卖，和上次点的不一样"
+            )
+            await agent.run(ask, session=agent.create_session())
+    finally:
+        server.shutdown()
     return record
 
 
 async def long_scenario(store: MemoryStore) -> Record:
-    agent, record = agent_with(LongModel(1), store, [], "You help.")
-    for user in ("carol-bench", "dave-bench"):
-        rng = random.Random(user)
-        for i in range(11):
-            session = agent.create_session()
-            session.state["user_id"] = user
-            ask = "What did we decide last time?" if i == 10 else babble(rng, 20_000)
-            await agent.run(ask, session=session)
+    agent, record, server = agent_with(LongModel(1), store, [], "You help.")
+    try:
+        for user in ("carol-bench", "dave-bench"):
+            food.CURRENT_USER.set(user)
+            rng = random.Random(user)
+            for i in range(11):
+                ask = "What did we decide last time?" if i == 10 else babble(rng, 20_000)
+                await agent.run(ask, session=agent.create_session())
+    finally:
+        server.shutdown()
     return record
 
 
 class ScriptedModel:
-    """Replays a conversation: answers each run with the next scripted assistant turns, then
-    with a short reply."""
+    """Replays a conversation: answers each run with the next scripted assistant turns (one
+    message), then with a short reply."""
 
     def __init__(self) -> None:
         self.next: list[str] = []
 
-    async def get_response(self, messages: Sequence[Message], **_: Any) -> ChatResponse:
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         texts, self.next = self.next or ["OK."], []
-        return ChatResponse(messages=[Message("assistant", t) for t in texts])
+        return {"text": "\n".join(texts)}
 
 
 async def locomo_scenario(store: MemoryStore, conversations: int, questions: int) -> Record:
@@ -170,7 +181,24 @@ async def locomo_scenario(store: MemoryStore, conversations: int, questions: int
     messages = locomo_provider_messages(path)
     data = load_locomo(path)
     model = ScriptedModel()
-    agent, record = agent_with(model, store, [], "You help.")
+    agent, record, server = agent_with(model, store, [], "You help.")
+    try:
+        await _replay(agent, record, model, messages, data, conversations, questions)
+    finally:
+        server.shutdown()
+    record.sizes = record.kept
+    return record
+
+
+async def _replay(
+    agent: Agent,
+    record: Record,
+    model: ScriptedModel,
+    messages: Any,
+    data: Any,
+    conversations: int,
+    questions: int,
+) -> None:
     for conv in list(messages)[:conversations]:
         user = f"locomo-{conv}"
         exchanges: list[tuple[str, list[str], list[str]]] = []  # (session, user, assistant)
@@ -182,22 +210,18 @@ async def locomo_scenario(store: MemoryStore, conversations: int, questions: int
             if not exchanges:
                 exchanges.append((m.session_id, [], []))
             exchanges[-1][1 if m.role == "user" else 2].append(m.text)
-        session = None
+        food.CURRENT_USER.set(user)
+        session: AgentSession | None = None
+        current = None
         for session_id, asked, answered in tqdm(exchanges, desc=f"replay {conv}", leave=False):
-            if session is None or session.state["locomo_session"] != session_id:
-                session = agent.create_session()
-                session.state["user_id"] = user
-                session.state["locomo_session"] = session_id
+            if session is None or current != session_id:
+                session, current = agent.create_session(), session_id
             model.next = answered
-            await agent.run([Message("user", t) for t in asked] or "…", session=session)
+            await agent.run([Message("user", [t]) for t in asked] or "…", session=session)
         record.sizes = {k: [] for k in record.sizes}  # only the questions' injections count
         for q in [q for q in data.questions if q.scope == conv][:questions]:
-            session = agent.create_session()
-            session.state["user_id"] = user
-            await agent.run(q.text, session=session)
+            await agent.run(q.text, session=agent.create_session())
         record.kept = {k: record.kept.get(k, []) + v for k, v in record.sizes.items()}
-    record.sizes = record.kept
-    return record
 
 
 def row(name: str, texts: list[str]) -> str:

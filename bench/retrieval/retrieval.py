@@ -511,12 +511,13 @@ async def build_provider_index(
     cache_dir: Path,
 ) -> Index:
     """One row per message, written as ChatHistoryMemoryProvider.after_run writes it (render())."""
-    from pgmemory.memory.chat_history import render
-    from pgmemory.runtime.messages import Message
+    from agent_framework import Message
+
+    from pgmemory.integrations.agent_framework.rendering import render
 
     embedder = make_embedder(emb_name, threads, cache_dir)
     rendered = {
-        (scope, m.message_id): render(Message(m.role, m.text))
+        (scope, m.message_id): render(Message(m.role, [m.text]))
         for scope, rows in messages.items()
         for m in rows
     }
@@ -566,11 +567,9 @@ async def provider_rankings(
     Returns the rankings and the wall time of each recall (ms)."""
     import dataclasses
 
-    from pgmemory.memory.chat_history import (
-        ChatHistoryMemoryProvider,
-        ChatHistoryMemoryProviderOptions,
-    )
-    from pgmemory.runtime.session import AgentSession
+    from agent_framework import AgentSession
+
+    from pgmemory import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
 
     options = dataclasses.replace(
         ChatHistoryMemoryProviderOptions(),
@@ -580,15 +579,13 @@ async def provider_rankings(
     )
     if weights is not None:
         options = dataclasses.replace(options, weights=weights)
+    # Each question is recalled for its own scope (below); the bound user is not used.
     provider = ChatHistoryMemoryProvider(
-        index.store,
-        index.collection,
-        state_initializer=lambda s: None,
-        options=options,  # type: ignore[arg-type,return-value]
+        index.store, index.collection, user_id="bench", options=options
     )
     out: list[list[str]] = []
     times: list[float] = []
-    session = AgentSession("bench")
+    session = AgentSession(session_id="bench")
     for q in tqdm(questions, desc=desc, leave=False):
         state = ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=q.scope))
         t = time.perf_counter()
@@ -805,7 +802,7 @@ async def provider_main(
         index = await build_provider_index(
             db.url, data.name, messages, args.provider_embedder, args.threads, Path(args.cache_dir)
         )
-        from pgmemory.memory.chat_history import ChatHistoryMemoryProviderOptions
+        from pgmemory import ChatHistoryMemoryProviderOptions
 
         default = ChatHistoryMemoryProviderOptions().weights
         variants: dict[str, SearchWeights | None] = {

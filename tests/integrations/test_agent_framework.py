@@ -1,4 +1,4 @@
-"""pgmemory's providers inside a real agent-framework ``Agent``.
+"""pgmemory's providers inside a real agent-framework ``Agent``: the seeds' scenarios.
 
 The framework's own OpenAI chat-completions client talks over HTTP to the scripted
 OpenAI-compatible server; nothing of the framework is stood in for.
@@ -11,102 +11,79 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import pytest
+import agent_framework as af
 
-af = pytest.importorskip("agent_framework", reason="needs the 'agent-framework' extra")
-from agent_framework.openai import OpenAIChatCompletionClient  # noqa: E402
-
-from pgmemory import ChatHistoryMemoryProviderOptions, MemoryScope  # noqa: E402
-from pgmemory.integrations.agent_framework import (  # noqa: E402
+from pgmemory import (
     ChatHistoryMemoryProvider,
+    ChatHistoryMemoryProviderOptions,
+    MemoryScope,
     PostgresHistoryProvider,
 )
-from pgmemory.store.store import MemoryStore  # noqa: E402
-from tests.openai_server import OpenAIServer, call, text, tool_calls  # noqa: E402
+from pgmemory.store.store import MemoryStore
+from tests.agents import FOOD_INSTRUCTIONS, agent, food_tools, injected, sent
+from tests.conftest import unique
+from tests.openai_server import OpenAIServer, call, text, tool_calls
 
 ROOT = Path(__file__).parents[2]
-INSTRUCTIONS = "你是一个外卖点餐助手。先用 GetMenu 查看菜单，再用 PlaceOrder 下单。"
 
 
-def get_menu() -> list[str]:
-    """Returns today's menu."""
-    return ["辣椒炒肉", "番茄炒蛋", "清炒菜心"]
+def current_user(session: af.AgentSession) -> str:
+    """The resolver the tests bind: the application's own record of who the session is for."""
+    return USERS[session.session_id]
 
 
-def place_order(dish: Annotated[str, "the dish to order"]) -> str:
-    """Places an order for one dish."""
-    return f"ordered {dish}"
+#: session id -> user id, as an application's request context would know it.
+USERS: dict[str, str] = {}
 
 
-def per_user(session: Any) -> ChatHistoryMemoryProvider.State:
-    """Scopes from the user id the application bound to the framework's session."""
-    assert isinstance(session, af.AgentSession)  # the framework's session, not pgmemory's
-    user_id = session.state["user_id"]
-    return ChatHistoryMemoryProvider.State(
-        storage_scope=MemoryScope(user_id=user_id, session_id=session.session_id),
-        search_scope=MemoryScope(user_id=user_id),
-    )
-
-
-def _agent(store: MemoryStore, server: OpenAIServer, collection: str, **options: Any) -> Any:
-    client = OpenAIChatCompletionClient(model="test-model", base_url=server.url, api_key="test")
+def food_agent(store: MemoryStore, server: Any, collection: str, **options: Any) -> af.Agent:
     memory = ChatHistoryMemoryProvider(
         store,
         collection,
-        state_initializer=per_user,
+        user_id=current_user,
         options=ChatHistoryMemoryProviderOptions(**options),
     )
-    history = PostgresHistoryProvider(store)
-    return af.Agent(
-        client,
-        INSTRUCTIONS,
-        tools=[af.tool(get_menu, name="GetMenu"), af.tool(place_order, name="PlaceOrder")],
-        context_providers=[history, memory],
-    )
+    history = PostgresHistoryProvider(store, user_id=current_user)
+    return agent(server, history, memory, instructions=FOOD_INSTRUCTIONS, tools=food_tools())
 
 
-def _session(agent: Any, user_id: str) -> Any:
+def session_for(agent: af.Agent, user_id: str) -> af.AgentSession:
     session = agent.create_session()
-    session.state["user_id"] = user_id
+    USERS[session.session_id] = user_id
     return session
-
-
-def _sent(request: dict[str, Any]) -> str:
-    return "\n".join(str(m.get("content")) for m in request["messages"])
 
 
 async def test_food_delivery_memory_per_user(
     store: MemoryStore, collection: str, openai_server: OpenAIServer
 ) -> None:
-    agent = _agent(store, openai_server, collection)
-    alice, bob = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
+    food = food_agent(store, openai_server, collection)
+    alice, bob = unique("alice"), unique("bob")
 
     openai_server.queue(
         tool_calls(call("GetMenu", {})),
         tool_calls(call("PlaceOrder", {"dish": "番茄炒蛋"})),
         text("已为您下单番茄炒蛋。"),
     )
-    first = await agent.run("帮我点一份外卖，一荤一素，我不能吃辣", session=_session(agent, alice))
+    first = await food.run("帮我点一份外卖，一荤一素，我不能吃辣", session=session_for(food, alice))
     assert first.text == "已为您下单番茄炒蛋。"
     # The tools ran inside the framework; the results went back to the model.
-    assert "ordered 番茄炒蛋" in _sent(openai_server.requests[2])
+    assert "ordered 番茄炒蛋" in sent(openai_server.requests[2])
 
     openai_server.queue(text("好的。"))
-    await agent.run("帮我点一份外卖", session=_session(agent, alice))
+    await food.run("帮我点一份外卖", session=session_for(food, alice))
     later = openai_server.requests[3]
-    assert "我不能吃辣" in _sent(later)
-    injected = [
-        m for m in later["messages"] if m["role"] == "user" and "## Memories" in str(m["content"])
-    ]
-    assert len(injected) == 1
+    blocks = injected(later)
+    assert len(blocks) == 1
+    assert "我不能吃辣" in blocks[0]
+    # Tool calls and tool results are stored, but not injected as memories by default.
+    assert "GetMenu" not in blocks[0] and "tool result" not in blocks[0]
 
     openai_server.queue(text("好的。"))
-    await agent.run("帮我点一份外卖", session=_session(agent, bob))
-    assert "不能吃辣" not in _sent(openai_server.requests[4])
+    await food.run("帮我点一份外卖", session=session_for(food, bob))
+    assert "不能吃辣" not in sent(openai_server.requests[4])
 
     # What pgmemory stored of Alice's first run: request, tool calls and results, the answer.
     stored = await store.list(collection, MemoryScope(user_id=alice), limit=20, newest_first=False)
@@ -115,39 +92,119 @@ async def test_food_delivery_memory_per_user(
     assert any("PlaceOrder" in c for c in contents)
     assert any("ordered 番茄炒蛋" in c for c in contents)
     assert not any("## Memories" in c for c in contents)  # recalled memories never fed back
+    assert {m.source_type for m in stored} == {"external"}
+
+
+async def test_tool_messages_are_recalled_when_asked_and_not_stored_when_told(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer
+) -> None:
+    alice = unique("alice")
+    noisy = food_agent(store, openai_server, collection, include_tools_in_recall=True)
+    openai_server.queue(tool_calls(call("GetMenu", {})), text("点好了。"))
+    await noisy.run("帮我点一份外卖", session=session_for(noisy, alice))
+    openai_server.queue(text("好的。"))
+    await noisy.run("再点一份", session=session_for(noisy, alice))
+    assert "[called GetMenu with" in injected(openai_server.requests[2])[0]
+
+    quiet = food_agent(store, openai_server, unique("c"), store_tool_messages=False)
+    openai_server.queue(tool_calls(call("GetMenu", {})), text("点好了。"))
+    await quiet.run("帮我点一份外卖", session=session_for(quiet, alice))
+    providers = quiet.context_providers
+    memory = next(p for p in providers if isinstance(p, ChatHistoryMemoryProvider))
+    stored = await store.list(memory.collection_name, MemoryScope(user_id=alice), limit=10)
+    assert sorted(m.role for m in stored) == ["assistant", "user"]
+
+
+async def test_different_from_last_time_shows_the_last_order(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer
+) -> None:
+    food = food_agent(store, openai_server, collection)
+    alice = unique("alice")
+    for dish in ("清蒸鲈鱼", "番茄炒蛋"):
+        openai_server.queue(
+            tool_calls(call("PlaceOrder", {"dish": dish})), text(f"已为您下单{dish}。")
+        )
+        await food.run("帮我点一份外卖，和上次不一样", session=session_for(food, alice))
+    openai_server.queue(text("好的。"))
+    await food.run("帮我点一份外卖，和上次不一样", session=session_for(food, alice))
+    block = injected(openai_server.requests[-1])[0]
+    # The most recent turns are always shown, with their time, so "the last order" is there.
+    assert "Most recent messages" in block
+    assert "已为您下单番茄炒蛋。" in block.split("Most recent messages")[1]
 
 
 async def test_on_demand_search_tool(
     store: MemoryStore, collection: str, openai_server: OpenAIServer
 ) -> None:
-    alice = f"alice-{uuid.uuid4().hex[:6]}"
-    plain = _agent(store, openai_server, collection)
+    alice = unique("alice")
+    plain = food_agent(store, openai_server, collection)
     openai_server.queue(text("记住了。"))
-    await plain.run("我对花生过敏", session=_session(plain, alice))
+    await plain.run("我对花生过敏", session=session_for(plain, alice))
 
-    agent = _agent(store, openai_server, collection, search_time="on_demand_function_calling")
+    on_demand = food_agent(
+        store, openai_server, collection, search_time="on_demand_function_calling"
+    )
     openai_server.queue(
         tool_calls(call("Search", {"userQuestion": "有什么过敏吗"})), text("您对花生过敏。")
     )
-    reply = await agent.run("我有什么忌口？", session=_session(agent, alice))
+    reply = await on_demand.run("我有什么忌口？", session=session_for(on_demand, alice))
     assert reply.text == "您对花生过敏。"
     first, second = openai_server.requests[1], openai_server.requests[2]
     search = next(t for t in first["tools"] if t["function"]["name"] == "Search")
     assert search["function"]["parameters"]["required"] == ["userQuestion"]
-    assert "## Memories" not in _sent(first)  # nothing injected in on-demand mode
+    assert not injected(first)  # nothing injected in on-demand mode
     tool_result = next(m for m in second["messages"] if m["role"] == "tool")
     assert "花生" in str(tool_result["content"])
+    # The Search tool's own calls and results are not stored: memory never feeds memory.
+    stored = await store.list(collection, MemoryScope(user_id=alice), limit=20)
+    assert not any("Search" in m.content or "有什么过敏吗" in m.content for m in stored)
 
 
-@pytest.mark.slow
+async def test_streaming_run_stores_the_turn(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer
+) -> None:
+    food = food_agent(store, openai_server, collection)
+    alice = unique("alice")
+    session = session_for(food, alice)
+    openai_server.queue(tool_calls(call("GetMenu", {})), text("已为您下单番茄炒蛋。"))
+    stream = food.run("帮我点一份外卖", session=session, stream=True)
+    pieces = [update.text async for update in stream]
+    final = await stream.get_final_response()
+    assert "".join(pieces) == final.text == "已为您下单番茄炒蛋。"
+    assert openai_server.requests[0]["stream"] is True
+    history = next(p for p in food.context_providers if isinstance(p, PostgresHistoryProvider))
+    kept = await history.messages(session)
+    assert [str(m.role) for m in kept] == ["user", "assistant", "tool", "assistant"]
+    assert await store.count(collection, MemoryScope(user_id=alice)) == 4
+
+
+async def test_session_round_trips_through_to_dict(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer
+) -> None:
+    food = food_agent(store, openai_server, collection)
+    alice = unique("alice")
+    session = session_for(food, alice)
+    openai_server.queue(text("您好。"))
+    await food.run("我叫 Alice", session=session)
+    data = json.loads(json.dumps(session.to_dict()))
+    # Each provider's record is JSON-native, under its source id.
+    assert data["state"]["postgres_history"] == {"session_id": session.session_id, "user_id": alice}
+    assert data["state"]["ChatHistoryMemoryProvider"]["search_scope"]["user_id"] == alice
+    restored = af.AgentSession.from_dict(data)
+    openai_server.queue(text("您叫 Alice。"))
+    await food.run("我叫什么？", session=restored)
+    contents = [m.get("content") for m in openai_server.requests[-1]["messages"]]
+    assert contents.index("我叫 Alice") < contents.index("您好。") < contents.index("我叫什么？")
+
+
 async def test_session_resumes_in_a_fresh_process(
     store: MemoryStore, collection: str, openai_server: OpenAIServer, database_url: str
 ) -> None:
-    alice = f"alice-{uuid.uuid4().hex[:6]}"
-    agent = _agent(store, openai_server, collection)
-    session = _session(agent, alice)
+    alice = unique("alice")
+    food = food_agent(store, openai_server, collection)
+    session = session_for(food, alice)
     openai_server.queue(text("您好，Alice。"))
-    await agent.run("我叫 Alice", session=session)
+    await food.run("我叫 Alice", session=session)
     saved = json.dumps(session.to_dict(), ensure_ascii=False)
 
     script = textwrap.dedent(
@@ -156,16 +213,17 @@ async def test_session_resumes_in_a_fresh_process(
         import agent_framework as af
         from pgmemory.settings import Settings
         from pgmemory.store.store import MemoryStore
-        from tests.integrations.test_agent_framework import _agent
+        from tests.integrations import test_agent_framework as t
 
         class Server:
             url = {openai_server.url!r}
 
         async def main():
             async with MemoryStore({database_url!r}, settings=Settings(_env_file=None)) as store:
-                agent = _agent(store, Server, {collection!r})
+                food = t.food_agent(store, Server, {collection!r})
                 session = af.AgentSession.from_dict(json.loads(sys.stdin.read()))
-                reply = await agent.run("我叫什么？", session=session)
+                t.USERS[session.session_id] = {alice!r}
+                reply = await food.run("我叫什么？", session=session)
                 print(reply.text)
 
         asyncio.run(main())
@@ -183,8 +241,7 @@ async def test_session_resumes_in_a_fresh_process(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "您叫 Alice。"
-    resumed = openai_server.requests[-1]["messages"]
-    contents = [m.get("content") for m in resumed]
+    contents = [m.get("content") for m in openai_server.requests[-1]["messages"]]
     # The history came back from PostgreSQL in the new process, in order, before the new input.
     assert (
         contents.index("我叫 Alice")

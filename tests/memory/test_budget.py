@@ -9,10 +9,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from agent_framework import Agent
 
-from pgmemory import Agent, AgentSession, InvalidInputError, MemoryScope, MemoryStore
-from pgmemory.memory import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
-from pgmemory.memory.rendering import (
+from pgmemory import (
+    ChatHistoryMemoryProvider,
+    ChatHistoryMemoryProviderOptions,
+    InvalidInputError,
+    MemoryScope,
+    MemoryStore,
+)
+from pgmemory.integrations.agent_framework.rendering import (
     RECENT_HEADING,
     RELATED_HEADING,
     UNTRUSTED_NOTE,
@@ -143,12 +149,6 @@ def test_option_is_checked() -> None:
             ChatHistoryMemoryProviderOptions(max_context_tokens=wrong)  # type: ignore[arg-type]
 
 
-def _user_scope(session: AgentSession) -> ChatHistoryMemoryProvider.State:
-    return ChatHistoryMemoryProvider.State(
-        storage_scope=MemoryScope(user_id=session.state["user_id"])
-    )
-
-
 def _injected(request: dict[str, Any]) -> str:
     (found,) = [
         m["content"]
@@ -164,17 +164,15 @@ async def test_ten_long_sessions_then_a_short_question(
 ) -> None:
     """The issue's case: 20k-character questions, 30k-character answers, in CJK and English."""
     collection = unique("budget")
-    memory_provider = ChatHistoryMemoryProvider(store, collection, state_initializer=_user_scope)
-    agent = Agent(chat_client, "You help.", context_providers=[memory_provider])
     user = unique("u")
+    memory_provider = ChatHistoryMemoryProvider(store, collection, user_id=user)
+    agent = Agent(chat_client, "You help.", context_providers=[memory_provider])
     rng = random.Random(7)
     for i in range(10):
         session = agent.create_session()
-        session.state["user_id"] = user
         openai_server.queue(text(f"answer {i} " + babble(rng, 30_000)))
         await agent.run(f"question {i} " + babble(rng, 20_000), session=session)
     session = agent.create_session()
-    session.state["user_id"] = user
     openai_server.queue(text("ok"))
     start = len(openai_server.requests)
     await agent.run("What did I order last time?", session=session)

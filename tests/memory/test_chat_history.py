@@ -1,4 +1,5 @@
-"""ChatHistoryMemoryProvider through the real openai client and a local chat-completions server.
+"""ChatHistoryMemoryProvider in agent-framework's Agent, through the framework's OpenAI client
+and a local chat-completions server.
 
 Assertions are on the requests the model received (recorded by the server), and on rows in
 PostgreSQL.
@@ -14,18 +15,17 @@ from typing import Any
 
 import openai
 import pytest
+from agent_framework import Agent, AgentSession, ContextProvider, Message
+from agent_framework.exceptions import ChatClientException
 from sqlalchemy import text as sql
 
 from pgmemory import (
-    Agent,
-    AgentSession,
-    ContextProvider,
+    ChatHistoryMemoryProvider,
+    ChatHistoryMemoryProviderOptions,
     MemoryScope,
     MemoryStore,
-    OpenAIChatClient,
     ScopeError,
 )
-from pgmemory.memory import ChatHistoryMemoryProvider, ChatHistoryMemoryProviderOptions
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, Reply, call, text, tool_calls
 
@@ -84,8 +84,9 @@ async def food_store(store: MemoryStore) -> MemoryStore:
 
 
 async def order(agent: Agent, user: str, message: str) -> AgentSession:
+    """One order in a fresh session, for ``user`` (bound as the application would)."""
+    food.CURRENT_USER.set(user)
     session = agent.create_session()
-    session.state["user_id"] = user
     await agent.run(message, session=session)
     return session
 
@@ -94,7 +95,7 @@ SPICY = {"辣椒炒肉", "剁椒鱼头", "酸辣土豆丝"}
 
 
 async def test_alice_keeps_no_spicy_and_bob_never_sees_alice(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     openai_server.responder = model
     agent = food.build_agent(chat_client, food_store)
@@ -120,7 +121,7 @@ async def test_alice_keeps_no_spicy_and_bob_never_sees_alice(
 
 @pytest.mark.slow
 async def test_different_from_last_order_twenty_times_out_of_twenty(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     openai_server.responder = model
     agent = food.build_agent(chat_client, food_store)
@@ -140,12 +141,12 @@ async def test_different_from_last_order_twenty_times_out_of_twenty(
 
 
 async def test_on_demand_mode_exposes_only_the_search_tool(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     user = unique("u")
     options = ChatHistoryMemoryProviderOptions(search_time="on_demand_function_calling")
     memory = ChatHistoryMemoryProvider(
-        food_store, food.COLLECTION, state_initializer=food.user_scope, options=options
+        food_store, food.COLLECTION, user_id=food.current_user, options=options
     )
     agent = Agent(chat_client, "You help.", context_providers=[memory])
     openai_server.queue(text("noted"))
@@ -171,19 +172,12 @@ async def test_on_demand_mode_exposes_only_the_search_tool(
 
 
 async def test_search_scope_broader_than_storage_scope(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     user = unique("u")
 
-    def per_session(session: AgentSession) -> ChatHistoryMemoryProvider.State:
-        return ChatHistoryMemoryProvider.State(
-            storage_scope=MemoryScope(
-                user_id=session.state["user_id"], session_id=session.session_id
-            ),
-            search_scope=MemoryScope(user_id=session.state["user_id"]),
-        )
-
-    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=per_session)
+    # The default scopes: stored per user and session, searched per user.
+    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, user_id=food.current_user)
     seen = Capture(memory.source_id)
     agent = Agent(chat_client, "You help.", context_providers=[memory, seen])
     openai_server.queue(text("ok"), text("ok"))
@@ -196,8 +190,9 @@ async def test_search_scope_broader_than_storage_scope(
     assert {r.scope.session_id for r in rows} == {first.session_id, second.session_id}
     # The injected message carries the session it came from, and is stamped as the provider's.
     (message,) = seen.messages
-    assert message.origin_session_ids == (first.session_id,)
-    assert (message.source_type, message.source_id) == ("context_provider", memory.source_id)
+    stamp = message.additional_properties["_attribution"]
+    assert stamp["origin_session_ids"] == [first.session_id]
+    assert stamp["source_id"] == memory.source_id
 
 
 class Capture(ContextProvider):
@@ -209,11 +204,11 @@ class Capture(ContextProvider):
         self.messages: list = []
 
     async def before_run(self, *, agent, session, context, state) -> None:
-        self.messages = context.get_messages(sources=[self.watched])
+        self.messages = context.get_messages(sources={self.watched})
 
 
 async def test_state_round_trips_through_to_dict(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     user = unique("u")
     agent = food.build_agent(chat_client, food_store)
@@ -221,29 +216,29 @@ async def test_state_round_trips_through_to_dict(
     session = await order(agent, user, "帮我点一份外卖，我不能吃辣")
     data = json.loads(json.dumps(session.to_dict()))
     assert data["state"]["ChatHistoryMemoryProvider"]["storage_scope"]["user_id"] == user
-    restored = agent.deserialize_session(json.dumps(data))
+    restored = AgentSession.from_dict(data)
     assert restored.to_dict() == session.to_dict()
     # The recorded scope never moves a session to another user: such a run is refused.
-    restored.state["user_id"] = "someone-else"
+    food.CURRENT_USER.set("someone-else")
     start = len(openai_server.requests)
-    with pytest.raises(ScopeError, match=r"\['storage_scope'\] differs"):
+    with pytest.raises(ScopeError, match="recorded '(session|user)_id' differs"):
         await agent.run("帮我点一份外卖", session=restored)
     assert len(openai_server.requests) == start
-    restored.state["user_id"] = user
+    food.CURRENT_USER.set(user)
     await agent.run("帮我点一份外卖", session=restored)
     (injected,) = memory_messages(openai_server.requests[start])
     assert "我不能吃辣" in injected
 
 
 async def test_failed_run_stores_nothing_and_blank_messages_are_skipped(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     from tests.openai_server import error
 
     user = unique("u")
     agent = food.build_agent(chat_client, food_store)
     openai_server.queue(error(500, "model down"))
-    with pytest.raises(openai.InternalServerError):
+    with pytest.raises((ChatClientException, openai.InternalServerError)):
         await order(agent, user, "remember this")
     assert await food_store.count(food.COLLECTION, MemoryScope(user_id=user)) == 0
     openai_server.queue(text("   "))
@@ -253,24 +248,28 @@ async def test_failed_run_stores_nothing_and_blank_messages_are_skipped(
 
 
 async def test_unscoped_search_is_refused_unless_allowed(
-    food_store: MemoryStore, chat_client: OpenAIChatClient
+    food_store: MemoryStore, chat_client: Any
 ) -> None:
-    def no_user(session: AgentSession) -> ChatHistoryMemoryProvider.State:
+    def everybody(user_id: str, session: AgentSession) -> ChatHistoryMemoryProvider.State:
         return ChatHistoryMemoryProvider.State(
-            storage_scope=MemoryScope(session_id=session.session_id), search_scope=MemoryScope()
+            storage_scope=MemoryScope(user_id=user_id), search_scope=MemoryScope()
         )
 
-    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=no_user)
+    memory = ChatHistoryMemoryProvider(food_store, food.COLLECTION, user_id="u", scopes=everybody)
     agent = Agent(chat_client, "x", context_providers=[memory])
     with pytest.raises(ScopeError, match="allow_unscoped_search=True"):
         await agent.run("hi", session=agent.create_session())
-    session = agent.create_session()
-    with pytest.raises(ValueError, match='session.state\\["user_id"\\]'):
-        await food.build_agent(chat_client, food_store).run("hi", session=session)
+    # A resolver with nothing bound fails clearly, naming the fix; nothing is sent or stored.
+    blank = ChatHistoryMemoryProvider(food_store, food.COLLECTION, user_id=lambda session: "")
+    agent = Agent(chat_client, "x", context_providers=[blank])
+    with pytest.raises(ScopeError, match="must return the signed-in user's id"):
+        await agent.run("hi", session=agent.create_session())
+    with pytest.raises(ScopeError, match="user_id=lambda session"):
+        ChatHistoryMemoryProvider(food_store, food.COLLECTION, user_id=None)  # type: ignore[arg-type]
 
 
 async def test_every_recall_is_audited(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     user = unique("u")
     agent = food.build_agent(chat_client, food_store)
@@ -306,7 +305,7 @@ async def test_every_recall_is_audited(
 async def test_redaction_matrix(
     food_store: MemoryStore,
     openai_server: OpenAIServer,
-    chat_client: OpenAIChatClient,
+    chat_client: Any,
     caplog: pytest.LogCaptureFixture,
     sensitive: bool,
     custom_redactor: bool,
@@ -317,12 +316,14 @@ async def test_redaction_matrix(
         **({"redactor": lambda value: f"<{len(value)} chars>"} if custom_redactor else {}),
     )
     memory = ChatHistoryMemoryProvider(
-        food_store, food.COLLECTION, state_initializer=food.user_scope, options=options
+        food_store, food.COLLECTION, user_id=food.current_user, options=options
     )
     agent = Agent(chat_client, "x", context_providers=[memory])
     openai_server.queue(text("ok"), text("ok"))
     await order(agent, user, "my secret is swordfish")
-    with caplog.at_level(logging.DEBUG, logger="pgmemory.memory.chat_history"):
+    with caplog.at_level(
+        logging.DEBUG, logger="pgmemory.integrations.agent_framework.chat_history"
+    ):
         await order(agent, user, "what is my secret?")
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "recalled" in logged  # counts are always there
@@ -350,7 +351,7 @@ async def test_redaction_matrix(
 
 
 async def test_readme_audit_queries_answer_which_memories_went_into_an_answer(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     import re
 
@@ -381,20 +382,26 @@ async def test_readme_audit_queries_answer_which_memories_went_into_an_answer(
 
 
 async def test_on_demand_search_results_are_not_stored_back(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     """Recalled memories must never feed back into memory, nor copy one user's rows to another."""
     app = unique("app")
 
-    def shared_search(session: AgentSession) -> ChatHistoryMemoryProvider.State:
+    def shared_search(user_id: str, session: AgentSession) -> ChatHistoryMemoryProvider.State:
         return ChatHistoryMemoryProvider.State(
-            storage_scope=MemoryScope(application_id=app, user_id=session.state["user_id"]),
+            storage_scope=MemoryScope(application_id=app, user_id=user_id),
             search_scope=MemoryScope(application_id=app),
         )
 
-    options = ChatHistoryMemoryProviderOptions(search_time="on_demand_function_calling")
+    options = ChatHistoryMemoryProviderOptions(
+        search_time="on_demand_function_calling", allow_unscoped_search=True
+    )
     memory = ChatHistoryMemoryProvider(
-        food_store, food.COLLECTION, state_initializer=shared_search, options=options
+        food_store,
+        food.COLLECTION,
+        user_id=food.current_user,
+        scopes=shared_search,
+        options=options,
     )
     agent = Agent(chat_client, "x", context_providers=[memory])
     openai_server.queue(text("noted"))
@@ -411,27 +418,23 @@ async def test_on_demand_search_results_are_not_stored_back(
 
 
 async def test_a_re_sent_message_is_stored_once(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
-    from pgmemory import Message
-
     user = unique("u")
     agent = Agent(
         chat_client,
         "x",
         context_providers=[
-            ChatHistoryMemoryProvider(
-                food_store, food.COLLECTION, state_initializer=food.user_scope
-            )
+            ChatHistoryMemoryProvider(food_store, food.COLLECTION, user_id=food.current_user)
         ],
     )
-    said = Message("user", "I like tea")
+    said = Message("user", ["I like tea"])
+    food.CURRENT_USER.set(user)
     session = agent.create_session()
-    session.state["user_id"] = user
     openai_server.queue(text("ok"), text("ok again"))
     await agent.run(said, session=session)
     await agent.run(
-        [said, Message("user", "and coffee")], session=session
+        [said, Message("user", ["and coffee"])], session=session
     )  # a stateless client re-sends
     contents = [
         r.content
@@ -443,7 +446,7 @@ async def test_a_re_sent_message_is_stored_once(
 
 
 async def test_recent_turns_survive_extra_tool_rounds(
-    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     """A turn with more tool rounds after the order still shows the order (turns, not rows)."""
     user = unique("u")
@@ -454,68 +457,55 @@ async def test_recent_turns_survive_extra_tool_rounds(
         tool_calls(call("GetMenu", {})),
         tool_calls(call("GetMenu", {})),
         tool_calls(call("GetMenu", {})),
-        text("done"),
+        text("已为您下单：清蒸鲈鱼 x1。"),
         text("thanks, bye"),
     )
     await order(agent, user, "帮我点一份外卖")
     session = agent.create_session()
-    session.state["user_id"] = user
     await agent.run("谢谢", session=session)
     openai_server.queue(text("ok"))
     start = len(openai_server.requests)
     await order(agent, user, "和上次不一样")
     (injected,) = memory_messages(openai_server.requests[start])
-    assert "PlaceOrder" in injected.split("Most recent messages")[1]
+    # The order is in the turn's answer; the five tool rounds are stored, not shown.
+    shown = injected.split("Most recent messages")[1]
+    assert "清蒸鲈鱼" in shown and "GetMenu" not in shown
 
 
 async def test_two_instances_need_only_distinct_source_ids(
-    food_store: MemoryStore, chat_client: OpenAIChatClient
+    food_store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
-    from pgmemory import InvalidInputError
-
-    first = ChatHistoryMemoryProvider(
-        food_store, food.COLLECTION, state_initializer=food.user_scope
-    )
-    same = ChatHistoryMemoryProvider(food_store, food.COLLECTION, state_initializer=food.user_scope)
-    with pytest.raises(InvalidInputError, match="share source_id 'ChatHistoryMemoryProvider'"):
-        Agent(chat_client, context_providers=[first, same])
+    first = ChatHistoryMemoryProvider(food_store, food.COLLECTION, user_id=food.current_user)
     second = ChatHistoryMemoryProvider(
-        food_store, food.COLLECTION, state_initializer=food.user_scope, source_id="team_memory"
+        food_store, unique("c").replace("-", "_"), user_id=food.current_user, source_id="team"
     )
     agent = Agent(chat_client, context_providers=[first, second])
-    assert {p.state_key for p in agent.context_providers} >= {
-        "ChatHistoryMemoryProvider",
-        "team_memory",
-    }
-
-
-def _user_scope(session: AgentSession) -> ChatHistoryMemoryProvider.State:
-    return ChatHistoryMemoryProvider.State(
-        storage_scope=MemoryScope(user_id=session.state["user_id"])
-    )
+    openai_server.queue(text("ok"))
+    session = await order(agent, unique("u"), "hello")
+    assert {"ChatHistoryMemoryProvider", "team"} <= set(session.state)
 
 
 async def test_the_provider_creates_its_collection(
-    store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     collection = f"c_{unique('fresh').replace('-', '_')}"
-    memory = ChatHistoryMemoryProvider(store, collection, state_initializer=_user_scope)
+    user = unique("u")
+    memory = ChatHistoryMemoryProvider(store, collection, user_id=user)
     agent = Agent(chat_client, context_providers=[memory])
     session = agent.create_session()
-    session.state["user_id"] = unique("u")
     openai_server.queue(text("ok"))
-    await agent.run("hello", session)  # no create_collection beforehand
+    await agent.run("hello", session=session)  # no create_collection beforehand
     info = await store.get_collection(collection)
     assert (info.dimensions, info.embedding_model) == (
         store.embedder.dimensions,
         store.embedder.model_id,
     )
-    assert await store.count(collection, MemoryScope(user_id=session.state["user_id"])) == 2
+    assert await store.count(collection, MemoryScope(user_id=user)) == 2
     assert await memory.collection() is await memory.collection()  # created once, then cached
 
 
 async def test_a_collection_of_another_model_is_refused_clearly(
-    store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     from pgmemory import CollectionError
 
@@ -523,14 +513,11 @@ async def test_a_collection_of_another_model_is_refused_clearly(
     await store.create_collection(collection, dimensions=16, embedding_model="other-model@16")
     agent = Agent(
         chat_client,
-        context_providers=[
-            ChatHistoryMemoryProvider(store, collection, state_initializer=_user_scope)
-        ],
+        context_providers=[ChatHistoryMemoryProvider(store, collection, user_id=unique("u"))],
     )
     session = agent.create_session()
-    session.state["user_id"] = unique("u")
     with pytest.raises(
         CollectionError, match="exists with 16 dimensions from model 'other-model@16'"
     ):
-        await agent.run("hello", session)
+        await agent.run("hello", session=session)
     assert openai_server.requests == []

@@ -20,8 +20,6 @@ CATALOGUES = {"pgmemory.store.queries", "pgmemory.admin.statements"}
 #: What the data plane must never import: the planes and faces built on it.
 ABOVE_THE_STORE = (
     "pgmemory.admin",
-    "pgmemory.memory",
-    "pgmemory.runtime",
     "pgmemory.cli",
     "pgmemory.ui",
     "pgmemory.integrations",
@@ -150,3 +148,22 @@ def test_no_module_is_longer_than_one_concept() -> None:
         and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_only_the_integration_imports_agent_framework() -> None:
+    """agent-framework is an extra: outside its integration package nothing imports it (the
+    providers reach ``pgmemory`` as lazy exports)."""
+    wrong = []
+    for name, path in MODULES.items():
+        if _within(name, ("pgmemory.integrations.agent_framework",)):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            wrong += [f"{name}: {m}" for m in modules if m.split(".")[0] == "agent_framework"]
+    assert wrong == []

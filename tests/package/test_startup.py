@@ -19,7 +19,7 @@ from pgmemory._exports import export_table
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Each takes from a tenth of a second to most of a second to import on a 2-core machine.
-HEAVY = ("openai", "sqlalchemy", "numpy", "alembic", "psycopg", "pydantic")
+HEAVY = ("openai", "sqlalchemy", "numpy", "alembic", "psycopg", "pydantic", "agent_framework")
 
 
 def _loaded_after(code: str) -> dict[str, bool]:
@@ -74,6 +74,24 @@ def test_every_public_name_imports_without_the_optional_packages() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "pip install 'pgmemory[use]'" in out.stdout
+
+
+def test_the_providers_without_the_extra_name_it() -> None:
+    """The providers are lazy exports: without agent-framework, the rest of the API imports and
+    asking for a provider raises MissingExtraError with the install line."""
+    code = (
+        "import sys\n"
+        "sys.modules['agent_framework'] = None  # import fails, as if not installed\n"
+        "import pgmemory\n"
+        "pgmemory.MemoryStore, pgmemory.MemoryScope\n"
+        "try:\n"
+        "    pgmemory.ChatHistoryMemoryProvider\n"
+        "except pgmemory.MissingExtraError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pgmemory[agent-framework]" in out.stdout
 
 
 def test_every_public_name_resolves() -> None:

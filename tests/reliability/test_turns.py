@@ -1,33 +1,32 @@
-"""Turns never half-happen: the database-backed providers of one run commit all or nothing.
+"""Turns never half-happen: pgmemory's providers of one agent-framework run commit all or
+nothing.
 
-A provider whose ``after_run`` crashes is placed between the history and the memory
-providers; afterwards the database holds none of the turn, and the client's retry leaves
-exactly one copy in history, memory and facts. Below that, the store's shared transaction
-itself.
+agent-framework calls ``after_run`` in reverse list order and stops at the first error;
+pgmemory's providers run their writes together when the framework reaches the first of them
+(:mod:`pgmemory.integrations.agent_framework.turn`). A framework provider whose ``after_run``
+crashes between the history and the memory providers leaves none of the turn in the database,
+and the client's retry leaves exactly one copy in history, memory and facts. Below that, the
+store's shared transaction itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from agent_framework import Agent, AgentSession, ContextProvider
 from pydantic import BaseModel
 
 from pgmemory import (
-    Agent,
-    AgentSession,
-    ContextProvider,
+    ChatHistoryMemoryProvider,
+    FactMemoryProvider,
     MemoryRecord,
     MemoryScope,
     MemoryStore,
-    OpenAIChatClient,
+    PostgresHistoryProvider,
 )
-from pgmemory.memory import ChatHistoryMemoryProvider, FactMemoryProvider, PostgresHistoryProvider
-from pgmemory.runtime import AfterRunError
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, json_reply, text
 
@@ -39,7 +38,7 @@ class Facts(BaseModel):
 
 
 class Crash(ContextProvider):
-    """Fails its after_run while armed, with the user's text in the exception's message."""
+    """A framework (non-pgmemory) provider that fails its after_run while armed."""
 
     def __init__(self) -> None:
         super().__init__("crash")
@@ -47,19 +46,12 @@ class Crash(ContextProvider):
 
     async def after_run(self, *, agent: Any, session: Any, context: Any, state: Any) -> None:
         if self.armed:
-            raise RuntimeError(f"crashed while handling {context.input_messages[0].text!r}")
+            raise RuntimeError("crashed")
 
 
-def per_user(session: AgentSession) -> ChatHistoryMemoryProvider.State:
-    user_id = session.state["user_id"]
-    return ChatHistoryMemoryProvider.State(
-        storage_scope=MemoryScope(user_id=user_id, session_id=session.session_id),
-        search_scope=MemoryScope(user_id=user_id),
-    )
-
-
-async def stored(store: MemoryStore, collection: str, session: AgentSession) -> dict[str, Any]:
-    user = session.state["user_id"]
+async def stored(
+    store: MemoryStore, collection: str, session: AgentSession, user: str
+) -> dict[str, Any]:
     history = await store.read_history(session.session_id, user_id=user)
     memories = await store.list(collection, MemoryScope(user_id=user), newest_first=False)
     facts = await store.get_facts("fact_memory", MemoryScope(user_id=user))
@@ -70,83 +62,82 @@ async def stored(store: MemoryStore, collection: str, session: AgentSession) -> 
     }
 
 
+def providers(store: MemoryStore, collection: str, client: Any, user: str, *middle: Any) -> list:
+    return [
+        PostgresHistoryProvider(store, user_id=user),
+        *middle,
+        ChatHistoryMemoryProvider(store, collection, user_id=user),
+        FactMemoryProvider(store, client, Facts, user_id=user),
+    ]
+
+
 async def test_a_crash_between_providers_keeps_none_of_the_turn_and_the_retry_one_copy(
-    store: MemoryStore,
-    collection: str,
-    openai_server: OpenAIServer,
-    chat_client: OpenAIChatClient,
+    store: MemoryStore, collection: str, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     crash = Crash()
+    user = unique("alice")
     agent = Agent(
         chat_client,
         "Be brief.",
-        context_providers=[
-            PostgresHistoryProvider(store),
-            crash,
-            ChatHistoryMemoryProvider(store, collection, state_initializer=per_user),
-            FactMemoryProvider(
-                store, chat_client, Facts, state_initializer=FactMemoryProvider.scope_from_session()
-            ),
-        ],
+        context_providers=providers(store, collection, chat_client, user, crash),
     )
-    user = unique("alice")
     session = agent.create_session()
-    session.state["user_id"] = user
 
-    openai_server.queue(text("Noted."), json_reply({"phone": "+1 555 0100"}))
-    with pytest.raises(AfterRunError) as info:
-        await agent.run(PHONE, session)
-    failure = info.value
-    assert failure.response.text == "Noted."
-    assert [(source, type(exc)) for source, exc in failure.errors] == [("crash", RuntimeError)]
-    # The message names providers and exception types only: no user text, no user id.
-    assert PHONE not in str(failure) and user not in str(failure)
-    assert "crash: RuntimeError" in str(failure)
-    assert failure.__cause__ is None and failure.__suppress_context__
-    # None of the turn: history, memories and facts all rolled back together.
-    assert await stored(store, collection, session) == {"history": [], "memories": [], "facts": {}}
+    openai_server.queue(text("Noted."))
+    with pytest.raises(RuntimeError, match="crashed"):
+        await agent.run(PHONE, session=session)
+    assert len(openai_server.requests) == 1  # no fact extraction for a turn that failed
+    # None of the turn: history, memories and facts all wait for the first pgmemory provider
+    # in list order, which the framework never reached.
+    assert await stored(store, collection, session, user) == {
+        "history": [],
+        "memories": [],
+        "facts": {},
+    }
 
     # The client retries the same message: exactly one copy of the turn.
     crash.armed = False
     openai_server.queue(text("Noted."), json_reply({"phone": "+1 555 0100"}))
-    await agent.run(PHONE, session)
-    assert await stored(store, collection, session) == {
+    await agent.run(PHONE, session=session)
+    assert await stored(store, collection, session, user) == {
         "history": [PHONE, "Noted."],
         "memories": [PHONE, "Noted."],
         "facts": {"phone": "+1 555 0100"},
     }
 
 
-async def test_a_failed_commit_rolls_back_every_provider(
-    store: MemoryStore, openai_server: OpenAIServer, chat_client: OpenAIChatClient
+async def test_a_failing_pgmemory_write_rolls_back_the_others(
+    store: MemoryStore,
+    collection: str,
+    openai_server: OpenAIServer,
+    chat_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    class FailsOnLeaving(ContextProvider):
-        def unit_of_work(self, context: Any) -> contextlib.AbstractAsyncContextManager[None]:
-            @contextlib.asynccontextmanager
-            async def unit() -> AsyncIterator[None]:
-                yield
-                raise ConnectionError("the commit failed")
-
-            return unit()
-
-    agent = Agent(
-        chat_client,
-        context_providers=[PostgresHistoryProvider(store), FailsOnLeaving("late")],
-    )
+    user = unique("bob")
+    agent = Agent(chat_client, context_providers=providers(store, collection, chat_client, user))
     session = agent.create_session()
-    session.state["user_id"] = unique("bob")
-    openai_server.queue(text("ok"))
-    with pytest.raises(AfterRunError) as info:
-        await agent.run("hello", session)
-    assert [(source, type(exc)) for source, exc in info.value.errors] == [("late", ConnectionError)]
-    assert await store.count_history(session.session_id, user_id=session.state["user_id"]) == 0
+
+    async def add_fails(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("the database went away")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "add", add_fails)
+        openai_server.queue(text("Noted."), json_reply({"phone": "+1 555 0100"}))
+        with pytest.raises(ConnectionError):
+            await agent.run(PHONE, session=session)
+    # The history was appended first (list order) and rolled back with the failed memory.
+    assert await stored(store, collection, session, user) == {
+        "history": [],
+        "memories": [],
+        "facts": {},
+    }
+    openai_server.queue(text("Noted."), json_reply({"phone": "+1 555 0100"}))
+    await agent.run(PHONE, session=session)
+    assert (await stored(store, collection, session, user))["memories"] == [PHONE, "Noted."]
 
 
 async def test_fact_extraction_runs_before_the_transaction_opens(
-    store: MemoryStore,
-    database_url: str,
-    openai_server: OpenAIServer,
-    chat_client: OpenAIChatClient,
+    store: MemoryStore, database_url: str, openai_server: OpenAIServer, chat_client: Any
 ) -> None:
     """The extraction's model call happens with no transaction of the store open, even with
     the history provider (which writes first) before the fact provider."""
@@ -169,26 +160,24 @@ async def test_fact_extraction_runs_before_the_transaction_opens(
         return "Noted."
 
     openai_server.responder = model
+    user = unique("carol")
     agent = Agent(
         chat_client,
         context_providers=[
-            PostgresHistoryProvider(store),
-            FactMemoryProvider(
-                store, chat_client, Facts, state_initializer=FactMemoryProvider.scope_from_session()
-            ),
+            PostgresHistoryProvider(store, user_id=user),
+            FactMemoryProvider(store, chat_client, Facts, user_id=user),
         ],
     )
     session = agent.create_session()
-    session.state["user_id"] = unique("carol")
     try:
-        await agent.run("call me on +1 555 0199", session)
+        await agent.run("call me on +1 555 0199", session=session)
     finally:
         engine.dispose()
     assert open_transactions == [0]
-    assert await store.get_facts("fact_memory", MemoryScope(user_id=session.state["user_id"])) == {
+    assert await store.get_facts("fact_memory", MemoryScope(user_id=user)) == {
         "phone": "+1 555 0199"
     }
-    assert await store.count_history(session.session_id, user_id=session.state["user_id"]) == 2
+    assert await store.count_history(session.session_id, user_id=user) == 2
 
 
 # --- the store's shared transaction ----------------------------------------------------------
@@ -269,7 +258,7 @@ async def test_a_provider_creates_its_collection_even_inside_a_shared_transactio
     store: MemoryStore,
 ) -> None:
     collection = f"c_{unique('late').replace('-', '_')}"
-    memory = ChatHistoryMemoryProvider(store, collection, state_initializer=per_user)
+    memory = ChatHistoryMemoryProvider(store, collection, user_id="u")
     with pytest.raises(KeyError):
         async with store.shared_transaction():
             await store.append_history("s", [{"message_id": "m", "role": "user"}], user_id="u")

@@ -62,7 +62,7 @@ def test_store_modules_import_only_light_shared_modules(path: Path) -> None:
     anywhere = [name for node in ast.walk(tree) for name in _imports(node)]
     later = [n for n in anywhere if not _allowed_at_import(n)]
     assert all(any(n == p or n.startswith(p + ".") for p in ALLOWED_LATER) for n in later), later
-    assert not [n for n in anywhere if n.startswith(("pgmemory.runtime", "pgmemory.memory"))]
+    assert not [n for n in anywhere if n.startswith(("pgmemory.integrations", "agent_framework"))]
 
 
 def test_importing_the_store_does_not_import_the_embedded_server_or_alembic() -> None:

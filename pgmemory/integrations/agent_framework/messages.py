@@ -1,158 +1,113 @@
-"""Messages and tools converted between agent-framework's types and pgmemory's, both ways.
+"""Where a framework message came from, and the fields pgmemory keeps that the framework has not.
 
-A framework message's text, function calls and function results map onto pgmemory's contents
-one to one; its attribution (``additional_properties["_attribution"]``: which provider added it
-and from which sessions) onto pgmemory's source stamp. Other content kinds (reasoning, data,
-URIs, ...) and the framework's own additional properties ride along in the pgmemory message's
-metadata, so a message stored by pgmemory and read back is the message that was stored.
+agent-framework stamps every message a provider adds with
+``additional_properties["_attribution"]`` (its ``source_id``, and ``origin_session_ids`` for
+content of other sessions); the caller's input carries none. pgmemory's stored *source type*
+follows from it: no attribution is ``external`` (the caller), a history provider's is
+``chat_history``, any other provider's ``context_provider``.
+
+What the framework has no field for rides in ``additional_properties`` under ``pgmemory.*``
+keys: the time a message was made (``pgmemory.created_at``, ISO 8601) and the memory ids of an
+injected recall (``pgmemory.memory_ids``).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
 
-from agent_framework import Content, FunctionTool, Message as FrameworkMessage
+from agent_framework import HistoryProvider, Message
 
-from pgmemory.errors import InvalidInputError
-from pgmemory.runtime.messages import (
-    FunctionCallContent,
-    FunctionResultContent,
-    Message,
-    TextContent,
-)
-from pgmemory.runtime.tools import Tool
-from pgmemory.vocabulary import CHAT_HISTORY, CONTEXT_PROVIDER, EXTERNAL, ROLES, SourceType
+from pgmemory.vocabulary import CHAT_HISTORY, CONTEXT_PROVIDER, EXTERNAL, SourceType
 
 #: Where the framework keeps attribution in ``Message.additional_properties``.
 ATTRIBUTION = "_attribution"
-#: Metadata key (in pgmemory's message) for what pgmemory's contents cannot hold.
-CARRIED = "agent_framework"
+#: The time a message was made, where the framework has no field for it.
+CREATED_AT = "pgmemory.created_at"
+#: The memory ids an injected recall message shows.
+MEMORY_IDS = "pgmemory.memory_ids"
+
+#: Picks the messages a provider searches with or stores (default :func:`external_only`).
+MessageFilter: TypeAlias = Callable[[Sequence[Message]], Sequence[Message]]
 
 
-def _json_native(value: Any) -> Any:
-    """``value`` if JSON can hold it exactly, else None (it is then not carried)."""
-    try:
-        return value if json.loads(json.dumps(value)) == value else None
-    except (TypeError, ValueError):
-        return None
+def attribution(message: Message) -> dict[str, Any]:
+    """The framework's attribution stamp of ``message`` (empty for the caller's own)."""
+    stamp = (message.additional_properties or {}).get(ATTRIBUTION)
+    return dict(stamp) if isinstance(stamp, dict) else {}
 
 
-def to_pgmemory(message: FrameworkMessage, *, history_sources: Iterable[str] = ()) -> Message:
-    """A framework message as a pgmemory :class:`~pgmemory.Message`.
+def source_id_of(message: Message) -> str | None:
+    """The id of the provider that added ``message``, or None for the caller's input."""
+    value = attribution(message).get("source_id")
+    return value if isinstance(value, str) and value else None
 
-    Args:
-        message: the framework's message.
-        history_sources: source ids of the agent's history providers; a message attributed to
-            one of them is stamped ``chat_history``, other attributed messages
-            ``context_provider``, and messages without attribution (the caller's) ``external``.
 
-    Raises:
-        InvalidInputError: the role is not one pgmemory stores (system, user, assistant, tool).
+def history_sources(agent: Any) -> frozenset[str]:
+    """The source ids of the agent's history providers."""
+    providers = getattr(agent, "context_providers", None) or ()
+    return frozenset(p.source_id for p in providers if isinstance(p, HistoryProvider))
+
+
+def source_type_of(message: Message, histories: Iterable[str] = ()) -> SourceType:
+    """pgmemory's source type of ``message``: ``external`` without attribution,
+    ``chat_history`` when a history provider (one of ``histories``) added it, else
+    ``context_provider``."""
+    source = source_id_of(message)
+    if source is None:
+        return EXTERNAL
+    return CHAT_HISTORY if source in set(histories) else CONTEXT_PROVIDER
+
+
+def external_only(messages: Sequence[Message]) -> list[Message]:
+    """The caller's own messages: those no provider added (the default filter)."""
+    return [m for m in messages if source_id_of(m) is None]
+
+
+def all_messages(messages: Sequence[Message]) -> list[Message]:
+    """Every message (for the storage response filter, whose default it is)."""
+    return list(messages)
+
+
+def ensure_identity(message: Message) -> str:
+    """The message's id, given one (a UUID) when it has none, and its creation time recorded.
+
+    Changed in place, so every provider of a turn stores the caller's message under the one
+    id, and a retried save of it is skipped rather than duplicated.
     """
-    role = str(message.role)
-    if role not in ROLES:
-        raise InvalidInputError(
-            f"agent-framework message role {role!r} cannot be stored; pgmemory keeps "
-            f"{', '.join(ROLES)}"
-        )
-    contents: list[TextContent | FunctionCallContent | FunctionResultContent] = []
-    carried: list[dict[str, Any]] = []
-    for content in message.contents:
-        if content.type == "text":
-            contents.append(TextContent(content.text or ""))
-        elif content.type == "function_call":
-            arguments = content.arguments
-            if isinstance(arguments, Mapping):
-                arguments = json.dumps(dict(arguments), ensure_ascii=False)
-            contents.append(
-                FunctionCallContent(
-                    call_id=str(content.call_id),
-                    name=str(content.name),
-                    arguments=arguments if isinstance(arguments, str) else "{}",
-                )
-            )
-        elif content.type == "function_result":
-            error = content.exception
-            contents.append(
-                FunctionResultContent(
-                    call_id=str(content.call_id),
-                    result=_json_native(content.result),
-                    error=str(error) if error else None,
-                )
-            )
-        else:
-            kept = _json_native(content.to_dict())
-            if kept is not None:
-                carried.append(kept)
-    properties = dict(message.additional_properties or {})
-    attribution = properties.pop(ATTRIBUTION, None) or {}
-    source_id = attribution.get("source_id")
-    source_type: SourceType
-    if not source_id:
-        source_type, source_id = EXTERNAL, None
-    elif source_id in set(history_sources):
-        source_type = CHAT_HISTORY
-    else:
-        source_type = CONTEXT_PROVIDER
-    metadata: dict[str, Any] = {}
-    extra = {k: v for k, v in properties.items() if _json_native({k: v}) is not None}
-    if carried or extra:
-        metadata[CARRIED] = {"contents": carried, "properties": extra}
-    return Message(
-        role,  # type: ignore[arg-type]
-        contents=contents,
-        author_name=message.author_name,
-        message_id=message.message_id,
-        source_type=source_type,
-        source_id=source_id,
-        origin_session_ids=attribution.get("origin_session_ids") or (),
-        metadata=metadata,
-    )
+    if not message.message_id:
+        message.message_id = str(uuid.uuid4())
+    if message.additional_properties is None:
+        message.additional_properties = {}
+    message.additional_properties.setdefault(CREATED_AT, datetime.now(UTC).isoformat())
+    return message.message_id
 
 
-def to_framework(message: Message) -> FrameworkMessage:
-    """A pgmemory message as the framework's ``Message`` (without attribution: the framework
-    stamps it when a provider adds the message to the context)."""
-    contents: list[Content] = []
-    for content in message.contents:
-        if isinstance(content, TextContent):
-            contents.append(Content.from_text(content.text))
-        elif isinstance(content, FunctionCallContent):
-            contents.append(
-                Content.from_function_call(
-                    content.call_id, content.name, arguments=content.arguments
-                )
-            )
-        else:
-            contents.append(
-                Content.from_function_result(
-                    content.call_id,
-                    result=content.text if content.error is not None else content.result,
-                )
-            )
-    carried = message.metadata.get(CARRIED) or {}
-    contents.extend(Content.from_dict(data) for data in carried.get("contents", ()))
-    return FrameworkMessage(
-        message.role,
-        contents,
-        author_name=message.author_name,
-        message_id=message.message_id,
-        additional_properties=dict(carried.get("properties") or {}),
-    )
+def created_at(message: Message) -> datetime | None:
+    """When ``message`` was made, if pgmemory recorded it."""
+    raw = (message.additional_properties or {}).get(CREATED_AT)
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def to_framework_tool(tool: Tool) -> FunctionTool:
-    """A pgmemory :class:`~pgmemory.Tool` as the framework's ``FunctionTool`` (same name,
-    description and JSON schema; calls run pgmemory's own validation and function)."""
-
-    async def call(**arguments: Any) -> Any:
-        return await tool.invoke(arguments)
-
-    return FunctionTool(
-        name=tool.name, description=tool.description, func=call, input_model=tool.parameters
-    )
-
-
-__all__ = ["to_framework", "to_framework_tool", "to_pgmemory"]
+__all__ = [
+    "ATTRIBUTION",
+    "CREATED_AT",
+    "MEMORY_IDS",
+    "MessageFilter",
+    "all_messages",
+    "attribution",
+    "created_at",
+    "ensure_identity",
+    "external_only",
+    "history_sources",
+    "source_id_of",
+    "source_type_of",
+]

@@ -11,8 +11,6 @@ from typing import Annotated, Any, Optional
 import pydantic
 from pydantic import BaseModel, Field
 
-from pgmemory.runtime.openai_client import strict_json_schema
-
 
 def extraction_model(model: type[BaseModel]) -> type[BaseModel]:
     """A copy of ``model`` whose every field is nullable and defaults to None.
@@ -31,6 +29,18 @@ def extraction_model(model: type[BaseModel]) -> type[BaseModel]:
             Field(default=None, description=info.description, title=info.title),
         )
     return pydantic.create_model(f"{model.__name__}Extraction", **fields)
+
+
+def strict_json_schema(target: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of ``target`` in the API's strict structured-output form (every property
+    required, no additional ones), by the ``openai`` package's own conversion when available.
+    """
+    try:
+        from openai.lib._pydantic import to_strict_json_schema
+
+        return to_strict_json_schema(target)
+    except Exception:  # pragma: no cover - another openai version: the plain schema
+        return target.model_json_schema()
 
 
 def response_format(extraction: type[BaseModel]) -> dict[str, Any]:
@@ -53,4 +63,4 @@ def response_format(extraction: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-__all__ = ["extraction_model", "response_format"]
+__all__ = ["extraction_model", "response_format", "strict_json_schema"]

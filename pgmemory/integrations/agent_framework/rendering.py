@@ -1,4 +1,5 @@
-"""Memories as text: what is stored for a message, and what the model sees when they are recalled.
+"""Memories as text: what is stored for a framework message, and what the model sees when
+memories are recalled.
 
 Recalled memories are untrusted: each is shown as a quoted JSON string after a note telling the
 model they are records, never instructions. The JSON is written by :func:`json_text`, so no
@@ -8,12 +9,14 @@ value can end its line or its string.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
-from pgmemory.runtime.messages import Message
+from agent_framework import Message
+
 from pgmemory.store.records import Memory
 from pgmemory.text.tokens import estimate_tokens
 
@@ -187,17 +190,59 @@ def _cut(text: str, keep: int) -> str:
     return f"{text[:head]} [… {omitted:,} characters omitted …] {end}".strip()
 
 
+#: ``Memory.metadata`` key of a stored tool call or tool result: ``"call"`` or ``"result"``.
+TOOL_KIND = "pgmemory.tool"
+_TOOL_LINE = re.compile(r"\[(called \S+ with .*|tool result: .*)\]", re.DOTALL)
+
+
+def _arguments(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value if value is not None else {}, ensure_ascii=False, default=str)
+
+
+def _result(content: Any) -> str:
+    if content.exception is not None:
+        return f"Error: {content.exception}"
+    value = content.result
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
 def render(message: Message, *, skip_call_ids: frozenset[str] | set[str] = frozenset()) -> str:
-    """The text stored for a message: its text, plus the tool calls and results it carries
-    (except those of ``skip_call_ids``)."""
+    """The text stored for a framework message: its text, plus the tool calls and results it
+    carries (except those of ``skip_call_ids``); other content kinds are not text."""
     parts = [message.text] if message.text.strip() else []
-    for call in message.function_calls:
-        if call.call_id not in skip_call_ids:
-            parts.append(f"[called {call.name} with {call.arguments}]")
-    for result in message.function_results:
-        if result.call_id not in skip_call_ids:
-            parts.append(f"[tool result: {result.text}]")
+    for content in message.contents:
+        if content.type == "function_call" and content.call_id not in skip_call_ids:
+            parts.append(f"[called {content.name} with {_arguments(content.arguments)}]")
+        elif content.type == "function_result" and content.call_id not in skip_call_ids:
+            parts.append(f"[tool result: {_result(content)}]")
     return "\n".join(parts).replace("\x00", "")
+
+
+def tool_kind(message: Message) -> str | None:
+    """``"call"`` / ``"result"`` when ``message`` carries tool calls or results and no text of
+    its own (what recall leaves out by default), else None."""
+    if message.text.strip():
+        return None
+    kinds = {c.type for c in message.contents}
+    if "function_result" in kinds:
+        return "result"
+    if "function_call" in kinds:
+        return "call"
+    return None
+
+
+def is_tool_memory(memory: Memory) -> bool:
+    """Whether a stored memory is a tool call or tool result rather than conversation: tagged
+    so (:data:`TOOL_KIND`), of role ``tool``, or (rows stored before the tag) text made only of
+    ``[called ...]`` / ``[tool result: ...]`` lines."""
+    if memory.metadata.get(TOOL_KIND) or memory.role == "tool":
+        return True
+    lines = [line for line in memory.content.splitlines() if line.strip()]
+    return (
+        bool(lines) and memory.role == "assistant" and all(_TOOL_LINE.fullmatch(x) for x in lines)
+    )
 
 
 def json_text(value: Any, *, separators: tuple[str, str] | None = None) -> str:
@@ -222,11 +267,14 @@ def _line(memory: Memory, content: str | None = None) -> str:
 
 __all__ = [
     "DEFAULT_CONTEXT_PROMPT",
+    "TOOL_KIND",
     "UNTRUSTED_NOTE",
     "FittedRecall",
     "fit_recall",
     "format_recall",
+    "is_tool_memory",
     "json_text",
     "render",
     "shorten",
+    "tool_kind",
 ]

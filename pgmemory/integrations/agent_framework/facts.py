@@ -7,17 +7,16 @@ example the user's name and age)::
         name: str | None
         age: int | None
 
-    facts = FactMemoryProvider(
-        store, client, UserInfo,
-        state_initializer=FactMemoryProvider.scope_from_session("user_id"),
-    )
-    agent = Agent(client, "You are a friendly assistant.", context_providers=[facts])
+    facts = FactMemoryProvider(store, client, UserInfo, user_id=current_user)
+    agent = Agent(client=client, instructions="You are friendly.", context_providers=[facts])
 
 Before each run it loads the facts stored for the session's scope and adds them to the
 instructions (as a JSON object, labelled as data), and asks the agent to request every required
 fact that is still unknown. After a successful run whose user messages may state a fact
-(``extract_when``: by default a cheap local check, :mod:`pgmemory.memory.fact_trigger`, so
-"order me a meal" costs no model call) it sends the user's own messages to the chat model with a JSON-schema response format derived from the model (every field nullable),
+(``extract_when``: by default a cheap local check,
+:mod:`~pgmemory.integrations.agent_framework.fact_trigger`, so "order me a meal" costs no model
+call) it sends the user's own messages to the chat model with a JSON-schema response format
+derived from the model (every field nullable),
 validates what comes back through the model, and merges it into the stored facts with
 :meth:`pgmemory.MemoryStore.merge_facts`: new facts fill gaps, corrections overwrite, and every
 change is written to ``pgmemory_fact_audit`` (old and new value, actor = the provider's
@@ -25,8 +24,8 @@ change is written to ``pgmemory_fact_audit`` (old and new value, actor = the pro
 phase begins, before any transaction is open, and the merge joins the store's shared
 transaction with the other providers' writes of the turn.
 
-The scope is derived from what the application binds (the state initializer) on every run; a
-session whose recorded scope differs is refused (:mod:`pgmemory.memory.binding`).
+The scope is derived from the bound user id (``user_id=``) on every run; a session whose
+recorded scope differs is refused (:mod:`~pgmemory.integrations.agent_framework.binding`).
 
 Security: fact values come from user messages, so they are untrusted. They are injected only
 as JSON-encoded values under a header that tells the model they are data, never instructions,
@@ -42,20 +41,31 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent_framework import AgentSession, ContextProvider, Message, SessionContext
 from pydantic import BaseModel
 
 from pgmemory.errors import InvalidInputError, ScopeError
-from pgmemory.memory.binding import bind_state
-from pgmemory.memory.fact_schema import extraction_model, response_format
-from pgmemory.memory.fact_trigger import EXTRACT_WHEN, ExtractWhen, field_words, may_state_fact
-from pgmemory.memory.rendering import json_text
-from pgmemory.runtime.messages import Message, external_only
-from pgmemory.runtime.providers import ContextProvider, MessageFilter, SessionContext
+from pgmemory.integrations.agent_framework.binding import (
+    UserId,
+    bind_state,
+    check_callable,
+    check_user_id,
+    provider_state,
+    resolve_user_id,
+)
+from pgmemory.integrations.agent_framework.fact_schema import extraction_model, response_format
+from pgmemory.integrations.agent_framework.fact_trigger import (
+    EXTRACT_WHEN,
+    ExtractWhen,
+    field_words,
+    may_state_fact,
+)
+from pgmemory.integrations.agent_framework.messages import MessageFilter, external_only
+from pgmemory.integrations.agent_framework.rendering import json_text
+from pgmemory.integrations.agent_framework.turn import after_run_together
 from pgmemory.store.records import MemoryScope
 
 if TYPE_CHECKING:
-    from pgmemory.runtime.chat import ChatClient
-    from pgmemory.runtime.session import AgentSession
     from pgmemory.store.store import MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -92,25 +102,25 @@ class FactMemoryProvider(ContextProvider):
 
     Args:
         store: the :class:`~pgmemory.MemoryStore` holding the facts.
-        chat_client: the chat client used for extraction (usually the agent's own).
+        chat_client: the agent-framework chat client used for extraction (usually the agent's
+            own, e.g. ``OpenAIChatCompletionClient``); called with
+            ``get_response(messages, options={"response_format": ..., **extraction_options})``.
         model: a pydantic model class: its fields are the facts. Stored values are its
             fields' JSON form (``model_dump(mode="json")``), keyed by field name.
-        state_initializer: ``state_initializer(session)`` returns the :class:`MemoryScope`
-            the facts belong to (or a :class:`FactMemoryProvider.State`), from what the
-            application bound to the session. It runs on every run (the scope is never taken
-            from the session dict, which may come back from a client); the scope is recorded,
-            JSON-native, in ``session.state[state_key]``, and a session whose record differs
-            is refused with :class:`~pgmemory.errors.ScopeError` before anything is read or
-            written. :meth:`scope_from_session` builds the usual one (user id read from
-            ``session.state``, clear error if absent).
+        user_id: the signed-in user's id, or a resolver ``callable(session) -> str`` called on
+            every run. Required; there is no fallback. The facts' scope (default
+            ``MemoryScope(user_id=...)``: facts outlive a conversation) is recorded in the
+            provider's state, and a session whose record differs is refused with
+            :class:`~pgmemory.errors.ScopeError` before anything is read or written.
+        scope: optional ``callable(user_id, session) -> MemoryScope`` for another scope (e.g.
+            with an ``application_id``); it must carry the bound user id.
         namespace: the facts' namespace in the store (default: ``source_id``), so several
             fact providers can share a scope without clashing.
         required: field names the agent must ask for while they are unknown. Default: the
             model's required fields (``name: str | None`` without a default is required; with
             ``= None`` it is not). Pass ``()`` to never ask.
-        source_id: the provider's id (default ``"fact_memory"``); it stamps its instructions
-            and is the ``actor`` of every audit row.
-        state_key: the key of its state in ``session.state`` (default: ``source_id``).
+        source_id: the provider's id (default ``"fact_memory"``); the key of its state in
+            ``session.state`` and the ``actor`` of every audit row.
         facts_prompt: the header of the injected facts (:data:`DEFAULT_FACTS_PROMPT`).
         missing_prompt: the request for missing required facts, with ``{fields}``
             (:data:`DEFAULT_MISSING_PROMPT`).
@@ -125,9 +135,10 @@ class FactMemoryProvider(ContextProvider):
             ``"likely"`` (default) while a required fact is unknown (the agent asks for it,
             so the next answer may be a bare "Dana."), and otherwise only when a cheap local
             check says a message may state a fact (a first-person statement or a word of a
-            field's name; see :mod:`pgmemory.memory.fact_trigger`); ``"until_known"`` only while a required
-            fact (every field, when none is required) is unknown, as the seeds do, so later
-            corrections are missed; ``"always"`` after every run with user text.
+            field's name; see :mod:`~pgmemory.integrations.agent_framework.fact_trigger`);
+            ``"until_known"`` only while a required fact (every field, when none is required)
+            is unknown, as the seeds do, so later corrections are missed; ``"always"`` after
+            every run with user text.
 
     Raises:
         InvalidInputError: an argument is unusable (the message names it and the fix).
@@ -157,14 +168,14 @@ class FactMemoryProvider(ContextProvider):
     def __init__(
         self,
         store: MemoryStore,
-        chat_client: ChatClient,
+        chat_client: Any,
         model: type[BaseModel],
         *,
-        state_initializer: Callable[[AgentSession], MemoryScope | FactMemoryProvider.State],
+        user_id: UserId,
+        scope: Callable[[str, AgentSession], MemoryScope] | None = None,
         namespace: str | None = None,
         required: Sequence[str] | None = None,
         source_id: str = "fact_memory",
-        state_key: str | None = None,
         facts_prompt: str = DEFAULT_FACTS_PROMPT,
         missing_prompt: str = DEFAULT_MISSING_PROMPT,
         extraction_prompt: str = DEFAULT_EXTRACTION_PROMPT,
@@ -172,7 +183,11 @@ class FactMemoryProvider(ContextProvider):
         store_input_filter: MessageFilter = external_only,
         extract_when: ExtractWhen = "likely",
     ) -> None:
-        super().__init__(source_id, state_key=state_key, store_input_filter=store_input_filter)
+        super().__init__(source_id)
+        self._user_id = check_user_id(user_id)
+        check_callable(scope, "scope", "a callable(user_id, session) -> MemoryScope")
+        check_callable(store_input_filter, "store_input_filter", "a callable(messages) -> messages")
+        self.store_input_filter = store_input_filter
         for method in ("get_facts", "merge_facts"):
             if not callable(getattr(store, method, None)):
                 raise InvalidInputError(
@@ -180,8 +195,8 @@ class FactMemoryProvider(ContextProvider):
                 )
         if not callable(getattr(chat_client, "get_response", None)):
             raise InvalidInputError(
-                f"chat_client {chat_client!r} has no get_response(); pass a chat client such as "
-                "pgmemory.OpenAIChatClient"
+                f"chat_client {chat_client!r} has no get_response(); pass an agent-framework "
+                "chat client such as agent_framework.openai.OpenAIChatCompletionClient"
             )
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise InvalidInputError(
@@ -190,11 +205,6 @@ class FactMemoryProvider(ContextProvider):
             )
         if not model.model_fields:
             raise InvalidInputError(f"model {model.__name__} has no fields; declare the facts")
-        if not callable(state_initializer):
-            raise InvalidInputError(
-                "state_initializer must be callable(session) -> MemoryScope, e.g. "
-                "FactMemoryProvider.scope_from_session('user_id')"
-            )
         if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
             raise InvalidInputError(f"namespace {namespace!r} is blank; pass a name or omit it")
         if required is None:
@@ -242,7 +252,7 @@ class FactMemoryProvider(ContextProvider):
         #: :attr:`extraction_model`. It is sent as a raw schema (decoded, not parsed, by the
         #: client) so each value is validated on its own and one bad value loses only itself.
         self.response_format: dict[str, Any] = response_format(self.extraction_model)
-        self._state_initializer = state_initializer
+        self._scope = scope
         self.extract_when: ExtractWhen = extract_when
         #: The facts watched by ``extract_when="until_known"``.
         self._watched: tuple[str, ...] = self.required or tuple(model.model_fields)
@@ -254,67 +264,45 @@ class FactMemoryProvider(ContextProvider):
 
     # --- state -----------------------------------------------------------------------------
 
-    @staticmethod
-    def scope_from_session(
-        key: str = "user_id",
-        *,
-        application_id: str | None = None,
-        agent_id: str | None = None,
-    ) -> Callable[[AgentSession], MemoryScope]:
-        """A state initializer: the user id is ``session.state[key]`` (a clear error if absent).
-
-        ``application_id`` / ``agent_id`` are fixed dimensions added to every scope. The session
-        id is deliberately not part of the scope: facts about a user outlive a conversation.
-        """
-
-        def initializer(session: AgentSession) -> MemoryScope:
-            user_id = session.state.get(key)
-            if not isinstance(user_id, str) or not user_id.strip():
-                raise ScopeError(
-                    f"fact memory needs the user's id in session.state[{key!r}] (it holds "
-                    f"{'nothing' if user_id is None else 'a ' + type(user_id).__name__}); set "
-                    f"it from the application's authentication before every run, e.g. "
-                    f"session.state[{key!r}] = 'alice'"
-                )
-            return MemoryScope(user_id=user_id, application_id=application_id, agent_id=agent_id)
-
-        return initializer
+    def __repr__(self) -> str:
+        return (
+            f"FactMemoryProvider(source_id={self.source_id!r}, model={self.model.__name__}, "
+            f"namespace={self.namespace!r})"
+        )
 
     def get_state(
         self, session: AgentSession, state: dict[str, Any] | None = None
     ) -> FactMemoryProvider.State:
-        """The session's state, derived now from what the application binds, and recorded.
+        """The session's state, derived now from the bound user id, and recorded.
 
         Args:
-            session: the session; the state is recorded in ``session.state[self.state_key]``.
-            state: not read (the scope is derived, never read back); accepted for callers of
-                the two-argument form.
+            session: the session.
+            state: the provider-scoped state (the hooks' ``state``; default: the session's
+                entry under :attr:`source_id`). Only compared and recorded, never trusted.
 
         Raises:
-            InvalidInputError: the state initializer returned something other than a scope.
-            ScopeError: the scope sets no dimension, or the session's recorded scope differs
-                from the derived one.
+            ScopeError: no user id is bound, the scope does not carry it, or the session's
+                recorded scope differs from the derived one.
         """
         derived = self._derived_state(session)
-        bind_state(session.state, self, derived)
+        bind_state(provider_state(session, self) if state is None else state, self, derived)
         return self.State.from_dict(derived)
 
     def _derived_state(self, session: AgentSession) -> dict[str, Any]:
-        """The state initializer's scope for the session, checked, JSON-native."""
-        value = self._state_initializer(session)
-        if isinstance(value, MemoryScope):
-            value = self.State(scope=value)
-        if not isinstance(value, self.State):
+        """The facts' scope from the bound user id, checked, JSON-native."""
+        user = resolve_user_id(self._user_id, session, self)
+        value = MemoryScope(user_id=user) if self._scope is None else self._scope(user, session)
+        if not isinstance(value, MemoryScope):
             raise InvalidInputError(
-                f"state_initializer returned a {type(value).__name__}; return a MemoryScope "
-                "(e.g. MemoryScope(user_id=...)) or FactMemoryProvider.State(scope=...)"
+                f"scope returned a {type(value).__name__}; return a MemoryScope "
+                "(e.g. MemoryScope(user_id=user_id, application_id='shop'))"
             )
-        if value.scope.is_empty:
+        if value.user_id != user:
             raise ScopeError(
-                "the fact scope sets no dimension, so every user would share one set of facts; "
-                "set user_id (or another id) in the state initializer"
+                f"{self!r}: the scope from scope() does not carry the bound user id, so facts "
+                "would be shared with other users; set MemoryScope(user_id=user_id, ...)"
             )
-        return value.to_dict()
+        return self.State(scope=value).to_dict()
 
     async def get_facts(self, session: AgentSession) -> dict[str, Any]:
         """The facts known for the session's scope (JSON values, keyed by field name)."""
@@ -358,9 +346,9 @@ class FactMemoryProvider(ContextProvider):
         state: dict[str, Any],
     ) -> None:
         """Inject the scope's known facts and ask for missing required ones."""
-        scope = self.get_state(session).scope
+        scope = self.get_state(session, state).scope
         known = self._known(await self.store.get_facts(self.namespace, scope))
-        context.extend_instructions(self, self.format_instructions(known))
+        context.extend_instructions(self.source_id, self.format_instructions(known))
         context.metadata[self._unknown_key] = [n for n in self.model.model_fields if n not in known]
         logger.info(
             "fact memory %s: injected %d known fact(s), %d required missing",
@@ -372,12 +360,10 @@ class FactMemoryProvider(ContextProvider):
     # --- after the model -------------------------------------------------------------------
 
     def extraction_messages(self, context: SessionContext) -> list[Message]:
-        """The user messages mined for facts: request messages through ``store_input_filter``,
-        user role, non-blank text; empty if the run failed."""
-        if context.exception is not None:
-            return []
-        chosen = self.store_input_filter(context.request_messages)
-        return [Message("user", m.text) for m in chosen if m.role == "user" and m.text.strip()]
+        """The user messages mined for facts: request messages through ``store_input_filter``
+        (default: the caller's own), user role, non-blank text."""
+        chosen = self.store_input_filter(context.get_messages(include_input=True))
+        return [Message("user", [m.text]) for m in chosen if m.role == "user" and m.text.strip()]
 
     def wants_extraction(self, context: SessionContext, messages: Sequence[Message]) -> bool:
         """Whether ``extract_when`` calls the model for these messages (see the class)."""
@@ -399,19 +385,18 @@ class FactMemoryProvider(ContextProvider):
         """Ask the chat model for the facts stated in ``messages``; returns the validated,
         JSON-native values it found (fields it left null are absent).
 
-        Raises whatever the chat client raises (e.g. ``StructuredOutputError``).
+        Raises whatever the chat client raises, or :class:`InvalidInputError` when the reply is
+        not a JSON object.
         """
         reply = await self.chat_client.get_response(
-            [Message("system", self.extraction_prompt), *messages],
-            response_format=self.response_format,
-            options=self.extraction_options or None,
+            [Message("system", [self.extraction_prompt]), *messages],
+            options={**self.extraction_options, "response_format": self.response_format},
         )
-        value = reply.value
-        if value is None and reply.text:  # a client that does not decode raw JSON formats
-            value = json.loads(reply.text)
-        if isinstance(value, BaseModel):
-            raw = value.model_dump(mode="json")
-        elif isinstance(value, Mapping):
+        try:
+            value = json.loads(reply.text or "null")
+        except ValueError:
+            raise InvalidInputError("the extraction reply is not JSON") from None
+        if isinstance(value, Mapping):
             raw = dict(value)
         else:
             raise InvalidInputError(
@@ -456,13 +441,16 @@ class FactMemoryProvider(ContextProvider):
         context: SessionContext,
         state: dict[str, Any],
     ) -> None:
-        """Extract facts from this run's user messages and merge them (nothing if it failed).
+        """Merge the facts of this run's user messages, in the turn's one transaction with the
+        other pgmemory providers' writes (the framework calls this only after a successful
+        model call)."""
+        await after_run_together(self, agent=agent, session=session, context=context, state=state)
 
-        In an agent run the facts were extracted by :meth:`unit_of_work` already.
-        """
-        if context.exception is not None:
-            return
-        scope = self.get_state(session).scope
+    async def write_turn(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
+        """Merge what :meth:`unit_of_work` extracted (or extract now, when called alone)."""
+        scope = self.get_state(session, state).scope
         messages = self.extraction_messages(context)
         if not messages:
             logger.debug("fact memory %s: no user text, extraction skipped", self.source_id)
@@ -517,12 +505,6 @@ class FactMemoryProvider(ContextProvider):
                 type(exc).__name__,
             )
             return None
-
-    def __repr__(self) -> str:
-        return (
-            f"FactMemoryProvider(source_id={self.source_id!r}, model={self.model.__name__}, "
-            f"namespace={self.namespace!r})"
-        )
 
 
 __all__ = [

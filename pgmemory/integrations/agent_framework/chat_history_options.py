@@ -7,9 +7,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pgmemory.errors import InvalidInputError
-from pgmemory.memory.rendering import DEFAULT_CONTEXT_PROMPT
-from pgmemory.runtime.messages import all_messages, external_only
-from pgmemory.runtime.providers import MessageFilter
+from pgmemory.integrations.agent_framework.messages import (
+    MessageFilter,
+    all_messages,
+    external_only,
+)
+from pgmemory.integrations.agent_framework.rendering import DEFAULT_CONTEXT_PROMPT
 from pgmemory.store.modes import DEFAULT_MODE, SearchMode
 from pgmemory.store.records import SearchWeights
 
@@ -32,8 +35,7 @@ def redact_all(_value: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class ChatHistoryMemoryProviderOptions:
-    """Every option of :class:`~pgmemory.memory.chat_history.ChatHistoryMemoryProvider`, with
-    its default.
+    """Every option of :class:`~pgmemory.ChatHistoryMemoryProvider`, with its default.
 
     The first group decides when recall happens, what is searched with and what is stored;
     the second shapes recall beyond similarity alone, which cannot find "the last order" from
@@ -49,15 +51,19 @@ class ChatHistoryMemoryProviderOptions:
     context_prompt: str = DEFAULT_CONTEXT_PROMPT
     #: Most memories recalled by similarity (and keywords) per search.
     max_results: int = 3
-    #: Which current messages make the search query (default: the caller's own).
+    #: Which current messages make the search query (default: the caller's own, the messages
+    #: without the framework's ``_attribution`` stamp).
     search_input_message_filter: MessageFilter = external_only
     #: Which request messages are stored (default: the caller's own, never recalled memories).
     storage_input_message_filter: MessageFilter = external_only
     #: Which response messages are stored (default: all).
     storage_output_message_filter: MessageFilter = all_messages
-    #: Key of this provider's state in session.state (default: the provider's source_id,
-    #: which defaults to the class name).
-    state_key: str | None = None
+    #: Store the run's tool calls and tool results too (tagged, so recall can tell them apart).
+    store_tool_messages: bool = True
+    #: Recall stored tool calls and tool results like conversation. Off by default: they are
+    #: noise in a recall ("[called GetMenu with {}]") and the outcome is in the answer anyway.
+    #: The seeds store a message's text only, so they neither store nor recall tool traffic.
+    include_tools_in_recall: bool = False
     #: Hides sensitive values (user ids, texts, queries) in logs unless sensitive data is allowed.
     redactor: Callable[[str], str] = redact_all
     #: Let user ids, message text and queries appear in logs (and query text in the audit).

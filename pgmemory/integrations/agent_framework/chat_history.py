@@ -1,18 +1,21 @@
 """The chat-history memory provider: every turn stored with embeddings, recalled by scope.
 
-After each successful run the provider stores the run's request messages (default: the
-caller's own) and response messages in PostgreSQL, in one transaction, tagged with the
-session's *storage scope*. Before each run (``before_ai_invoke``) it recalls memories of the
-*search scope* and injects them as one extra user message; or (``on_demand_function_calling``)
-it gives the model a ``Search`` tool instead.
+An agent-framework ``ContextProvider``. After each successful run it stores the run's request
+messages (default: the caller's own) and response messages in PostgreSQL, in the turn's one
+transaction (:mod:`pgmemory.integrations.agent_framework.turn`), tagged with the session's
+*storage scope*. Before each run (``before_ai_invoke``) it recalls memories of the *search
+scope* and injects them as one extra user message; or (``on_demand_function_calling``) it
+gives the model a ``Search`` tool instead.
 
 Beyond plain similarity (which cannot find "the last order" from "order me a meal"), recall
 by default also ranks by keywords and recency and always shows the most recent messages of
 the search scope, labelled with their time, so "different from last time" can be honoured.
+Tool calls and tool results are stored (tagged) but not recalled unless
+``include_tools_in_recall`` is set.
 
-The scopes are derived from what the application binds (the state initializer) on every run;
-a session whose recorded scopes differ is refused (:mod:`pgmemory.memory.binding`). The
-provider creates its collection on first use, with the store's embedder's size and model.
+The scopes are derived from the bound user id on every run and recorded in the provider's
+state; a session whose record differs is refused (:mod:`~pgmemory.integrations.agent_framework.binding`).
+The provider creates its collection on first use, with the store's embedder's size and model.
 """
 
 from __future__ import annotations
@@ -25,18 +28,40 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from agent_framework import AgentSession, ContextProvider, FunctionTool, Message, SessionContext
+
 from pgmemory.errors import InvalidInputError, ScopeError
-from pgmemory.memory.binding import bind_state
-from pgmemory.memory.chat_history_options import (
+from pgmemory.integrations.agent_framework.binding import (
+    UserId,
+    bind_state,
+    check_callable,
+    check_user_id,
+    provider_state,
+    resolve_user_id,
+)
+from pgmemory.integrations.agent_framework.chat_history_options import (
     DEFAULT_TOOL_DESCRIPTION,
     ChatHistoryMemoryProviderOptions,
     redact_all,
 )
-from pgmemory.memory.rendering import DEFAULT_CONTEXT_PROMPT, FittedRecall, fit_recall, render
-from pgmemory.runtime.messages import Message
-from pgmemory.runtime.providers import ContextProvider, SessionContext
-from pgmemory.runtime.session import AgentSession
-from pgmemory.runtime.tools import Tool, tool
+from pgmemory.integrations.agent_framework.messages import (
+    MEMORY_IDS,
+    created_at,
+    ensure_identity,
+    history_sources,
+    source_id_of,
+    source_type_of,
+)
+from pgmemory.integrations.agent_framework.rendering import (
+    DEFAULT_CONTEXT_PROMPT,
+    TOOL_KIND,
+    FittedRecall,
+    fit_recall,
+    is_tool_memory,
+    render,
+    tool_kind,
+)
+from pgmemory.integrations.agent_framework.turn import after_run_together
 from pgmemory.store.records import CollectionInfo, Memory, MemoryRecord, MemoryScope, RecallTrace
 from pgmemory.store.store import MemoryStore
 from pgmemory.text.terms import terms
@@ -56,22 +81,20 @@ class ChatHistoryMemoryProvider(ContextProvider):
         store: the store holding the memories.
         collection_name: the collection they are stored in; created on first use (with the
             store's embedder's size and model) when it does not exist.
-        state_initializer: ``state_initializer(session)`` returns a
-            :class:`ChatHistoryMemoryProvider.State` (storage scope, and a search scope that
-            defaults to it) from what the application bound to the session, e.g. the user id
-            it set in ``session.state["user_id"]`` from its authentication (fail clearly when
-            it is missing). It runs on every run: the scopes are never taken from the session
-            dict, which may come back from a client. The result is recorded, JSON-native, in
-            ``session.state`` under the provider's state key; a session whose record differs
-            is refused with :class:`~pgmemory.errors.ScopeError` before anything is read or
-            written.
-        options: every other setting
-            (:class:`~pgmemory.memory.chat_history_options.ChatHistoryMemoryProviderOptions`).
-        source_id: the provider's id (default: the class name); also the state key unless
-            ``options.state_key`` is set.
+        user_id: the signed-in user's id, or a resolver ``callable(session) -> str`` called on
+            every run (e.g. reading the application's request context). Required: there is no
+            fallback, and nothing is taken from the session dict a client may send back.
+        scopes: optional ``callable(user_id, session) -> ChatHistoryMemoryProvider.State`` for
+            other scopes than the default (store per user and session, search per user). Its
+            storage scope must carry the bound user id, and so must its search scope unless
+            ``options.allow_unscoped_search`` is set.
+        options: every other setting (:class:`~pgmemory.ChatHistoryMemoryProviderOptions`).
+        source_id: the provider's id (default: the class name), also the key of its state in
+            ``session.state``; a second instance in one agent needs only its own.
 
     Raises:
-        InvalidInputError: ``state_initializer`` is not callable.
+        ScopeError: ``user_id`` is missing or blank.
+        InvalidInputError: ``scopes`` is not callable.
     """
 
     @dataclass(frozen=True)
@@ -87,7 +110,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
             return self.search_scope if self.search_scope is not None else self.storage_scope
 
         def to_dict(self) -> dict[str, Any]:
-            """JSON-native form, as kept in ``session.state``."""
+            """JSON-native form, as recorded in the provider's state."""
             return {
                 "storage_scope": self.storage_scope.to_dict(),
                 "search_scope": None if self.search_scope is None else self.search_scope.to_dict(),
@@ -107,68 +130,74 @@ class ChatHistoryMemoryProvider(ContextProvider):
         store: MemoryStore,
         collection_name: str,
         *,
-        state_initializer: Callable[[AgentSession], ChatHistoryMemoryProvider.State],
+        user_id: UserId,
+        scopes: Callable[[str, AgentSession], ChatHistoryMemoryProvider.State] | None = None,
         options: ChatHistoryMemoryProviderOptions | None = None,
         source_id: str | None = None,
     ) -> None:
-        options = options or ChatHistoryMemoryProviderOptions()
-        super().__init__(
-            source_id or type(self).__name__,
-            # A second instance in one agent needs only its own source_id.
-            state_key=options.state_key or source_id or type(self).__name__,
-            search_input_filter=options.search_input_message_filter,
-            store_input_filter=options.storage_input_message_filter,
-            store_response_filter=options.storage_output_message_filter,
+        super().__init__(source_id or type(self).__name__)
+        self._user_id = check_user_id(user_id)
+        check_callable(
+            scopes, "scopes", "a callable(user_id, session) -> ChatHistoryMemoryProvider.State"
         )
-        if not callable(state_initializer):
+        if options is not None and not isinstance(options, ChatHistoryMemoryProviderOptions):
             raise InvalidInputError(
-                f"state_initializer is {state_initializer!r}; pass a callable(session) -> "
-                "ChatHistoryMemoryProvider.State"
+                f"options is a {type(options).__name__}; pass ChatHistoryMemoryProviderOptions(...)"
             )
         self.store = store
         self.collection_name = collection_name
-        self.options = options
-        self._state_initializer = state_initializer
+        self.options = options or ChatHistoryMemoryProviderOptions()
+        self._scopes = scopes
         #: The collection's catalogue entry once this provider made sure it exists.
         self._collection: CollectionInfo | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(source_id={self.source_id!r})"
 
     # --- state -----------------------------------------------------------------------------
 
     def get_state(self, session: AgentSession, state: dict[str, Any] | None = None) -> State:
-        """The session's scopes, derived now from what the application binds, and recorded.
+        """The session's scopes, derived now from the bound user id, and recorded.
 
         Args:
-            session: the session; the scopes are recorded in ``session.state[self.state_key]``.
-            state: not read (the scopes are derived, never read back); accepted for callers of
-                the two-argument form.
+            session: the session.
+            state: the provider-scoped state (the hooks' ``state``; default: the session's
+                entry under :attr:`source_id`). Only compared and recorded, never trusted.
 
         Raises:
-            InvalidInputError: the state initializer returned something other than a State.
-            ScopeError: the storage scope sets no dimension; the search scope sets none and
-                ``allow_unscoped_search`` is off; or the session's recorded scopes differ from
-                the derived ones.
+            ScopeError: no user id is bound, the scopes do not carry it, the search scope sets
+                no dimension and ``allow_unscoped_search`` is off, or the session's recorded
+                scopes differ from the derived ones.
         """
         derived = self._derived_state(session)
-        bind_state(session.state, self, derived)
+        bind_state(provider_state(session, self) if state is None else state, self, derived)
         return self.State.from_dict(derived)
 
     def _derived_state(self, session: AgentSession) -> dict[str, Any]:
-        """The state initializer's scopes for the session, checked, JSON-native."""
-        value = self._state_initializer(session)
-        if not isinstance(value, self.State):
-            raise InvalidInputError(
-                f"state_initializer returned a {type(value).__name__}; return "
-                "ChatHistoryMemoryProvider.State(storage_scope=..., search_scope=...)"
+        """The session's scopes from the bound user id, checked, JSON-native."""
+        user = resolve_user_id(self._user_id, session, self)
+        if self._scopes is None:
+            value = self.State(
+                storage_scope=MemoryScope(user_id=user, session_id=session.session_id),
+                search_scope=MemoryScope(user_id=user),
             )
-        if value.storage_scope.is_empty:
+        else:
+            value = self._scopes(user, session)
+            if not isinstance(value, self.State):
+                raise InvalidInputError(
+                    f"scopes returned a {type(value).__name__}; return "
+                    "ChatHistoryMemoryProvider.State(storage_scope=..., search_scope=...)"
+                )
+        if value.storage_scope.user_id != user:
             raise ScopeError(
-                "the storage scope sets no dimension: tag memories with at least a user_id or "
-                "session_id in the state initializer"
+                f"{self!r}: the storage scope from scopes() does not carry the bound user id; "
+                "set MemoryScope(user_id=user_id, ...) from the user_id argument it receives"
             )
-        if value.effective_search_scope.is_empty and not self.options.allow_unscoped_search:
+        search = value.effective_search_scope
+        if search.user_id != user and not self.options.allow_unscoped_search:
             raise ScopeError(
-                "the search scope sets no dimension, so recall would search everybody's "
-                "memories; set user_id (or another id), or pass "
+                f"{self!r}: the search scope from scopes() does not carry the bound user id, so "
+                "recall would read other users' memories; set its user_id, or pass "
                 "ChatHistoryMemoryProviderOptions(allow_unscoped_search=True)"
             )
         return value.to_dict()
@@ -191,14 +220,35 @@ class ChatHistoryMemoryProvider(ContextProvider):
 
     # --- hooks -----------------------------------------------------------------------------
 
+    def search_messages(self, context: SessionContext) -> list[Message]:
+        """The messages to search with: everything sent so far, through
+        ``options.search_input_message_filter`` (default: the caller's own)."""
+        chosen = self.options.search_input_message_filter(context.get_messages(include_input=True))
+        return list(chosen)
+
+    def storable_messages(self, context: SessionContext) -> list[Message]:
+        """The messages to store: the request (loaded history, other providers' messages, the
+        caller's input) through ``storage_input_message_filter``, then the response through
+        ``storage_output_message_filter``; never this provider's own injected recall."""
+        request = [
+            m for m in context.get_messages(include_input=True) if source_id_of(m) != self.source_id
+        ]
+        response = list(context.response.messages) if context.response is not None else []
+        return [
+            *self.options.storage_input_message_filter(request),
+            *self.options.storage_output_message_filter(response),
+        ]
+
     async def before_run(
         self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
     ) -> None:
         """Recall now (``before_ai_invoke``) or add the search tool (on demand)."""
-        scopes = self.get_state(session)
+        scopes = self.get_state(session, state)
+        for message in context.input_messages:
+            ensure_identity(message)
         await self.collection()
         if self.options.search_time == "on_demand_function_calling":
-            context.extend_tools(self, self._search_tool(scopes, session))
+            context.extend_tools(self.source_id, [self._search_tool(scopes, session)])
             return
         # The store cleans and truncates a query as it does stored text: no message is too long
         # or too odd to recall with.
@@ -218,51 +268,68 @@ class ChatHistoryMemoryProvider(ContextProvider):
         )
         message = Message(
             "user",
-            shown.text,
-            origin_session_ids=origins,
-            metadata={"pgmemory.memory_ids": [str(m.id) for m in recalled]},
+            [shown.text],
+            additional_properties={MEMORY_IDS: [str(m.id) for m in recalled]},
         )
-        context.extend_messages(self, message)
+        context.extend_messages(self, [message], origin_session_ids=origins or None)
 
     async def after_run(
         self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
     ) -> None:
-        """Store the run's messages in one transaction (nothing when the run failed)."""
-        if context.exception is not None:
-            return
-        scopes = self.get_state(session)
+        """Store the run's messages, in the turn's one transaction with the other pgmemory
+        providers' writes (the framework calls this only after a successful model call)."""
+        await after_run_together(self, agent=agent, session=session, context=context, state=state)
+
+    def unit_of_work(self, context: SessionContext) -> AbstractAsyncContextManager[object]:
+        """The store's shared transaction: the turn is stored together with the other
+        providers' writes to the same store, or not at all."""
+        return self.store.shared_transaction()
+
+    async def write_turn(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
+        """Store the run's messages (see :meth:`storable_messages`) under the storage scope."""
+        scopes = self.get_state(session, state)
         await self.collection()
         limit = self.store.settings.max_text_chars
         storable = self.storable_messages(context)
+        histories = history_sources(agent)
         # The on-demand Search tool's calls and results are recalled memories: storing them
         # would feed memory back into memory (and copy other scopes' rows into this one).
         own_calls = (
             {
-                call.call_id
+                content.call_id
                 for message in storable
-                for call in message.function_calls
-                if call.name == self.options.function_tool_name
+                for content in message.contents
+                if content.type == "function_call"
+                and content.name == self.options.function_tool_name
+                and content.call_id
             }
             if self.options.search_time == "on_demand_function_calling"
             else set()
         )
         records = []
         for message in storable:
+            kind = tool_kind(message)
+            if kind is not None and not self.options.store_tool_messages:
+                continue
             content = render(message, skip_call_ids=own_calls)
             if not content.strip():
                 continue
             if len(content) > limit:
                 content = content[: limit - 1] + "…"
+            ensure_identity(message)
             records.append(
                 MemoryRecord(
                     content=content,
                     scope=scopes.storage_scope,
-                    role=message.role,
+                    role=str(message.role),
                     author_name=message.author_name,
                     message_id=message.message_id,
-                    source_type=message.source_type,
-                    source_id=message.source_id,
-                    created_at=message.created_at,
+                    source_type=source_type_of(message, histories),
+                    source_id=source_id_of(message),
+                    created_at=created_at(message),
+                    metadata={TOOL_KIND: kind} if kind else {},
                 )
             )
         if records:
@@ -274,22 +341,43 @@ class ChatHistoryMemoryProvider(ContextProvider):
             self._loggable(scopes.storage_scope.user_id or ""),
         )
 
-    def unit_of_work(self, context: SessionContext) -> AbstractAsyncContextManager[object]:
-        """The store's shared transaction: the turn is stored together with the other
-        providers' writes to the same store, or not at all."""
-        return self.store.shared_transaction()
-
     # --- recall ----------------------------------------------------------------------------
 
     async def _recall(
         self, scopes: State, session: AgentSession, query: str | None, *, heading: str | None
     ) -> FittedRecall:
         """Similar memories (with scores) and the most recent ones, deduplicated, fitted to
-        ``max_context_tokens`` under ``heading``; what is shown is audited."""
+        ``max_context_tokens`` under ``heading``; what is shown is audited.
+
+        The one place that reads memories for a recall (the store's ``list``, ``search`` and
+        ``record_recall``), so that moving to the store's one-statement recall is one change.
+        Tool calls and results are left out unless ``include_tools_in_recall`` is set.
+        """
         scope = scopes.effective_search_scope
         opts = self.options
         allow = opts.allow_unscoped_search
-        recent = await self._recent_turns(scope) if opts.recent_turns else []
+        tools = opts.include_tools_in_recall
+        # The stored messages of the newest ``recent_turns`` turns of the scope, oldest first (a
+        # turn: a user message and everything stored after it).
+        recent: list[Memory] = []
+        page_size, users, offset = 50, 0, 0
+        while users < opts.recent_turns:
+            page = await self.store.list(
+                self.collection_name, scope, limit=page_size, offset=offset, allow_unscoped=allow
+            )
+            for memory in page:
+                if not tools and is_tool_memory(memory):
+                    continue
+                recent.append(memory)
+                if memory.role == "user":
+                    users += 1
+                    if users == opts.recent_turns:
+                        break
+            # A turn of more than a page of tool calls is cut: recall must stay bounded.
+            if len(page) < page_size or offset + page_size >= page_size * opts.recent_turns:
+                break
+            offset += page_size
+        recent.reverse()
         memories: list[tuple[Memory, float]] = []
         if query:
             shown = {m.id for m in recent}
@@ -314,6 +402,8 @@ class ChatHistoryMemoryProvider(ContextProvider):
                     if hit.memory.id in shown or hit.memory.id in seen:
                         continue
                     seen.add(hit.memory.id)
+                    if not tools and is_tool_memory(hit.memory):
+                        continue
                     candidate = set(terms(hit.memory.content))
                     threshold = opts.near_duplicate_threshold
                     if any(_overlap(candidate, other) >= threshold for other in kept_terms):
@@ -359,33 +449,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
             )
         return fitted
 
-    async def _recent_turns(self, scope: MemoryScope) -> list[Memory]:
-        """The stored messages of the newest ``recent_turns`` turns of the scope, oldest first."""
-        wanted = self.options.recent_turns
-        page_size = 50
-        rows: list[Memory] = []
-        users = offset = 0
-        while users < wanted:
-            page = await self.store.list(
-                self.collection_name,
-                scope,
-                limit=page_size,
-                offset=offset,
-                allow_unscoped=self.options.allow_unscoped_search,
-            )
-            for memory in page:
-                rows.append(memory)
-                if memory.role == "user":
-                    users += 1
-                    if users == wanted:
-                        break
-            # A turn of more than a page of tool calls is cut: recall must stay bounded.
-            if len(page) < page_size or len(rows) >= page_size * wanted:
-                break
-            offset += page_size
-        return rows[::-1]
-
-    def _search_tool(self, scopes: State, session: AgentSession) -> Tool:
+    def _search_tool(self, scopes: State, session: AgentSession) -> FunctionTool:
         """The on-demand tool, bound to this session's scopes for this run."""
 
         async def search(
@@ -398,10 +462,10 @@ class ChatHistoryMemoryProvider(ContextProvider):
                 return "No related memories found."
             return shown.text
 
-        return tool(
-            search,
+        return FunctionTool(
             name=self.options.function_tool_name,
             description=self.options.function_tool_description,
+            func=search,
         )
 
     def _loggable(self, value: str) -> str:
@@ -422,5 +486,4 @@ __all__ = [
     "ChatHistoryMemoryProvider",
     "ChatHistoryMemoryProviderOptions",
     "redact_all",
-    "render",
 ]

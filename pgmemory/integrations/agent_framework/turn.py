@@ -1,0 +1,80 @@
+"""One turn, one transaction: the after-run writes of every pgmemory provider of an agent.
+
+agent-framework calls ``after_run`` in reverse provider order and stops at the first error, with
+no hook around the whole phase. So each pgmemory provider's ``after_run`` only registers itself
+in ``SessionContext.metadata`` until the framework reaches the first pgmemory provider in list
+order (the last it calls); that call runs every registered one in list order, inside their units
+of work (one shared transaction per store, :meth:`pgmemory.MemoryStore.shared_transaction`),
+which roll back if any fails. A framework provider failing between two of ours therefore stops
+the framework before our last call: nothing of that turn is written.
+
+When the agent persists history per service call
+(``require_per_service_call_history_persistence``), the framework calls history providers from
+its middleware after every model call instead; then each pgmemory provider writes on its own,
+as the framework expects.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Any, Protocol, runtime_checkable
+
+from agent_framework import AgentSession, SessionContext
+
+#: Where the providers whose writes wait for the turn's last pgmemory provider are kept.
+WAITING = "pgmemory.after_run_waiting"
+
+
+@runtime_checkable
+class TurnWriter(Protocol):
+    """A pgmemory provider that writes after a run (what :func:`after_run_together` runs)."""
+
+    source_id: str
+
+    def unit_of_work(self, context: SessionContext) -> AbstractAsyncContextManager[object]:
+        """What the provider's writes of a turn belong to (the store's shared transaction)."""
+        ...
+
+    async def write_turn(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
+        """Write what the turn leaves behind (called inside :meth:`unit_of_work`)."""
+        ...
+
+
+async def after_run_together(
+    owner: TurnWriter,
+    *,
+    agent: Any,
+    session: AgentSession,
+    context: SessionContext,
+    state: dict[str, Any],
+) -> None:
+    """Run the writes of every pgmemory provider of ``agent`` together, all or nothing.
+
+    Each call registers ``owner``; the call for the first pgmemory provider in list order runs
+    the registered ones, in list order, inside their units of work. The error of a failing
+    write propagates (after the rollback), as the framework's own errors do.
+    """
+    providers = list(getattr(agent, "context_providers", None) or ())
+    listed = [p for p in providers if isinstance(p, TurnWriter)]
+    if owner not in listed or getattr(agent, "require_per_service_call_history_persistence", False):
+        async with owner.unit_of_work(context):
+            await owner.write_turn(agent=agent, session=session, context=context, state=state)
+        return
+    waiting: dict[str, dict[str, Any]] = context.metadata.setdefault(WAITING, {})
+    waiting[owner.source_id] = state
+    if owner is not listed[0]:
+        return
+    del context.metadata[WAITING]
+    turn = [p for p in listed if p.source_id in waiting]
+    async with AsyncExitStack() as units:
+        for provider in turn:
+            await units.enter_async_context(provider.unit_of_work(context))
+        for provider in turn:
+            await provider.write_turn(
+                agent=agent, session=session, context=context, state=waiting[provider.source_id]
+            )
+
+
+__all__ = ["WAITING", "TurnWriter", "after_run_together"]

@@ -526,7 +526,7 @@ def test_prune_audit_deletes_only_old_rows_and_records_itself(
 # --- the audit page's command --------------------------------------------------------------------
 
 
-def test_ui_is_a_subcommand_taking_its_token_from_the_settings(
+def test_ui_is_a_subcommand_refusing_the_retired_token_setting(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pgmemory.ui import cli as ui_cli, server
@@ -537,26 +537,30 @@ def test_ui_is_a_subcommand_taking_its_token_from_the_settings(
     )  # fmt: skip
     assert ui_cli.ALLOWED_HOSTS_ENV == ALLOWED_HOSTS_ENV
     monkeypatch.delenv(server.TOKEN_ENV, raising=False)
-    error = cli(capsys, "ui", "--host", "0.0.0.0", "--url", "postgresql://x@nowhere.invalid/db",
-                code=2)  # fmt: skip
-    assert server.TOKEN_ENV in error  # refused before any database is touched
+    # The opt-out beyond loopback: refused before any database is touched.
+    error = cli(capsys, "ui", "--host", "0.0.0.0", "--insecure-no-token",
+                "--url", "postgresql://x@nowhere.invalid/db", code=2)  # fmt: skip
+    assert "--insecure-no-token" in error
 
     served: dict[str, Any] = {}
     monkeypatch.setattr(server, "serve", lambda *a, **k: served.update(args=a, **k))
-    monkeypatch.setenv(server.TOKEN_ENV, "from-the-environment")
     assert run(["--url", "postgresql://x@db/y", "ui", "--port", "9", "--allow-writes"]) == 0
     assert served["args"] == (ui_cli.DEFAULT_HOST, 9) and served["allow_writes"] is True
-    assert served["token"] == "from-the-environment" and served["url"] == "postgresql://x@db/y"
+    assert served["url"] == "postgresql://x@db/y" and served["run_token"] is True
     assert served["insecure_no_token"] is False and served["allowed_hosts"] == []
+    assert "token" not in served  # tokens come from the database, never from the settings
+    served.clear()
+    assert run(["ui", "--no-run-token"]) == 0 and served["run_token"] is False
 
-    # Without a token the page needs the explicit opt-out, which warns (and only then).
-    monkeypatch.delenv(server.TOKEN_ENV)
+    # The retired plain-text setting is refused, naming what to do instead.
+    monkeypatch.setenv(server.TOKEN_ENV, "from-the-environment")
     error = cli(capsys, "ui", "--url", "postgresql://x@nowhere.invalid/db", code=2)
-    assert server.TOKEN_ENV in error and "--insecure-no-token" in error
+    assert "retired" in error and "pgmemory token create" in error
+    monkeypatch.delenv(server.TOKEN_ENV)
     served.clear()
     assert run(["ui", "--insecure-no-token", "--allowed-host", "a.example",
                 "--allowed-host", "b.example:8443"]) == 0  # fmt: skip
-    assert served["insecure_no_token"] is True and served["token"] is None
+    assert served["insecure_no_token"] is True
     assert served["allowed_hosts"] == ["a.example", "b.example:8443"]
     assert ui_cli.NO_TOKEN_WARNING in capsys.readouterr().err
     # PGMEMORY_UI_ALLOWED_HOSTS is read, and checked before anything starts (and before the

@@ -725,6 +725,7 @@ def recall_memories(
     mode: str | None,
     fusion: str = "score",
     neighbours: bool = False,
+    max_results: int = 3,
     audit: bool = True,
     relax_commit: bool = False,
 ) -> str:
@@ -737,7 +738,7 @@ def recall_memories(
       (:func:`_ranking`, with :func:`_signals`), less the recent ones and tool memories, then
       walked in rank order keeping a row unless its term set (``search_vector``'s lexemes)
       overlaps a recent row's or a kept row's by ``:threshold`` or more (Jaccard), until
-      ``:max_results`` are kept;
+      ``max_results`` are kept (the statement's shape: one step per kept row);
     * the budget, as :mod:`pgmemory.store.recall_text` renders it: ``:fixed`` tokens for the
       heading and note, each row's line capped at ``:item_cap``; the matches while they fit
       ``:half``, then the recent rows newest first while they fit ``:max_tokens``, then (when
@@ -799,29 +800,32 @@ def recall_memories(
           AND NOT EXISTS (SELECT 1 FROM recent AS r WHERE r.id = h.id AND r.user_id = h.user_id)
     ) AS p
 )""")
-        # The walk: step k decides the k-th pooled row against the recent rows and the rows
-        # kept so far (their ranks in ``kept``); it stops once :max_results are kept.
-        ctes.append(f"""walk (step, kept) AS (
-    SELECT CAST(0 AS bigint), CAST('{{}}' AS bigint[])
-    UNION ALL
-    SELECT w.step + 1,
-           CASE WHEN EXISTS (
-                    SELECT 1 FROM pool AS a
-                    WHERE a.rank = w.step + 1
-                      AND (EXISTS (SELECT 1 FROM recent AS r
-                                   WHERE {_overlap("a.lexemes", "r.lexemes")} >= :threshold)
-                           OR EXISTS (SELECT 1 FROM pool AS b
-                                      WHERE b.rank = ANY(w.kept)
-                                        AND {_overlap("a.lexemes", "b.lexemes")} >= :threshold)))
-                THEN w.kept ELSE w.kept || (w.step + 1) END
-    FROM walk AS w
-    WHERE w.step < (SELECT count(*) FROM pool) AND cardinality(w.kept) < :max_results
+        # The greedy walk, unrolled (Citus plans no recursive CTE beside a data-modifying
+        # one): keep_k is the rank of the first pooled row after keep_(k-1) that overlaps no
+        # recent row and none of keep_1 .. keep_(k-1) by :threshold (NULL once none is left).
+        for k in range(1, max_results + 1):
+            after = f"(SELECT r FROM keep_{k - 1})" if k > 1 else "0"
+            earlier = " UNION ALL ".join(f"SELECT r FROM keep_{j}" for j in range(1, k))
+            against_kept = (
+                f"""
+                 AND NOT EXISTS (SELECT 1 FROM pool AS b
+                                 WHERE b.rank IN ({earlier})
+                                   AND {_overlap("a.lexemes", "b.lexemes")} >= :threshold)"""
+                if k > 1
+                else ""
+            )
+            ctes.append(f"""keep_{k} AS MATERIALIZED (
+    SELECT (SELECT a.rank FROM pool AS a
+            WHERE a.rank > {after}
+              AND NOT EXISTS (SELECT 1 FROM recent AS r
+                              WHERE {_overlap("a.lexemes", "r.lexemes")} >= :threshold){against_kept}
+            ORDER BY a.rank LIMIT 1) AS r
 )""")
-        ctes.append("""matches AS MATERIALIZED (
+        kept = " UNION ALL ".join(f"SELECT r FROM keep_{k}" for k in range(1, max_results + 1))
+        ctes.append(f"""matches AS MATERIALIZED (
     SELECT p.id, p.user_id, p.score, p.need, row_number() OVER (ORDER BY p.rank) AS ord
     FROM pool AS p
-    CROSS JOIN (SELECT w.kept FROM walk AS w ORDER BY w.step DESC LIMIT 1) AS k
-    WHERE p.rank = ANY(k.kept)
+    WHERE p.rank IN ({kept or "SELECT CAST(NULL AS bigint)"})
 )""")
     else:
         ctes.append("""matches AS (
@@ -897,7 +901,7 @@ shown AS MATERIALIZED (
 )""")
     body = ",\n".join(ctes)
     return f"""
-WITH RECURSIVE {body}
+WITH {body}
 SELECT {_READ_COLUMNS}, s.reason, s.score, s.cap, s.similarity, s.keywords, s.recency,
        s.neighbour
 FROM shown AS s

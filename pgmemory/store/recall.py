@@ -124,7 +124,6 @@ async def recall(
         "recent_turns": recent_turns,
         "recent_rows": ROWS_PER_TURN * recent_turns,
         "include_tools": include_tools,
-        "max_results": max_results,
         "threshold": threshold,
         **_budget(max_tokens, heading),
     }
@@ -166,6 +165,7 @@ async def recall(
         mode=mode if matched else None,
         fusion=weights.fusion if mode == "hybrid" else "score",
         neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
+        max_results=max_results,
         audit=audit,
         # A shared transaction holds the turn's writes: its commit stays durable.
         relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),

@@ -195,6 +195,11 @@ class Signals:
             "neighbour": self.neighbour,
         }
 
+    def summary(self) -> str:
+        """One line for people: each signal the mode has, e.g. ``similarity 0.81 · keywords
+        0.40 · neighbour 0.10`` (``""`` when none)."""
+        return " · ".join(f"{k} {v:.2f}" for k, v in self.as_dict().items() if v is not None)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Signals | None:
         """Inverse of :meth:`as_dict` (None for None)."""

@@ -446,10 +446,12 @@ def _signals(*, mode: str, fusion: str) -> str:
     ranks (``match``, or ``neighbour`` when most of its score is its neighbour's share).
 
     Score fusion recomputes each hit's scaled, weighted similarity, keyword and recency parts
-    from the ranking's own stages (``candidates``, ``spread``, ``bm25``); the neighbour share
-    is what the score holds beyond them. Rank fusion gives each ranking's reciprocal-rank
-    share. Vector and text mode have one signal, the score itself.
+    from its row and the ranking's own stages (``spread``, ``bm25``; ``hits`` must carry
+    ``embedding``); the neighbour share is what the score holds beyond them. Rank fusion
+    gives each ranking's reciprocal-rank share. Vector and text mode have one signal, the
+    score itself.
     """
+    before = ""
     if mode == "vector":
         parts = (
             f"h.score AS similarity, {_NONE} AS keywords, {_NONE} AS recency, {_NONE} AS neighbour"
@@ -470,18 +472,26 @@ def _signals(*, mode: str, fusion: str) -> str:
     LEFT JOIN by_text AS t ON t.id = h.id AND t.user_id = h.user_id
     LEFT JOIN by_time AS r ON r.id = h.id AND r.user_id = h.user_id"""
     else:
+        # From the hit's own row (its distance to :query is the candidates' exact distance)
+        # and the ranking's one-row stages: no join over the scope's rows.
         parts = """CAST(:vector_weight AS float8)
-               * COALESCE((s.dmax - c.distance) / NULLIF(s.dmax - s.dmin, 0), 1) AS similarity,
-           CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0) AS keywords,
+               * COALESCE((s.dmax - (h.embedding <=> :query)) / NULLIF(s.dmax - s.dmin, 0), 1)
+               AS similarity,
+           CAST(:text_weight AS float8)
+               * COALESCE(CAST(k.relevance ->> CAST(h.id AS text) AS float8)
+                          / NULLIF(s.rmax, 0), 0) AS keywords,
            CAST(:recency_weight AS float8)
-               * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
+               * COALESCE(CAST(EXTRACT(EPOCH FROM h.created_at - s.tmin) AS float8)
                           / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
                           1) AS recency,
            CAST(NULL AS float8) AS neighbour"""
-        source = """hits AS h
-    JOIN candidates AS c ON c.id = h.id AND c.user_id = h.user_id
-    CROSS JOIN spread AS s
-    LEFT JOIN bm25 AS b ON b.id = h.id AND b.user_id = h.user_id"""
+        source = """hits AS h CROSS JOIN spread AS s CROSS JOIN relevance_map AS k"""
+        # Each keyword match's BM25 by id, built once (a join of the hits with ``bm25`` is a
+        # nested loop over every match under the one-row estimates of CTEs).
+        before = """relevance_map AS MATERIALIZED (
+    SELECT jsonb_object_agg(CAST(b.id AS text), b.relevance) AS relevance FROM bm25 AS b
+),
+"""
     own = "COALESCE(x.similarity, 0) + COALESCE(x.keywords, 0) + COALESCE(x.recency, 0)"
     # Score fusion: the neighbour share is the score beyond the row's own parts (0 when the
     # rounding of the real score makes it negative).
@@ -490,7 +500,7 @@ def _signals(*, mode: str, fusion: str) -> str:
         if mode == "hybrid" and fusion == "score"
         else "CAST(x.neighbour AS float8)"
     )
-    return f"""explained AS (
+    return f"""{before}explained AS (
     SELECT x.id, x.user_id, x.score,
            CAST(x.similarity AS float8) AS similarity, CAST(x.keywords AS float8) AS keywords,
            CAST(x.recency AS float8) AS recency, {neighbour} AS neighbour,
@@ -653,9 +663,10 @@ def search_memories(
         audit_cte = _recall_audit(relax_commit=relax_commit, explained=True) if audit else ""
         return f"""
 WITH {ranked},
-{_hits(dimensions)},
+{_hits(dimensions, columns=("embedding",))},
 {_signals(mode=mode, fusion=fusion)}{audit_cte}
-SELECT h.*, e.similarity, e.keywords, e.recency, e.neighbour, e.reason
+SELECT {_READ_COLUMNS.replace("m.", "h.")}, h.score,
+       e.similarity, e.keywords, e.recency, e.neighbour, e.reason
 FROM hits AS h JOIN explained AS e ON e.id = h.id AND e.user_id = h.user_id
 ORDER BY h.score DESC, h.id
 """
@@ -681,12 +692,13 @@ _NEED = "LEAST(COALESCE({p}recall_tokens, 32 + 4 * length({p}content)), CAST(:it
 
 
 def _overlap(a: str, b: str) -> str:
-    """The Jaccard overlap of two lexeme arrays (distinct values): 1 when both are empty."""
-    common = f"(SELECT count(*) FROM unnest({a}) AS x(l) WHERE x.l = ANY({b}))"
-    return f"""CASE WHEN cardinality({a}) = 0 OR cardinality({b}) = 0
-                THEN CASE WHEN cardinality({a}) = cardinality({b}) THEN 1.0 ELSE 0.0 END
-                ELSE CAST({common} AS float8)
-                     / (cardinality({a}) + cardinality({b}) - {common}) END"""
+    """The Jaccard overlap of two term sets given as stripped tsvectors: ``length`` counts a
+    tsvector's distinct lexemes and ``||`` unites them, so the common terms are |A| + |B| - |A or B| (no
+    subquery per pair); 1 when both are empty."""
+    return f"""CASE WHEN length({a}) = 0 OR length({b}) = 0
+                THEN CASE WHEN length({a}) = length({b}) THEN 1.0 ELSE 0.0 END
+                ELSE CAST(length({a}) + length({b}) - length({a} || {b}) AS float8)
+                     / length({a} || {b}) END"""
 
 
 def _stage(name: str, source: str, order: str, limit: str, *, where: str = "") -> str:
@@ -765,11 +777,11 @@ def recall_memories(
                 windowed=False,
             )
         )
-        ctes.append(_hits(dimensions, columns=("search_vector", "recall_tokens")))
+        ctes.append(_hits(dimensions, columns=("search_vector", "recall_tokens", "embedding")))
         ctes.append(_signals(mode=mode, fusion=fusion))
     ctes.append(f"""latest AS MATERIALIZED (
     SELECT m.id, m.user_id, m.role, m.created_at,
-           tsvector_to_array(m.search_vector) AS lexemes, {_NEED.format(p="m.")} AS need
+           strip(m.search_vector) AS lexemes, {_NEED.format(p="m.")} AS need
     FROM pgmemory_memories AS m
     WHERE {where}
       AND {_LIVE}
@@ -793,7 +805,7 @@ def recall_memories(
         ctes.append(f"""pool AS MATERIALIZED (
     SELECT p.*, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
     FROM (
-        SELECT h.id, h.user_id, h.score, tsvector_to_array(h.search_vector) AS lexemes,
+        SELECT h.id, h.user_id, h.score, strip(h.search_vector) AS lexemes,
                {_NEED.format(p="h.")} AS need
         FROM hits AS h
         WHERE (CAST(:include_tools AS boolean) OR NOT {tool})

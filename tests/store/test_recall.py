@@ -215,3 +215,18 @@ def test_a_shortened_line_always_fits_its_cap() -> None:
             assert line == whole
         # the stored estimate is the line's, whatever the time
         assert recall_text.line_tokens(role, content) == estimate_tokens(whole)
+
+
+async def test_a_scope_without_a_user_and_the_sync_twin(
+    store: MemoryStore, collection: str, store_url: str
+) -> None:
+    user = unique("u")
+    await seed(store, collection, MemoryScope(user_id=user))
+    session_only = MemoryScope(session_id="s-new")  # other tests' rows share it: only shape
+    got = await store.recall(collection, session_only, query="menu", recent_turns=1)
+    assert got.items and all(i.memory.scope.session_id == "s-new" for i in got.items)
+    from pgmemory import SyncMemoryStore
+
+    with SyncMemoryStore(store_url, embedder=store.embedder) as sync:
+        twin = sync.recall(collection, MemoryScope(user_id=user), query="peanut allergy")
+    assert twin.items[0].memory.content == "Bob has a severe peanut allergy"

@@ -32,7 +32,7 @@ test: $(STAMP)
 # workers, tests/citus/cluster.py), as the owner and as the least-privilege role. Citus is
 # compiled once per machine from ../shared/citus (needs gcc and make), then reused; tests that
 # cannot apply to a cluster are listed, with why, in tests/citus/not_applicable.py.
-CITUS_SUITES := tests/store tests/admin tests/memory tests/reliability
+CITUS_SUITES := tests/store tests/admin tests/memory tests/reliability tests/citus
 test-citus: $(STAMP)
 	PGMEMORY_TEST_CITUS=1 $(PY) -m pytest -q $(CITUS_SUITES)
 	PGMEMORY_TEST_CITUS=1 PGMEMORY_TEST_APP_ROLE=1 $(PY) -m pytest -q $(CITUS_SUITES)

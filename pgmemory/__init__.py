@@ -64,8 +64,11 @@ if TYPE_CHECKING:
         MemoryHit as MemoryHit,
         MemoryRecord as MemoryRecord,
         MemoryScope as MemoryScope,
+        Recall as Recall,
+        RecallItem as RecallItem,
         RecallTrace as RecallTrace,
         SearchWeights as SearchWeights,
+        Signals as Signals,
     )
     from pgmemory.store.store import (
         MemoryStore as MemoryStore,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW
 from pgmemory.admin.tokens import DEFAULT_LIFETIME
 from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS, ANN_RECALL_FLOOR
-from pgmemory.store.modes import STORE_DEFAULT_MODE
+from pgmemory.store.modes import DEFAULT_MODE
 
 if TYPE_CHECKING:
     import uuid
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pgmemory.admin.history import HistoryPage
     from pgmemory.admin.memories import MemoryAuditEntry
     from pgmemory.admin.pages import Cursor, Page
-    from pgmemory.admin.recalls import MemoryRecall, Recall
+    from pgmemory.admin.recalls import MemoryRecall, Recall as AuditedRecall
     from pgmemory.admin.retention import PruneRecord
     from pgmemory.admin.tokens import IssuedToken, TokenInfo
     from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
@@ -46,8 +46,11 @@ if TYPE_CHECKING:
         MemoryHit,
         MemoryRecord,
         MemoryScope,
+        Recall,
+        RecallReason,
         RecallTrace,
         SearchWeights,
+        Signals,
     )
     from pgmemory.store.store import MemoryStore
 
@@ -164,7 +167,7 @@ class SyncMemoryStoreMethods:
         query: str | None = None,
         vector: Sequence[float] | np.ndarray | None = None,
         limit: int = 3,
-        mode: SearchMode = STORE_DEFAULT_MODE,
+        mode: SearchMode | None = None,
         weights: SearchWeights | None = None,
         min_score: float | None = None,
         since: datetime | None = None,
@@ -172,6 +175,7 @@ class SyncMemoryStoreMethods:
         allow_unscoped: bool = False,
         audit: bool = True,
         trace: RecallTrace | None = None,
+        explain: bool = False,
     ) -> list[MemoryHit]:
         """Blocking :meth:`MemoryStore.search`: the ``limit`` best memories of the scope for
         ``query`` (or ``vector``), best first."""
@@ -190,6 +194,46 @@ class SyncMemoryStoreMethods:
                 allow_unscoped=allow_unscoped,
                 audit=audit,
                 trace=trace,
+                explain=explain,
+            )
+        )
+
+    def recall(
+        self,
+        collection: str,
+        scope: MemoryScope,
+        *,
+        query: str | None = None,
+        max_results: int = 3,
+        recent_turns: int = 2,
+        max_tokens: int | None = 2000,
+        mode: SearchMode = DEFAULT_MODE,
+        weights: SearchWeights | None = None,
+        near_duplicate_threshold: float = 0.9,
+        include_tools: bool = False,
+        heading: str | None = None,
+        trace: RecallTrace | None = None,
+        allow_unscoped: bool = False,
+        audit: bool = True,
+    ) -> Recall:
+        """Blocking :meth:`MemoryStore.recall`: what a memory provider shows the model for a turn,
+        in ONE audited round trip."""
+        return self._portal.run(
+            self.async_store.recall(
+                collection,
+                scope,
+                query=query,
+                max_results=max_results,
+                recent_turns=recent_turns,
+                max_tokens=max_tokens,
+                mode=mode,
+                weights=weights,
+                near_duplicate_threshold=near_duplicate_threshold,
+                include_tools=include_tools,
+                heading=heading,
+                trace=trace,
+                allow_unscoped=allow_unscoped,
+                audit=audit,
             )
         )
 
@@ -245,12 +289,23 @@ class SyncMemoryStoreMethods:
         scores: Sequence[float],
         query: str | None,
         trace: RecallTrace | None = None,
+        reasons: Sequence[RecallReason] | None = None,
+        signals: Sequence[Signals | None] | None = None,
     ) -> None:
         """Blocking :meth:`MemoryStore.record_recall`: append a recall audit row for memories a
-        caller put together itself."""
+        caller put together itself (a :meth:`search` and a :meth:`recall` audit themselves).
+        ``scores``, and ``reasons`` and ``signals`` when given, pair with ``memory_ids``; the query
+        is kept as its sha256 unless the trace asks for the text."""
         return self._portal.run(
             self.async_store.record_recall(
-                collection, scope, memory_ids=memory_ids, scores=scores, query=query, trace=trace
+                collection,
+                scope,
+                memory_ids=memory_ids,
+                scores=scores,
+                query=query,
+                trace=trace,
+                reasons=reasons,
+                signals=signals,
             )
         )
 
@@ -279,7 +334,8 @@ class SyncMemoryStoreMethods:
         actor: str | None = None,
     ) -> int:
         """Blocking :meth:`MemoryStore.expire`: delete memories whose ``expires_at`` has passed
-        (audited as 'expire'); returns count."""
+        (audited as 'expire'), of one collection or all; returns the count (searches already skip
+        expired rows)."""
         return self._portal.run(self.async_store.expire(collection, now=now, actor=actor))
 
     def erase_user(self, user_id: str, *, actor: str | None = None) -> dict[str, int]:
@@ -290,8 +346,9 @@ class SyncMemoryStoreMethods:
     def append_history(
         self, session_id: str, messages: Sequence[Mapping[str, Any]], *, user_id: str = ""
     ) -> int:
-        """Blocking :meth:`MemoryStore.append_history`: append messages to a session's history in
-        ONE transaction; returns rows inserted."""
+        """Blocking :meth:`MemoryStore.append_history`: append messages (JSON-native dicts with
+        ``message_id`` and ``role``) to a session's history in ONE transaction, skipping message ids
+        it holds; returns rows inserted."""
         return self._portal.run(
             self.async_store.append_history(session_id, messages, user_id=user_id)
         )
@@ -453,7 +510,7 @@ class SyncAdminMethods:
         after: Cursor | None = None,
         limit: int | None = None,
         preview: int = RECALL_PREVIEW,
-    ) -> Page[Recall]:
+    ) -> Page[AuditedRecall]:
         """Blocking :meth:`Admin.user_recalls`: a page of a user's recalls, newest first, each with
         the first ``preview`` memories it returned and their scores ("which memories went into that
         answer")."""
@@ -465,7 +522,7 @@ class SyncAdminMethods:
 
     def get_recall(
         self, user_id: str, recall_id: int, *, limit: int = RECALL_DETAIL_MAX
-    ) -> Recall | None:
+    ) -> AuditedRecall | None:
         """Blocking :meth:`Admin.get_recall`: one of a user's recalls with up to ``limit`` of the
         memories it returned."""
         return self._portal.run(self.async_admin.get_recall(user_id, recall_id, limit=limit))

@@ -120,3 +120,22 @@ def test_snippet_runs_as_written(
     assert done.returncode == 0, f"snippet failed:\n{code}\n{output}"
     if "OpenAIChatCompletionClient" in code:  # it really talked to the (scripted) model
         assert len(model_server.requests) > asked_before, output
+
+
+@pytest.mark.slow
+def test_the_quickstart_run_twice_stores_one_memory(tmp_path: Path, fresh_database: str) -> None:
+    """``message_id`` is ``add``'s idempotency key: a second run stores nothing new."""
+    label, code = next((label, code) for label, code in BLOCKS if label.startswith("quickstart"))
+    script = tmp_path / "quickstart.py"
+    script.write_text(code, encoding="utf-8")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PGMEMORY_")}
+    env.update(PGMEMORY_DATABASE_URL=fresh_database)
+    printed = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        printed.append(done.stdout.strip().splitlines())
+    assert len(printed[0]) == len(printed[1]) == 1, (label, printed)

@@ -31,7 +31,12 @@ from pgmemory.admin.facts import FactChange, FactSet
 from pgmemory.admin.history import HistoryPage
 from pgmemory.admin.memories import MemoryAuditEntry
 from pgmemory.admin.pages import Cursor, Page
-from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW, MemoryRecall, Recall
+from pgmemory.admin.recalls import (
+    RECALL_DETAIL_MAX,
+    RECALL_PREVIEW,
+    MemoryRecall,
+    Recall as AuditedRecall,
+)
 from pgmemory.admin.retention import PruneRecord
 from pgmemory.admin.tokens import DEFAULT_LIFETIME, IssuedToken, TokenInfo
 from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
@@ -161,7 +166,7 @@ class Admin:
         after: Cursor | None = None,
         limit: int | None = None,
         preview: int = RECALL_PREVIEW,
-    ) -> Page[Recall]:
+    ) -> Page[AuditedRecall]:
         """A page of a user's recalls, newest first, each with the first ``preview`` memories
         it returned and their scores ("which memories went into that answer").
 
@@ -179,7 +184,7 @@ class Admin:
     @retried_read
     async def get_recall(
         self, user_id: str, recall_id: int, *, limit: int = RECALL_DETAIL_MAX
-    ) -> Recall | None:
+    ) -> AuditedRecall | None:
         """One of a user's recalls with up to ``limit`` of the memories it returned."""
         return await recalls.get_recall(self._db, user_id, recall_id, limit=limit)
 

@@ -20,6 +20,7 @@ from pgmemory.admin.pages import (
     read_rows,
 )
 from pgmemory.store.database import Database
+from pgmemory.store.records import Signals
 
 # --- recalls ------------------------------------------------------------------------------------
 
@@ -36,11 +37,16 @@ class RecalledMemory:
 
     ``content`` and the other memory columns are None when the memory has been deleted since;
     ``deleted_at``/``deleted_by`` then tell when and how, if the audit still has it.
+    ``reason`` (``match``, ``recent``, ``neighbour``) and ``signals`` (what similarity,
+    keywords, recency and the neighbour share contributed to the score) are None in recalls
+    recorded without them (before migration 0010, or by a search without ``explain``).
     """
 
     rank: int
     memory_id: uuid.UUID
     score: float
+    reason: str | None
+    signals: Signals | None
     collection: str | None
     role: str | None
     content: str | None
@@ -88,6 +94,8 @@ def _recalled(row: Mapping[str, Any]) -> RecalledMemory:
         rank=int(row["rank"]),
         memory_id=row["memory_id"],
         score=float(row["score"]),
+        reason=row["reason"],
+        signals=Signals.from_dict(row["signals"]),
         collection=row["collection"],
         role=row["role"],
         content=row["content"],

@@ -237,13 +237,19 @@ WHERE a.user_id = :user_id AND a.id = :recall_id
 """
 
 #: What the given recalls of a user returned, in rank order (the first :per_recall of each),
-#: joined to the memories (NULL columns: deleted since) and to the latest deletion or expiry
+#: with each one's reason and signals (NULL in rows older than migration 0010), joined to the
+#: memories (NULL columns: deleted since) and to the latest deletion or expiry
 #: audited for each memory.
 RECALLED_MEMORIES = """
-SELECT a.id AS recall_id, r.rank, r.memory_id, r.score, m.collection, m.role, m.content,
-       m.session_id, m.created_at, m.expires_at, d.at AS deleted_at, d.operation AS deleted_by
+SELECT a.id AS recall_id, r.rank, r.memory_id, r.score, r.reason, r.signals, m.collection,
+       m.role, m.content, m.session_id, m.created_at, m.expires_at, d.at AS deleted_at,
+       d.operation AS deleted_by
 FROM pgmemory_recall_audit AS a
-CROSS JOIN LATERAL unnest(a.memory_ids, a.scores) WITH ORDINALITY AS r(memory_id, score, rank)
+CROSS JOIN LATERAL unnest(
+    a.memory_ids, a.scores, a.reasons,
+    ARRAY(SELECT x.value FROM jsonb_array_elements(COALESCE(a.signals, '[]')) WITH ORDINALITY
+          AS x(value, i) ORDER BY x.i)
+) WITH ORDINALITY AS r(memory_id, score, reason, signals, rank)
 LEFT JOIN pgmemory_memories AS m ON m.user_id = :user_id AND m.id = r.memory_id
 LEFT JOIN LATERAL (
     SELECT x.at, x.operation FROM pgmemory_memory_audit AS x

@@ -164,8 +164,10 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         '"scope": {"application_id", "agent_id", "session_id"}, "requesting_session_id", '
         '"provider", "mode", "score_kind": "cosine similarity"|"BM25"|"fused score"|"score", '
         '"query_sha256", "query_text" (null unless kept), "returned", "memories": [{"rank", '
-        '"memory_id", "score", "content" (null once deleted), "role", "collection", "session_id", '
-        '"created_at", "deleted", "deleted_at", "deleted_by"}]}], "writes": [{"id", "at", '
+        '"memory_id", "score", "reason": "match"|"recent"|"neighbour"|null, "signals": '
+        '{"similarity", "keywords", "recency", "neighbour"}|null, "content" (null once deleted), '
+        '"role", "collection", "session_id", "created_at", "deleted", "deleted_at", '
+        '"deleted_by"}]}], "writes": [{"id", "at", '
         '"operation", "memory_id", "collection", "application_id", "agent_id", "session_id", '
         '"content_sha256", "actor"}], "fact_changes": [{"id", "at", "namespace", "key", '
         '"old_value", "new_value", "application_id", "agent_id", "session_id", "actor"}], '
@@ -443,6 +445,8 @@ def _recall_json(recall: Recall) -> dict[str, Any]:
                 "rank": m.rank,
                 "memory_id": m.memory_id,
                 "score": m.score,
+                "reason": m.reason,
+                "signals": None if m.signals is None else m.signals.as_dict(),
                 "content": m.content,
                 "role": m.role,
                 "collection": m.collection,
@@ -512,10 +516,11 @@ def _print_audit(
     print()
     print("MEMORIES EACH RECALL RETURNED (score: cosine similarity, BM25 or fused rank, per mode)")
     print_table(
-        ["RECALL", "RANK", "SCORE", "SCORE_KIND", "MEMORY", "CONTENT"],
+        ["RECALL", "RANK", "SCORE", "SCORE_KIND", "REASON", "SIGNALS", "MEMORY", "CONTENT"],
         [
             [
-                r.id, m.rank, m.score, score_kind(r.mode), m.memory_id,
+                r.id, m.rank, m.score, score_kind(r.mode), m.reason or "",
+                m.signals.summary() if m.signals else "", m.memory_id,
                 m.content if not m.deleted else f"(deleted {m.deleted_by or ''})".strip(),
             ]
             for r in recalls

@@ -107,6 +107,9 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     ),
     MemoryColumn("expires_at", "timestamptz", "expires_ats"),
     MemoryColumn("metadata", "jsonb", "metadatas"),
+    # The estimated tokens of the memory's full recall line (pgmemory.store.recall_text), so
+    # the recall statement fits its token budget in SQL (migration 0010).
+    MemoryColumn("recall_tokens", "int4", "recall_tokens", memory=None),
 )
 
 #: Not a column: a row's position in its batch (add) or import (0, 1, ...), sent with it.

@@ -118,6 +118,9 @@ class MemoryRow(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
+    #: Estimated tokens of the memory's full recall line (``pgmemory.store.recall_text``), set
+    #: at write time; NULL only for a row written by an older version during an upgrade.
+    recall_tokens: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         CheckConstraint("length(content_sha256) = 64", name="sha256_length"),
@@ -226,6 +229,12 @@ class RecallAuditRow(Base):
     scores: Mapped[list[float]] = mapped_column(ARRAY(REAL()), nullable=False)
     #: Hex sha256 of the whole row (set by the guard trigger; ``pgmemory audit verify`` checks it).
     row_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    #: Why each memory was shown (``match``, ``recent``, ``neighbour``), paired with
+    #: ``memory_ids``; NULL in rows written before migration 0010 and by searches
+    #: without ``explain``; ...
+    reasons: Mapped[list[str] | None] = mapped_column(ARRAY(Text()))
+    #: ... and what each signal contributed, one JSON object (or null) per memory.
+    signals: Mapped[Any | None] = mapped_column(JSONB)
 
     __table_args__ = (
         Index("ix_pgmemory_recall_audit_user_at", "user_id", "at"),

@@ -65,10 +65,9 @@ MODES: dict[str, Mode] = {
 SEARCH_MODES: tuple[SearchMode, ...] = tuple(mode.name for mode in MODES.values())
 #: The hybrid fusions.
 FUSIONS: tuple[Fusion, ...] = ("score", "rank")
-#: The mode the providers, the command line and the audit page search with unless told.
+#: The mode the store (for a text query), the providers, the command line and the audit page
+#: search with unless told.
 DEFAULT_MODE: SearchMode = "hybrid"
-#: What ``MemoryStore.search`` ranks by unless told (the store's own default).
-STORE_DEFAULT_MODE: SearchMode = "vector"
 
 
 def score_kind(mode: str) -> str:

@@ -415,38 +415,182 @@ by_time AS (
 {fused}"""
 
 
-def _hits(dimensions: tuple[str, ...]) -> str:
-    """The ``hits`` CTE: the ranked rows read back whole, at least ``:min_score``.
+def _hits(dimensions: tuple[str, ...], *, columns: tuple[str, ...] = ()) -> str:
+    """The ``hits`` CTE: the ranked rows read back whole (plus ``columns`` of the memory
+    row), at least ``:min_score``.
 
     When the scope names a user, the join repeats ``m.user_id = :user_id``: a filter on the
     ranking's own columns alone does not tell Citus which shard the join reads, so without it
     every user's search ran on every shard.
     """
     routed = "\n      AND m.user_id = :user_id" if "user_id" in dimensions else ""
+    extra = "".join(f", m.{c}" for c in columns)
     return f"""hits AS (
-    SELECT {_READ_COLUMNS}, top.score
+    SELECT {_READ_COLUMNS}{extra}, top.score
     FROM top
     JOIN pgmemory_memories AS m ON m.id = top.id AND m.user_id = top.user_id{routed}
     WHERE top.score >= :min_score
 )"""
 
 
-def _recall_audit(*, relax_commit: bool) -> str:
-    """The ``audit`` CTE: the recall audit row of the hits, written in the same statement."""
+#: A signal the mode does not have.
+_NONE = "CAST(NULL AS float8)"
+
+#: A ranked row's neighbour share beyond which it is shown as a "neighbour" (of a match)
+#: rather than a "match": most of its score was lent by an adjacent message.
+_REASON = "CASE WHEN {n} > {own} THEN 'neighbour' ELSE 'match' END"
+
+
+def _signals(*, mode: str, fusion: str) -> str:
+    """The ``explained`` CTE: per hit, what each signal contributed to its score, and why it
+    ranks (``match``, or ``neighbour`` when most of its score is its neighbour's share).
+
+    Score fusion recomputes each hit's scaled, weighted similarity, keyword and recency parts
+    from its row and the ranking's own stages (``spread``, ``bm25``; ``hits`` must carry
+    ``embedding``); the neighbour share is what the score holds beyond them. Rank fusion
+    gives each ranking's reciprocal-rank share. Vector and text mode have one signal, the
+    score itself.
+    """
+    before = ""
+    if mode == "vector":
+        parts = (
+            f"h.score AS similarity, {_NONE} AS keywords, {_NONE} AS recency, {_NONE} AS neighbour"
+        )
+        source = "hits AS h"
+    elif mode == "text":
+        parts = (
+            f"{_NONE} AS similarity, h.score AS keywords, {_NONE} AS recency, {_NONE} AS neighbour"
+        )
+        source = "hits AS h"
+    elif fusion == "rank":
+        parts = """COALESCE(CAST(:vector_weight AS float8) / (:rrf_k + v.rank), 0) AS similarity,
+           COALESCE(CAST(:text_weight AS float8) / (:rrf_k + t.rank), 0) AS keywords,
+           COALESCE(CAST(:recency_weight AS float8) / (:rrf_k + r.rank), 0) AS recency,
+           0 AS neighbour"""
+        source = """hits AS h
+    LEFT JOIN by_vector AS v ON v.id = h.id AND v.user_id = h.user_id
+    LEFT JOIN by_text AS t ON t.id = h.id AND t.user_id = h.user_id
+    LEFT JOIN by_time AS r ON r.id = h.id AND r.user_id = h.user_id"""
+    else:
+        # From the hit's own row (its distance to :query is the candidates' exact distance)
+        # and the ranking's one-row stages: no join over the scope's rows.
+        parts = """CAST(:vector_weight AS float8)
+               * COALESCE((s.dmax - (h.embedding <=> :query)) / NULLIF(s.dmax - s.dmin, 0), 1)
+               AS similarity,
+           CAST(:text_weight AS float8)
+               * COALESCE(CAST(k.relevance ->> CAST(h.id AS text) AS float8)
+                          / NULLIF(s.rmax, 0), 0) AS keywords,
+           CAST(:recency_weight AS float8)
+               * COALESCE(CAST(EXTRACT(EPOCH FROM h.created_at - s.tmin) AS float8)
+                          / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
+                          1) AS recency,
+           CAST(NULL AS float8) AS neighbour"""
+        source = """hits AS h CROSS JOIN spread AS s CROSS JOIN relevance_map AS k"""
+        # Each keyword match's BM25 by id, built once (a join of the hits with ``bm25`` is a
+        # nested loop over every match under the one-row estimates of CTEs).
+        before = """relevance_map AS MATERIALIZED (
+    SELECT jsonb_object_agg(CAST(b.id AS text), b.relevance) AS relevance FROM bm25 AS b
+),
+"""
+    own = "COALESCE(x.similarity, 0) + COALESCE(x.keywords, 0) + COALESCE(x.recency, 0)"
+    # Score fusion: the neighbour share is the score beyond the row's own parts (0 when the
+    # rounding of the real score makes it negative).
+    neighbour = (
+        f"CAST(GREATEST(x.score - ({own}), 0) AS float8)"
+        if mode == "hybrid" and fusion == "score"
+        else "CAST(x.neighbour AS float8)"
+    )
+    return f"""{before}explained AS (
+    SELECT x.id, x.user_id, x.score,
+           CAST(x.similarity AS float8) AS similarity, CAST(x.keywords AS float8) AS keywords,
+           CAST(x.recency AS float8) AS recency, {neighbour} AS neighbour,
+           {_REASON.format(n=f"COALESCE({neighbour}, 0)", own=own)} AS reason
+    FROM (
+        SELECT h.id, h.user_id, h.score, {parts}
+        FROM {source}
+    ) AS x
+)"""
+
+
+#: A shown row's signals as the recall audit keeps them: one JSON object, values rounded.
+_SIGNALS_JSON = """jsonb_build_object(
+               'similarity', round(CAST({p}similarity AS numeric), 4),
+               'keywords', round(CAST({p}keywords AS numeric), 4),
+               'recency', round(CAST({p}recency AS numeric), 4),
+               'neighbour', round(CAST({p}neighbour AS numeric), 4))"""
+
+
+def _recall_audit(*, relax_commit: bool, explained: bool = False) -> str:
+    """The ``audit`` CTE: the recall audit row of the hits, written in the same statement
+    (with ``explained``, each hit's reason and signals too, from :func:`_signals`)."""
     # One group (no GROUP BY), so this HAVING runs exactly once, with or without hits.
     relax = f"\n    HAVING {_RELAX_COMMIT}" if relax_commit else ""
+    order = "ORDER BY h.score DESC, h.id"
+    columns = values = ""
+    source = "hits AS h"
+    if explained:
+        columns = ", reasons, signals"
+        values = f""",
+           COALESCE(array_agg(e.reason {order}), '{{}}'),
+           COALESCE(jsonb_agg({_SIGNALS_JSON.format(p="e.")} {order}), '[]')"""
+        source = "hits AS h JOIN explained AS e ON e.id = h.id AND e.user_id = h.user_id"
     return f""",
 audit AS (
     INSERT INTO pgmemory_recall_audit
         (user_id, collection, application_id, agent_id, session_id, provider, mode,
-         requesting_session_id, query_sha256, query_text, memory_ids, scores)
+         requesting_session_id, query_sha256, query_text, memory_ids, scores{columns})
     SELECT :audit_user_id, :collection, :audit_application_id, :audit_agent_id,
            :audit_session_id, :provider, :mode, :requesting_session_id,
            pgmemory_keyed_sha256(:audit_user_id, :query_sha256), :query_text,
-           COALESCE(array_agg(h.id ORDER BY h.score DESC, h.id), '{{}}'),
-           COALESCE(array_agg(h.score ORDER BY h.score DESC, h.id), '{{}}')
-    FROM hits AS h{relax}
+           COALESCE(array_agg(h.id {order}), '{{}}'),
+           COALESCE(array_agg(h.score {order}), '{{}}'){values}
+    FROM {source}{relax}
 )"""
+
+
+def _ranking(
+    dimensions: tuple[str, ...],
+    *,
+    covering: bool,
+    mode: str,
+    fusion: str,
+    neighbours: bool,
+    ann_dimensions: int | None,
+    windowed: bool,
+) -> str:
+    """The CTEs of a mode's ranking, up to ``top`` (the best ``:limit`` rows and their score);
+    shared by :func:`search_memories` and :func:`recall_memories`."""
+    if neighbours and (mode != "hybrid" or fusion != "score"):
+        raise ValueError("neighbours are part of mode='hybrid' with fusion='score' only")
+    if ann_dimensions is not None and mode != "vector":
+        raise ValueError("the approximate path serves mode='vector' only")
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
+    candidates = _vector_candidates(
+        dimensions,
+        covering=covering,
+        windowed=windowed,
+        conversation=neighbours,
+        materialized=mode != "vector",
+        ann_dimensions=ann_dimensions,
+    )
+    keywords = _keyword_ranking(
+        dimensions, windowed=windowed, scope_from_candidates=mode == "hybrid"
+    )
+    if mode == "vector":
+        ranked = f"""{candidates},
+top AS (
+    SELECT id, user_id, CAST(1 - distance AS real) AS score
+    FROM candidates ORDER BY distance, id LIMIT :limit
+)"""
+    elif mode == "text":
+        ranked = f"""{keywords},
+top AS (
+    SELECT id, user_id, CAST(relevance AS real) AS score FROM by_text ORDER BY rank LIMIT :limit
+)"""
+    else:
+        ranked = _hybrid_ranking(candidates, keywords, fusion=fusion, neighbours=neighbours)
+    return ranked
 
 
 @lru_cache(maxsize=256)
@@ -461,6 +605,7 @@ def search_memories(
     ann_dimensions: int | None = None,
     relax_commit: bool = False,
     windowed: bool = False,
+    explain: bool = False,
 ) -> str:
     """Exact top-k of a scope by similarity, keywords, or a fusion of both (and recency).
 
@@ -494,7 +639,10 @@ def search_memories(
     4–6 µs per row instead of the covering scan's 1–1.5).
     Unless ``audit`` is off, the same statement appends the recall audit row; with
     ``relax_commit`` it also lets its transaction commit without waiting for the disk flush
-    (:data:`_RELAX_COMMIT`, so a search in autocommit is one statement).
+    (:data:`_RELAX_COMMIT`, so a search in autocommit is one statement). With ``explain``
+    each hit also carries what each signal contributed to its score (:func:`_signals`: the
+    columns ``similarity``, ``keywords``, ``recency``, ``neighbour``), and the audit row
+    records them with each hit's reason.
 
     ``ann_dimensions`` (vector mode only) switches to the approximate path for large scopes:
     the candidates come from the collection's HNSW index (an expression index on
@@ -502,41 +650,275 @@ def search_memories(
     the index scan, ``:ann_candidates`` of them (run with ANN_SETTINGS: iterative scan, so the
     scan keeps walking until enough rows pass the filter), then re-ranked exactly.
     """
-    if neighbours and (mode != "hybrid" or fusion != "score"):
-        raise ValueError("neighbours are part of mode='hybrid' with fusion='score' only")
-    if ann_dimensions is not None and mode != "vector":
-        raise ValueError("the approximate path serves mode='vector' only")
-    if mode not in SEARCH_MODES:
-        raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
-    candidates = _vector_candidates(
+    ranked = _ranking(
         dimensions,
         covering=covering,
-        windowed=windowed,
-        conversation=neighbours,
-        materialized=mode != "vector",
+        mode=mode,
+        fusion=fusion,
+        neighbours=neighbours,
         ann_dimensions=ann_dimensions,
+        windowed=windowed,
     )
-    keywords = _keyword_ranking(
-        dimensions, windowed=windowed, scope_from_candidates=mode == "hybrid"
-    )
-    if mode == "vector":
-        ranked = f"""{candidates},
-top AS (
-    SELECT id, user_id, CAST(1 - distance AS real) AS score
-    FROM candidates ORDER BY distance, id LIMIT :limit
-)"""
-    elif mode == "text":
-        ranked = f"""{keywords},
-top AS (
-    SELECT id, user_id, CAST(relevance AS real) AS score FROM by_text ORDER BY rank LIMIT :limit
-)"""
-    else:
-        ranked = _hybrid_ranking(candidates, keywords, fusion=fusion, neighbours=neighbours)
+    if explain:
+        audit_cte = _recall_audit(relax_commit=relax_commit, explained=True) if audit else ""
+        return f"""
+WITH {ranked},
+{_hits(dimensions, columns=("embedding",))},
+{_signals(mode=mode, fusion=fusion)}{audit_cte}
+SELECT {_READ_COLUMNS.replace("m.", "h.")}, h.score,
+       e.similarity, e.keywords, e.recency, e.neighbour, e.reason
+FROM hits AS h JOIN explained AS e ON e.id = h.id AND e.user_id = h.user_id
+ORDER BY h.score DESC, h.id
+"""
     audit_cte = _recall_audit(relax_commit=relax_commit) if audit else ""
     return f"""
 WITH {ranked},
 {_hits(dimensions)}{audit_cte}
 SELECT * FROM hits ORDER BY score DESC, id
+"""
+
+
+# --- recall: what a provider injects, in one statement ----------------------------------------
+
+#: A memory that records a tool call or result (not recalled unless asked for): a tool message,
+#: one marked so in its metadata, or what the 0.x provider stored for a call without text.
+_TOOL_MEMORY = """(m.role = 'tool'
+           OR m.metadata @> '{"pgmemory.tool": true}'
+           OR (m.role = 'assistant' AND starts_with(m.content, '[called ')))"""
+#: A row's line cost (see pgmemory.store.recall_text): stored at write time; for a row written
+#: by an older version, an upper bound (a character costs at most 4 once JSON-escaped, and the
+#: time and role cost less than 32), capped at :item_cap.
+_NEED = "LEAST(COALESCE({p}recall_tokens, 32 + 4 * length({p}content)), CAST(:item_cap AS bigint))"
+
+
+def _overlap(a: str, b: str) -> str:
+    """The Jaccard overlap of two term sets given as stripped tsvectors: ``length`` counts a
+    tsvector's distinct lexemes and ``||`` unites them, so the common terms are |A| + |B| - |A or B| (no
+    subquery per pair); 1 when both are empty."""
+    return f"""CASE WHEN length({a}) = 0 OR length({b}) = 0
+                THEN CASE WHEN length({a}) = length({b}) THEN 1.0 ELSE 0.0 END
+                ELSE CAST(length({a}) + length({b}) - length({a} || {b}) AS float8)
+                     / length({a} || {b}) END"""
+
+
+def _stage(name: str, source: str, order: str, limit: str, *, where: str = "") -> str:
+    """One budget stage: the rows of ``source`` in ``order``, each shown (``cap``, its line's
+    token cap) while the running cost stays within ``limit``; the first row that does not fit
+    whole is shown shortened to the room left if that is at least ``:min_cap``, and the stage
+    stops there. A row costs ``need + 1`` (its line and newline); ``limit`` is what the rows
+    may take together, their section heading already counted."""
+    where = f"\n        WHERE {where}" if where else ""
+    return f"""{name} AS MATERIALIZED (
+    SELECT y.*, CASE WHEN y.room >= y.need THEN y.need
+                     WHEN y.room >= CAST(:min_cap AS bigint) THEN y.room END AS cap
+    FROM (
+        SELECT x.*, CAST(({limit}) - sum(x.need + 1) OVER (ORDER BY {order}) + x.need AS bigint)
+               AS room
+        FROM {source} AS x{where}
+    ) AS y
+)"""
+
+
+def _used(name: str, stage: str, section_cost: str) -> str:
+    """How many rows a stage showed, how many it had, and what they cost with their heading."""
+    return f"""{name} AS MATERIALIZED (
+    SELECT count(cap) AS n, count(*) AS total,
+           COALESCE(sum(cap + 1), 0)
+               + CASE WHEN count(cap) > 0 THEN {section_cost} ELSE 0 END AS used
+    FROM {stage}
+)"""
+
+
+@lru_cache(maxsize=128)
+def recall_memories(
+    dimensions: tuple[str, ...],
+    *,
+    covering: bool,
+    mode: str | None,
+    fusion: str = "score",
+    neighbours: bool = False,
+    max_results: int = 3,
+    audit: bool = True,
+    relax_commit: bool = False,
+) -> str:
+    """What a provider injects, chosen in one statement, with its recall audit row.
+
+    * ``recent``: the newest ``:recent_turns`` user messages of the scope and every message
+      after them (at most ``:recent_rows`` rows), tool memories (:data:`_TOOL_MEMORY`) left
+      out unless ``:include_tools``;
+    * ``matches`` (unless ``mode`` is None: no query): the mode's best ``:limit`` rows
+      (:func:`_ranking`, with :func:`_signals`), less the recent ones and tool memories, then
+      walked in rank order keeping a row unless its term set (``search_vector``'s lexemes)
+      overlaps a recent row's or a kept row's by ``:threshold`` or more (Jaccard), until
+      ``max_results`` are kept (the statement's shape: one step per kept row);
+    * the budget, as :mod:`pgmemory.store.recall_text` renders it: ``:fixed`` tokens for the
+      heading and note, each row's line capped at ``:item_cap``; the matches while they fit
+      ``:half``, then the recent rows newest first while they fit ``:max_tokens``, then (when
+      every recent row is shown) the further matches (:func:`_stage`), each section heading
+      costing ``:related_cost`` / ``:recent_cost`` once;
+    * the audit row (unless ``audit`` is off) holds exactly the shown rows, in shown order,
+      with their scores, reasons and signals, and ``:mode``.
+
+    Returns the shown rows in shown order (related most relevant first, then recent oldest
+    first): the memory, ``reason``, ``score``, ``cap`` and the signal columns.
+    """
+    where = _scope_where(dimensions)
+    routed = "\n      AND m.user_id = :user_id" if "user_id" in dimensions else ""
+    ctes: list[str] = []
+    if mode is not None:
+        ctes.append(
+            _ranking(
+                dimensions,
+                covering=covering,
+                mode=mode,
+                fusion=fusion,
+                neighbours=neighbours,
+                ann_dimensions=None,
+                windowed=False,
+            )
+        )
+        ctes.append(_hits(dimensions, columns=("search_vector", "recall_tokens", "embedding")))
+        ctes.append(_signals(mode=mode, fusion=fusion))
+    ctes.append(f"""latest AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.role, m.created_at,
+           strip(m.search_vector) AS lexemes, {_NEED.format(p="m.")} AS need
+    FROM pgmemory_memories AS m
+    WHERE {where}
+      AND {_LIVE}
+      AND (CAST(:include_tools AS boolean) OR NOT {_TOOL_MEMORY})
+    ORDER BY m.created_at DESC, m.id DESC
+    LIMIT :recent_rows
+)""")
+    ctes.append("""recent AS MATERIALIZED (
+    SELECT id, user_id, lexemes, need, pos
+    FROM (
+        SELECT l.*, row_number() OVER newest AS pos,
+               count(*) FILTER (WHERE l.role = 'user') OVER newest
+                   - CASE WHEN l.role = 'user' THEN 1 ELSE 0 END AS users_before
+        FROM latest AS l
+        WINDOW newest AS (ORDER BY l.created_at DESC, l.id DESC)
+    ) AS w
+    WHERE users_before < :recent_turns
+)""")
+    if mode is not None:
+        tool = _TOOL_MEMORY.replace("m.", "h.")
+        ctes.append(f"""pool AS MATERIALIZED (
+    SELECT p.*, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
+    FROM (
+        SELECT h.id, h.user_id, h.score, strip(h.search_vector) AS lexemes,
+               {_NEED.format(p="h.")} AS need
+        FROM hits AS h
+        WHERE (CAST(:include_tools AS boolean) OR NOT {tool})
+          AND NOT EXISTS (SELECT 1 FROM recent AS r WHERE r.id = h.id AND r.user_id = h.user_id)
+    ) AS p
+)""")
+        # The greedy walk, unrolled (Citus plans no recursive CTE beside a data-modifying
+        # one): keep_k is the rank of the first pooled row after keep_(k-1) that overlaps no
+        # recent row and none of keep_1 .. keep_(k-1) by :threshold (NULL once none is left).
+        for k in range(1, max_results + 1):
+            after = f"(SELECT r FROM keep_{k - 1})" if k > 1 else "0"
+            earlier = " UNION ALL ".join(f"SELECT r FROM keep_{j}" for j in range(1, k))
+            against_kept = (
+                f"""
+                 AND NOT EXISTS (SELECT 1 FROM pool AS b
+                                 WHERE b.rank IN ({earlier})
+                                   AND {_overlap("a.lexemes", "b.lexemes")} >= :threshold)"""
+                if k > 1
+                else ""
+            )
+            ctes.append(f"""keep_{k} AS MATERIALIZED (
+    SELECT (SELECT a.rank FROM pool AS a
+            WHERE a.rank > {after}
+              AND NOT EXISTS (SELECT 1 FROM recent AS r
+                              WHERE {_overlap("a.lexemes", "r.lexemes")} >= :threshold){against_kept}
+            ORDER BY a.rank LIMIT 1) AS r
+)""")
+        kept = " UNION ALL ".join(f"SELECT r FROM keep_{k}" for k in range(1, max_results + 1))
+        ctes.append(f"""matches AS MATERIALIZED (
+    SELECT p.id, p.user_id, p.score, p.need, row_number() OVER (ORDER BY p.rank) AS ord
+    FROM pool AS p
+    WHERE p.rank IN ({kept or "SELECT CAST(NULL AS bigint)"})
+)""")
+    else:
+        ctes.append("""matches AS (
+    SELECT CAST(NULL AS uuid) AS id, CAST(NULL AS text) AS user_id, CAST(NULL AS real) AS score,
+           CAST(NULL AS bigint) AS need, CAST(NULL AS bigint) AS ord
+    WHERE false
+)""")
+    fixed = "CAST(:fixed AS bigint)"
+    related_cost = "CAST(:related_cost AS bigint)"
+    recent_cost = "CAST(:recent_cost AS bigint)"
+    ctes += [
+        _stage("stage_a", "matches", "x.ord", f"CAST(:half AS bigint) - {fixed} - {related_cost}"),
+        _used("used_a", "stage_a", related_cost),
+        _stage(
+            "stage_b",
+            "recent",
+            "x.pos",
+            f"CAST(:max_tokens AS bigint) - {fixed} - (SELECT used FROM used_a) - {recent_cost}",
+        ),
+        _used("used_b", "stage_b", recent_cost),
+        _stage(
+            "stage_c",
+            "matches",
+            "x.ord",
+            f"CAST(:max_tokens AS bigint) - {fixed} - (SELECT used FROM used_a)"
+            " - (SELECT used FROM used_b)"
+            f" - CASE WHEN (SELECT n FROM used_a) = 0 THEN {related_cost} ELSE 0 END",
+            where="x.ord > (SELECT n FROM used_a) AND (SELECT n = total FROM used_b)",
+        ),
+    ]
+    explained = (
+        "LEFT JOIN explained AS e ON e.id = c.id AND e.user_id = c.user_id"
+        if mode is not None
+        else "LEFT JOIN (SELECT CAST(NULL AS uuid) AS id, CAST(NULL AS text) AS user_id, "
+        "CAST(NULL AS float8) AS similarity, CAST(NULL AS float8) AS keywords, "
+        "CAST(NULL AS float8) AS recency, CAST(NULL AS float8) AS neighbour, "
+        "CAST(NULL AS text) AS reason) AS e ON false"
+    )
+    ctes.append(f"""chosen AS (
+    SELECT id, user_id, ord AS place, cap, score FROM stage_a WHERE cap IS NOT NULL
+    UNION ALL
+    SELECT id, user_id, ord, cap, score FROM stage_c WHERE cap IS NOT NULL
+    UNION ALL
+    SELECT id, user_id, 1000000 + (SELECT count(*) FROM recent) - pos, cap, CAST(0 AS real)
+    FROM stage_b WHERE cap IS NOT NULL
+),
+shown AS MATERIALIZED (
+    SELECT c.id, c.user_id, c.cap, c.score, row_number() OVER (ORDER BY c.place) AS seq,
+           CASE WHEN c.place >= 1000000 THEN 'recent' ELSE e.reason END AS reason,
+           CASE WHEN c.place >= 1000000 THEN NULL ELSE e.similarity END AS similarity,
+           CASE WHEN c.place >= 1000000 THEN NULL ELSE e.keywords END AS keywords,
+           CASE WHEN c.place >= 1000000 THEN NULL ELSE e.recency END AS recency,
+           CASE WHEN c.place >= 1000000 THEN NULL ELSE e.neighbour END AS neighbour
+    FROM chosen AS c
+    {explained}
+)""")
+    if audit:
+        relax = f"\n    HAVING {_RELAX_COMMIT}" if relax_commit else ""
+        signals = _SIGNALS_JSON.format(p="s.")
+        ctes.append(f"""audit AS (
+    INSERT INTO pgmemory_recall_audit
+        (user_id, collection, application_id, agent_id, session_id, provider, mode,
+         requesting_session_id, query_sha256, query_text, memory_ids, scores, reasons, signals)
+    SELECT :audit_user_id, :collection, :audit_application_id, :audit_agent_id,
+           :audit_session_id, :provider, :mode, :requesting_session_id,
+           pgmemory_keyed_sha256(:audit_user_id, :query_sha256), :query_text,
+           COALESCE(array_agg(s.id ORDER BY s.seq), '{{}}'),
+           COALESCE(array_agg(s.score ORDER BY s.seq), '{{}}'),
+           COALESCE(array_agg(s.reason ORDER BY s.seq), '{{}}'),
+           COALESCE(jsonb_agg(CASE WHEN s.reason = 'recent' THEN NULL ELSE {signals} END
+                              ORDER BY s.seq), '[]')
+    FROM shown AS s{relax}
+)""")
+    body = ",\n".join(ctes)
+    return f"""
+WITH {body}
+SELECT {_READ_COLUMNS}, s.reason, s.score, s.cap, s.similarity, s.keywords, s.recency,
+       s.neighbour
+FROM shown AS s
+JOIN pgmemory_memories AS m ON m.id = s.id AND m.user_id = s.user_id{routed}
+ORDER BY s.seq
 """
 
 
@@ -777,17 +1159,19 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
 
 @lru_cache(maxsize=2)
 def record_recall(*, relax_commit: bool) -> str:
-    """Record a recall assembled by a caller (e.g. similar plus most recent memories); with
+    """Record a recall assembled by a caller (e.g. similar plus most recent memories), with
+    each memory's reason and signals when given (NULL otherwise); with
     ``relax_commit`` the statement lets its transaction commit without waiting for the disk
     flush, as :func:`search_memories` does (a SELECT without FROM: its WHERE runs once)."""
     where = f"\nWHERE {_RELAX_COMMIT}" if relax_commit else ""
     return f"""
 INSERT INTO pgmemory_recall_audit
     (user_id, collection, application_id, agent_id, session_id, provider, mode,
-     requesting_session_id, query_sha256, query_text, memory_ids, scores)
+     requesting_session_id, query_sha256, query_text, memory_ids, scores, reasons, signals)
 SELECT :user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
        :requesting_session_id, pgmemory_keyed_sha256(:user_id, :query_sha256), :query_text,
-       CAST(:memory_ids AS uuid[]), CAST(:scores AS real[]){where}
+       CAST(:memory_ids AS uuid[]), CAST(:scores AS real[]), CAST(:reasons AS text[]),
+       CAST(:signals AS jsonb){where}
 """
 
 

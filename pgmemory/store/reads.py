@@ -28,8 +28,9 @@ from pgmemory.store.ann import AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
+from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
-from pgmemory.store.modes import SEARCH_MODES
+from pgmemory.store.modes import DEFAULT_MODE, SEARCH_MODES
 from pgmemory.store.recall import insert as insert_recall
 from pgmemory.store.records import (
     Memory,
@@ -37,6 +38,7 @@ from pgmemory.store.records import (
     MemoryScope,
     RecallTrace,
     SearchWeights,
+    Signals,
     check_search_scope,
 )
 from pgmemory.store.validation import (
@@ -85,7 +87,7 @@ async def search(
     query: str | None,
     vector: Sequence[float] | np.ndarray | None,
     limit: int,
-    mode: str,
+    mode: str | None,
     weights: SearchWeights | None,
     min_score: float | None,
     since: datetime | None,
@@ -94,6 +96,7 @@ async def search(
     audit: bool,
     trace: RecallTrace | None,
     path: AnnPath | Route | None = Route.AUTO,
+    explain: bool = False,
 ) -> list[MemoryHit]:
     """The ``limit`` best memories of the scope, best first (see ``MemoryStore.search``).
 
@@ -111,6 +114,8 @@ async def search(
     check_search_scope(scope, allow_unscoped=allow_unscoped)
     info = await catalogue.get(collection)
     check_limit(limit)
+    if mode is None:
+        mode = DEFAULT_MODE if vector is None else "vector"
     check_choice(mode, what="mode", choices=SEARCH_MODES)
     weights = weights or SearchWeights()
     floor = -2.0 if min_score is None else check_min_score(min_score, mode=mode)
@@ -150,6 +155,7 @@ async def search(
             # A shared transaction holds the turn's writes: its commit stays durable.
             relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
             windowed=windowed,
+            explain=explain,
         )
 
     params: dict[str, Any] = {
@@ -203,9 +209,29 @@ async def search(
                 "collection": collection,
                 "memory_ids": [row["id"] for row in rows],
                 "scores": [float(row["score"]) for row in rows],
+                "reasons": [row["reason"] for row in rows] if explain else None,
+                "signals": jsonb([_signals(row).as_dict() for row in rows]) if explain else None,
             },
         )
-    return _hits(rows)
+    return _hits(rows, explain=explain)
+
+
+async def probe_search(
+    db: Database,
+    catalogue: Catalogue,
+    ann: AnnPaths,
+    collection: str,
+    scope: MemoryScope,
+    vector: Any,
+    limit: int,
+    path: AnnPath | None,
+) -> list[MemoryHit]:
+    """An unaudited vector search on ``path`` (exact when None), for the recall probe."""
+    return await search(
+        db, catalogue, ann, collection, scope, query=None, vector=vector, limit=limit,
+        mode="vector", weights=None, min_score=None, since=None, until=None,
+        allow_unscoped=False, audit=False, trace=None, path=path,
+    )  # fmt: skip
 
 
 class _TooFewHits(Exception):
@@ -271,8 +297,26 @@ async def _execute(
     return rows
 
 
-def _hits(rows: Sequence[Any]) -> list[MemoryHit]:
-    return [MemoryHit(memory_from_row(row), float(row["score"])) for row in rows]
+def _hits(rows: Sequence[Any], *, explain: bool = False) -> list[MemoryHit]:
+    return [
+        MemoryHit(memory_from_row(row), float(row["score"]), _signals(row) if explain else None)
+        for row in rows
+    ]
+
+
+def _signals(row: Any) -> Signals:
+    """A hit's signals, from the explained search statement's columns."""
+
+    def number(name: str) -> float | None:
+        value = row[name]
+        return None if value is None else round(float(value), 6)
+
+    return Signals(
+        similarity=number("similarity"),
+        keywords=number("keywords"),
+        recency=number("recency"),
+        neighbour=number("neighbour"),
+    )
 
 
 def _audit_params(

@@ -1,10 +1,34 @@
-"""The recall audit: which memories went into an answer, for whom, and for what query.
+"""Recall, and the recall audit: which memories went into an answer, for whom, and why.
 
-A :func:`pgmemory.store.reads.search` writes its own audit row in the search statement (or,
-with read replicas, through :func:`insert` after the search); a
-caller that puts an answer's memories together from several reads records them with
-:func:`record`. Queries are kept as their sha256 unless the trace asks for the text; either is
-of the query as search uses it (cleaned and cut, see :func:`pgmemory.text.clean.clean_query`).
+:func:`recall` is what a memory provider injects, chosen, fitted to its token budget and
+audited in ONE statement (:func:`pgmemory.store.queries.recall_memories`); it renders the
+shown rows with :mod:`pgmemory.store.recall_text`. A :func:`pgmemory.store.reads.search`
+writes its own audit row in the search statement (or, with read replicas, through
+:func:`insert` after the search); a caller that puts an answer's memories together from
+several reads records them with :func:`record`.
+
+What :func:`recall` shows: the newest ``recent_turns`` user messages of the scope and every
+message after them (at most :data:`ROWS_PER_TURN` rows a turn), oldest first; and the best
+``max_results`` matches for the query (with their conversation neighbours in hybrid mode),
+most relevant first, less the recent rows, tool memories unless ``include_tools`` (role
+``tool``, metadata ``{"pgmemory.tool": true}``, or an assistant row the 0.x provider stored as
+``[called …]``) and near-duplicates (a match whose term set overlaps a recent row's or a
+better kept match's by ``near_duplicate_threshold`` or more, Jaccard; above 1 keeps them
+all). The audit row records the retrieval mode used (``"recent"`` without a query; the trace's
+``mode`` is not used) and per memory its reason and signals.
+
+The budget of a recall (estimated tokens, :func:`pgmemory.text.tokens.estimate_tokens`): the
+heading and a note that memories are data come first; no memory's line takes more than a sixth
+of what they leave; then the matches in rank order while they fit in half the budget, the
+recent turns newest first while they fit, then further matches. Each stage stops at the first
+memory that does not fit even shortened (to at least
+:data:`~pgmemory.store.recall_text.MIN_LINE_TOKENS`). The statement applies the rule with each
+row's stored line cost and returns each shown row's line cap; the text rendered from them
+never exceeds the budget, so the audit row holds exactly what the model saw.
+
+Queries are kept as their sha256 unless the
+trace asks for the text; either is of the query as search uses it (cleaned and cut, see
+:func:`pgmemory.text.clean.clean_query`).
 """
 
 from __future__ import annotations
@@ -14,11 +38,198 @@ from collections.abc import Sequence
 from typing import Any
 
 from pgmemory.errors import InvalidInputError
-from pgmemory.store import queries as q
+from pgmemory.store import queries as q, recall_text
+from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
-from pgmemory.store.records import MemoryScope, RecallTrace
-from pgmemory.store.validation import describe, sha256_hex
+from pgmemory.store.jsonb import jsonb
+from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+from pgmemory.store.modes import SEARCH_MODES
+from pgmemory.store.records import (
+    MemoryScope,
+    Recall,
+    RecallItem,
+    RecallReason,
+    RecallTrace,
+    SearchWeights,
+    Signals,
+    check_search_scope,
+)
+from pgmemory.store.validation import check_choice, check_number, describe, sha256_hex
+from pgmemory.text import terms
 from pgmemory.text.clean import clean_query
+
+#: Why a recall shows a memory (see :data:`pgmemory.store.records.RecallReason`).
+REASONS = ("match", "recent", "neighbour")
+#: The recall audit's mode when there is no query (recent turns only).
+RECENT_ONLY = "recent"
+#: Rows a recent turn may hold at most (a turn of more tool calls than this is cut).
+ROWS_PER_TURN = 50
+#: Most ranked rows a recall reads before dropping recent rows and near-duplicates.
+MAX_FETCH = 400
+#: The budget standing for "no budget" (every row whole).
+_UNBOUNDED = 1 << 40
+
+
+async def recall(
+    db: Database,
+    catalogue: Catalogue,
+    collection: str,
+    scope: MemoryScope,
+    *,
+    query: str | None,
+    max_results: int,
+    recent_turns: int,
+    max_tokens: int | None,
+    mode: str,
+    weights: SearchWeights | None,
+    near_duplicate_threshold: float,
+    include_tools: bool,
+    heading: str | None,
+    trace: RecallTrace | None,
+    allow_unscoped: bool,
+    audit: bool,
+) -> Recall:
+    """What a provider injects, in one statement (see ``MemoryStore.recall``)."""
+    check_search_scope(scope, allow_unscoped=allow_unscoped)
+    info = await catalogue.get(collection)
+    check_choice(mode, what="mode", choices=SEARCH_MODES)
+    max_results = _count(max_results, "max_results", 100)
+    recent_turns = _count(recent_turns, "recent_turns", 100)
+    if max_tokens is not None and (
+        not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+    ):
+        raise InvalidInputError(
+            f"max_tokens is {describe(max_tokens)}; expected a positive integer or None"
+        )
+    threshold = check_number(near_duplicate_threshold, what="near_duplicate_threshold")
+    if not isinstance(include_tools, bool):
+        raise InvalidInputError(f"include_tools is {describe(include_tools)}; expected a bool")
+    if heading is not None and not isinstance(heading, str):
+        raise InvalidInputError(f"heading is {describe(heading)}; expected a string or None")
+    heading = heading or None
+    weights = weights or SearchWeights()
+    trace = trace or RecallTrace()
+    if query is not None and not isinstance(query, str):
+        raise InvalidInputError(f"query must be a string or None, got {describe(query)}")
+    # The store cleans and cuts a query as it does stored text: no query is too long or too
+    # odd to recall with; a blank one recalls the recent turns only.
+    cleaned = clean_query(query, max_chars=db.settings.max_text_chars) if query else ""
+    matched = bool(cleaned.strip()) and max_results > 0
+    used_mode = mode if matched else RECENT_ONLY
+    fetch = min(MAX_FETCH, 4 * (max_results + 2 * recent_turns) + 8)
+    params: dict[str, Any] = {
+        **scope.as_dict(),
+        "collection": collection,
+        "recent_turns": recent_turns,
+        "recent_rows": ROWS_PER_TURN * recent_turns,
+        "include_tools": include_tools,
+        "threshold": threshold,
+        **_budget(max_tokens, heading),
+    }
+    if matched:
+        vector = None if mode == "text" else (await catalogue.embed(info, [cleaned]))[0]
+        params.update(
+            {
+                "query": vector,
+                "terms": terms.query(cleaned),
+                "term_list": list(dict.fromkeys(terms.terms(cleaned))),
+                "pool": max(weights.pool, fetch),
+                "rrf_k": weights.rrf_k,
+                "vector_weight": weights.vector,
+                "text_weight": weights.text,
+                "recency_weight": weights.recency,
+                "neighbour_weight": weights.neighbour,
+                "limit": fetch,
+                "min_score": -2.0,
+            }
+        )
+    if audit:
+        stored = scope.column_values()
+        params.update(
+            {
+                "audit_user_id": stored["user_id"],
+                "audit_application_id": stored["application_id"],
+                "audit_agent_id": stored["agent_id"],
+                "audit_session_id": stored["session_id"],
+                "provider": trace.provider,
+                "mode": used_mode,
+                "requesting_session_id": trace.session_id,
+                "query_sha256": sha256_hex(cleaned),
+                "query_text": cleaned if trace.include_query_text and cleaned else None,
+            }
+        )
+    statement = q.recall_memories(
+        tuple(scope.as_dict()),
+        covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
+        mode=mode if matched else None,
+        fusion=weights.fusion if mode == "hybrid" else "score",
+        neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
+        max_results=max_results,
+        audit=audit,
+        # A shared transaction holds the turn's writes: its commit stays durable.
+        relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
+    )
+    rows = await db.fetch(statement, params)
+    return _assemble(rows, heading=heading, bounded=max_tokens is not None, mode=used_mode)
+
+
+def _count(value: object, what: str, maximum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= maximum:
+        raise InvalidInputError(
+            f"{what} is {describe(value)}; expected an integer from 0 to {maximum}"
+        )
+    return value
+
+
+def _budget(max_tokens: int | None, heading: str | None) -> dict[str, int]:
+    """The statement's budget parameters (see :func:`pgmemory.store.queries.recall_memories`)."""
+    related = recall_text.section_tokens(recall_text.RELATED_HEADING)
+    recent = recall_text.section_tokens(recall_text.RECENT_HEADING)
+    if max_tokens is None:
+        return {
+            "fixed": 0, "half": _UNBOUNDED, "max_tokens": _UNBOUNDED, "item_cap": _UNBOUNDED,
+            "min_cap": 1, "related_cost": related, "recent_cost": recent,
+        }  # fmt: skip
+    fixed = recall_text.fixed_tokens(heading)
+    return {
+        "fixed": fixed,
+        "half": fixed + (max_tokens - fixed) // 2,
+        "max_tokens": max_tokens,
+        "item_cap": recall_text.item_cap(max_tokens, heading),
+        "min_cap": recall_text.MIN_LINE_TOKENS,
+        "related_cost": related,
+        "recent_cost": recent,
+    }
+
+
+def _assemble(rows: Sequence[Any], *, heading: str | None, bounded: bool, mode: str) -> Recall:
+    """The shown rows (in shown order), each rendered within the cap the statement gave it."""
+    items = []
+    for row in rows:
+        memory = memory_from_row(row)
+        reason = row["reason"]
+        signals = (
+            None
+            if reason == "recent"
+            else Signals(
+                similarity=_number(row["similarity"]),
+                keywords=_number(row["keywords"]),
+                recency=_number(row["recency"]),
+                neighbour=_number(row["neighbour"]),
+            )
+        )
+        cap = int(row["cap"]) if bounded else None
+        line = recall_text.fitted_line(memory.created_at, memory.role, memory.content, cap)
+        items.append(RecallItem(memory, reason, float(row["score"]), signals, line))
+    # (each reason comes from the statement: 'recent', or _signals' 'match' / 'neighbour')
+    related = [i.line for i in items if i.reason != "recent"]
+    recent = [i.line for i in items if i.reason == "recent"]
+    return Recall(recall_text.render(heading, related, recent), items, mode)
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 async def record(
@@ -30,14 +241,27 @@ async def record(
     scores: Sequence[float],
     query: str | None,
     trace: RecallTrace | None,
+    reasons: Sequence[RecallReason] | None = None,
+    signals: Sequence[Signals | None] | None = None,
 ) -> None:
     """Append one recall audit row for memories the caller put together itself.
 
     Raises:
-        InvalidInputError: ``memory_ids`` and ``scores`` differ in length.
+        InvalidInputError: ``memory_ids`` and ``scores`` (or given ``reasons``, ``signals``)
+            differ in length, or a reason is unknown.
     """
     if len(memory_ids) != len(scores):
         raise InvalidInputError("memory_ids and scores must have the same length")
+    if reasons is not None:
+        if len(reasons) != len(memory_ids):
+            raise InvalidInputError("memory_ids and reasons must have the same length")
+        for reason in reasons:
+            check_choice(reason, what="reason", choices=REASONS)
+    if signals is not None:
+        if len(signals) != len(memory_ids):
+            raise InvalidInputError("memory_ids and signals must have the same length")
+        if not all(s is None or isinstance(s, Signals) for s in signals):
+            raise InvalidInputError("signals must be Signals objects or None")
     if query is not None:
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a string or None, got {describe(query)}")
@@ -54,6 +278,10 @@ async def record(
         "query_text": query if trace.include_query_text else None,
         "memory_ids": list(memory_ids),
         "scores": [float(x) for x in scores],
+        "reasons": None if reasons is None else list(reasons),
+        "signals": None
+        if signals is None
+        else jsonb([None if s is None else s.as_dict() for s in signals]),
     }
     await insert(db, params)
 

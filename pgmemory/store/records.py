@@ -169,6 +169,56 @@ class Memory:
 
 
 @dataclass(frozen=True, slots=True)
+class Signals:
+    """What each signal contributed to a ranked memory's score (None: not part of the mode).
+
+    In ``hybrid`` mode with score fusion each value is the weighted, scaled signal (they sum
+    to the score): ``similarity`` (vector weight times the scaled cosine similarity),
+    ``keywords`` (text weight times the scaled BM25), ``recency`` (recency weight times the
+    scaled creation time) and ``neighbour`` (the share lent by the better of the two adjacent
+    messages of its conversation). With rank fusion each is the ranking's reciprocal-rank
+    share (``neighbour`` 0). In ``vector`` mode ``similarity`` is the cosine similarity, in
+    ``text`` mode ``keywords`` is the BM25 value; the other signals are None.
+    """
+
+    similarity: float | None = None
+    keywords: float | None = None
+    recency: float | None = None
+    neighbour: float | None = None
+
+    def as_dict(self) -> dict[str, float | None]:
+        """JSON-native form (as the recall audit keeps it)."""
+        return {
+            "similarity": self.similarity,
+            "keywords": self.keywords,
+            "recency": self.recency,
+            "neighbour": self.neighbour,
+        }
+
+    def summary(self) -> str:
+        """One line for people: each signal the mode has, e.g. ``similarity 0.81 · keywords
+        0.40 · neighbour 0.10`` (``""`` when none)."""
+        return " · ".join(f"{k} {v:.2f}" for k, v in self.as_dict().items() if v is not None)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Signals | None:
+        """Inverse of :meth:`as_dict` (None for None)."""
+        if data is None:
+            return None
+
+        def number(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+
+        return cls(
+            similarity=number("similarity"),
+            keywords=number("keywords"),
+            recency=number("recency"),
+            neighbour=number("neighbour"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryHit:
     """A recalled memory and its score; higher is better, and what it measures is the mode's.
 
@@ -183,6 +233,59 @@ class MemoryHit:
 
     memory: Memory
     score: float
+    #: What each signal contributed (``search(..., explain=True)`` only; else None).
+    signals: Signals | None = None
+
+
+#: Why a recall shows a memory: it matched the query, it is one of the recent turns, or most
+#: of its score was lent by an adjacent message of its conversation that matched.
+RecallReason = Literal["match", "recent", "neighbour"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecallItem:
+    """One memory a recall shows, and why.
+
+    Attributes:
+        memory: The memory.
+        reason: ``"match"``, ``"recent"`` or ``"neighbour"`` (see :data:`RecallReason`).
+        score: Its ranking score (0 for a recent turn).
+        signals: What each signal contributed to ``score`` (None for a recent turn).
+        line: The line the model sees for it (shortened to fit the budget when needed).
+    """
+
+    memory: Memory
+    reason: RecallReason
+    score: float
+    signals: Signals | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """What a recall shows the model, exactly as its audit row records it.
+
+    Attributes:
+        text: The rendered text (within the budget), ``""`` when nothing is shown.
+        items: The shown memories: the related ones (most relevant first), then the recent
+            turns (oldest first), the order of ``text``.
+        mode: The retrieval mode actually used (``"hybrid"``, ``"vector"``, ``"text"``, or
+            ``"recent"`` when there was no query).
+    """
+
+    text: str
+    items: list[RecallItem]
+    mode: str
+
+    @property
+    def memory_ids(self) -> list[uuid.UUID]:
+        """The shown memories' ids, in shown order."""
+        return [item.memory.id for item in self.items]
+
+    @property
+    def memories(self) -> list[Memory]:
+        """The shown memories, in shown order."""
+        return [item.memory for item in self.items]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

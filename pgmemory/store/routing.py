@@ -72,6 +72,7 @@ FAN_OUT: dict[str, str] = {
     "delete_ids": "deleting by id in a scope without a user (session, agent or application)",
     "delete_scope": "erasing a session, agent or application scope (no user): any user's rows",
     "search_memories": "a search of a scope without a user (session, agent or application)",
+    "recall_memories": "a recall of a scope without a user (session, agent or application)",
     "list_memories": "listing a scope without a user (session, agent or application)",
     "count_memories": "counting a scope without a user (session, agent or application)",
     "ANN_INDEX_DDL": "DDL: the approximate index is built on every shard",

@@ -26,7 +26,7 @@ from pgmemory.store.ann import (
 )
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database
-from pgmemory.store.modes import STORE_DEFAULT_MODE, SearchMode
+from pgmemory.store.modes import DEFAULT_MODE, SearchMode
 from pgmemory.store.records import (
     AnnStatus,
     CollectionInfo,
@@ -35,8 +35,11 @@ from pgmemory.store.records import (
     MemoryHit,
     MemoryRecord,
     MemoryScope,
+    Recall,
+    RecallReason,
     RecallTrace,
     SearchWeights,
+    Signals,
 )
 from pgmemory.store.retry import retried_read
 
@@ -62,18 +65,15 @@ class MemoryStore:
         embedder: Embeds texts passed without a vector (default: :func:`pgmemory.make_embedder`
             of the settings, built on first use).
         migrate: Upgrade the schema to this version's head when opening.
-        engine: The application's own async engine (``postgresql+psycopg``), instead of a URL.
-            pgmemory teaches its new connections pgvector's types and hides statement
-            parameters in its errors; its pool and timeouts stay the application's, and
-            closing the store leaves it open.
+        engine: The application's own async engine (``postgresql+psycopg``), instead of a URL
+            (pgmemory teaches its connections pgvector's types and hides statement parameters
+            in errors; pool and timeouts stay the application's; closing leaves it open).
         embedded: Whether a missing URL may start the embedded server (default:
-            ``Settings.embedded``, i.e. ``PGMEMORY_EMBEDDED``, true). When it does, the store
-            logs one WARNING naming the data directory.
-        read_urls: URLs of hot standbys of the primary that serve searches, lists, counts and
-            history reads (default: ``Settings.read_urls``, i.e. ``PGMEMORY_READ_URLS``,
-            comma-separated). A user's reads wait (up to ``replica_wait_ms``) for a replica
-            to replay that user's own writes, else go to the primary; writes and recall
-            audit rows always go to the primary. See docs/scaling.md.
+            ``Settings.embedded``, ``PGMEMORY_EMBEDDED``, true; it logs a WARNING when it does).
+        read_urls: Hot standbys serving searches, lists, counts and history reads (default:
+            ``Settings.read_urls``, ``PGMEMORY_READ_URLS``). A user's reads wait (up to
+            ``replica_wait_ms``) for a replica to replay the user's writes, else go to the
+            primary; writes and recall audit rows go to the primary (docs/scaling.md).
     """
 
     def __init__(
@@ -99,7 +99,11 @@ class MemoryStore:
             url, settings=self.settings, migrate=migrate, engine=engine, read_urls=read_urls
         )
         self._catalogue = Catalogue(self._db, lambda: self.embedder)
-        self._ann = AnnPaths(self._db, self._catalogue, self._search_on_path)
+        self._ann: AnnPaths = AnnPaths(
+            self._db,
+            self._catalogue,
+            lambda *probe: reads.probe_search(self._db, self._catalogue, self._ann, *probe),
+        )
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -156,13 +160,11 @@ class MemoryStore:
     def shared_transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
         """A block whose writes commit together, or not at all.
 
-        While the block runs, every write of this store made by the current task (or by tasks
-        it starts) joins one transaction; it commits when the block ends and rolls back if the
-        block raises. Blocks nest (an inner block joins the outer one). Reads outside
-        transactions (``list``, ``read_history``, unaudited searches, ...) do not see the
-        block's uncommitted writes, and ``create_collection`` must not run inside a block.
-        The agent runs the after-run phase of its database-backed providers in one block, so
-        a turn is stored whole or not at all::
+        Every write of this store by the current task (or tasks it starts) joins one
+        transaction, committed when the block ends, rolled back if it raises; blocks nest.
+        Reads outside transactions (``list``, ``read_history``, unaudited searches, ...) do
+        not see its uncommitted writes; ``create_collection`` must not run inside one. The
+        after-run writes of a turn's providers share one block, so a turn is stored whole::
 
             async with store.shared_transaction():
                 await store.append_history(session_id, messages, user_id="alice")
@@ -216,9 +218,11 @@ class MemoryStore:
     ) -> list[uuid.UUID]:
         """Store a batch in ONE transaction (all rows or none), each row's insert audited.
 
-        Every record is checked, and texts without a vector embedded, before any SQL runs. A
-        record whose ``message_id`` the collection already holds in the same scope is skipped
-        (a re-sent message is stored once). Text is normalised, never refused for its
+        A record's ``message_id`` is its idempotency key: a record whose ``message_id`` the
+        collection already holds in the same scope is skipped, so a retried or re-run write
+        stores each message once (give every record you may send twice a stable id, e.g. your
+        message's id; records without one are always stored). Every record is checked, and
+        texts without a vector embedded, before any SQL runs. Text is normalised, never refused for its
         characters: NUL and lone surrogates in contents, author names and metadata become
         U+FFFD (see :mod:`pgmemory.text.clean`); a content over ``max_text_chars`` is refused
         (cut it yourself if you want it stored). Ids are keys and are refused instead: see
@@ -240,13 +244,9 @@ class MemoryStore:
             InvalidInputError: A record is unusable (the message names it); nothing is stored.
         """
         return await writes.add(
-            self._db,
-            self._catalogue,
-            collection,
-            records,
-            actor=actor,
+            self._db, self._catalogue, collection, records, actor=actor,
             allow_unscoped=allow_unscoped,
-        )
+        )  # fmt: skip
 
     async def import_records(
         self,
@@ -289,7 +289,7 @@ class MemoryStore:
         query: str | None = None,
         vector: Sequence[float] | np.ndarray | None = None,
         limit: int = 3,
-        mode: SearchMode = STORE_DEFAULT_MODE,
+        mode: SearchMode | None = None,
         weights: SearchWeights | None = None,
         min_score: float | None = None,
         since: datetime | None = None,
@@ -297,13 +297,12 @@ class MemoryStore:
         allow_unscoped: bool = False,
         audit: bool = True,
         trace: RecallTrace | None = None,
+        explain: bool = False,
     ) -> list[MemoryHit]:
         """The ``limit`` best memories of the scope for ``query`` (or ``vector``), best first.
 
-        Exact: every live row of the scope is considered (recall@k = 1.0 against brute force),
-        unless :meth:`enable_ann` gave the collection an approximate path for large scopes
-        (vector searches without ``since``/``until`` only; if that path fails, the search runs
-        exactly).
+        Exact (recall@k = 1.0 against brute force), unless :meth:`enable_ann` gave the
+        collection an approximate path for large scopes (windowless vector searches only).
 
         Args:
             collection: Where to search.
@@ -313,10 +312,11 @@ class MemoryStore:
                 ``max_text_chars`` characters: a long query is never refused.
             vector: Or a query vector (``mode="vector"`` only).
             limit: How many hits at most.
-            mode: ``"vector"`` (cosine similarity), ``"text"`` (keyword match ranked by BM25
-                within the scope) or ``"hybrid"`` (a fusion of similarity, keywords and
-                recency: normalised scores by default, or reciprocal ranks; see ``weights``); see :class:`MemoryHit` for what
-                each mode's ``score`` is.
+            mode: ``"hybrid"`` (a fusion of similarity, keywords and recency: normalised
+                scores by default, or reciprocal ranks; see ``weights``), ``"vector"``
+                (cosine similarity) or ``"text"`` (keyword match ranked by BM25 within the
+                scope); see :class:`MemoryHit` for each mode's ``score``. Default: hybrid
+                for a ``query`` (as the providers, CLI and UI), vector for a ``vector``.
             weights: The hybrid fusion's weights and kind (:class:`SearchWeights`).
             min_score: Drop hits scoring lower: from -1 to 1 in vector mode, any finite number
                 in the other modes.
@@ -325,6 +325,8 @@ class MemoryStore:
             allow_unscoped: Allow an empty scope (every tenant's memories).
             audit: Record the recall in ``pgmemory_recall_audit`` (in the same statement).
             trace: Who is recalling, for the audit row.
+            explain: Give each hit its :class:`Signals` (what each signal contributed to
+                its score); the audit row records them with each hit's reason.
 
         Raises:
             InvalidInputError: A bad argument (the message names it).
@@ -335,6 +337,45 @@ class MemoryStore:
             self._db, self._catalogue, self._ann, collection, scope, query=query, vector=vector,
             limit=limit, mode=mode, weights=weights, min_score=min_score, since=since,
             until=until, allow_unscoped=allow_unscoped, audit=audit, trace=trace,
+            explain=explain,
+        )  # fmt: skip
+
+    @retried_read
+    async def recall(
+        self,
+        collection: str,
+        scope: MemoryScope,
+        *,
+        query: str | None = None,
+        max_results: int = 3,
+        recent_turns: int = 2,
+        max_tokens: int | None = 2000,
+        mode: SearchMode = DEFAULT_MODE,
+        weights: SearchWeights | None = None,
+        near_duplicate_threshold: float = 0.9,
+        include_tools: bool = False,
+        heading: str | None = None,
+        trace: RecallTrace | None = None,
+        allow_unscoped: bool = False,
+        audit: bool = True,
+    ) -> Recall:
+        """What a memory provider shows the model for a turn, in ONE audited round trip.
+
+        The newest ``recent_turns`` user turns of the scope and what followed them, and the
+        best ``max_results`` matches for ``query`` (None or blank: recent turns only), less
+        tool calls and results (unless ``include_tools``) and near-duplicates, fitted into
+        ``max_tokens`` under ``heading``; the audit row holds exactly the shown memories, the
+        retrieval mode used and each memory's reason and signals. :mod:`pgmemory.store.recall`
+        gives the rules; a query is cleaned and cut like stored text, never refused.
+
+        Returns ``text`` (``""`` when nothing is shown), ``items`` and ``memory_ids``; raises
+        InvalidInputError, ScopeError and CollectionError as :meth:`search` does.
+        """
+        return await recall.recall(
+            self._db, self._catalogue, collection, scope, query=query, max_results=max_results,
+            recent_turns=recent_turns, max_tokens=max_tokens, mode=mode, weights=weights,
+            near_duplicate_threshold=near_duplicate_threshold, include_tools=include_tools,
+            heading=heading, trace=trace, allow_unscoped=allow_unscoped, audit=audit,
         )  # fmt: skip
 
     @retried_read
@@ -361,14 +402,12 @@ class MemoryStore:
     ) -> AnnStatus:
         """Let vector searches of large user scopes use an HNSW index.
 
-        Builds the collection's index if it is missing (``CREATE INDEX CONCURRENTLY``: writes
-        go on), then probes: stored vectors of the largest user scopes are searched through
-        the index and exactly, and the path is used only while recall@10 >= ``recall_floor``.
-        A search takes the path when its scope is exactly one user's whose memories numbered
-        more than ``min_scope_rows`` at the last probe; the probe is renewed every
-        ANN_PROBE_EVERY searches of the collection. Inserts get slower (the index is kept up
-        to date). The setting lives in this store object: call it after each start-up (the
-        index build is then skipped).
+        Builds the collection's index if missing (``CREATE INDEX CONCURRENTLY``), then probes
+        stored vectors of the largest user scopes through the index and exactly: the path is
+        used only while recall@10 >= ``recall_floor``, by searches of exactly one user's
+        scope of more than ``min_scope_rows`` memories at the last probe (renewed every
+        ANN_PROBE_EVERY searches). Inserts get slower. The setting lives in this store
+        object: call it after each start-up (the build is then skipped).
 
         Args:
             collection: The collection.
@@ -402,16 +441,6 @@ class MemoryStore:
         """The path a vector search of ``scope`` would take now (None: exact); counts as one."""
         return await self._ann.route(collection, scope)
 
-    async def _search_on_path(
-        self, collection: str, scope: MemoryScope, vector: Any, limit: int, path: AnnPath | None
-    ) -> list[MemoryHit]:
-        """An unaudited vector search on ``path`` (exact when None), for the recall probe."""
-        return await reads.search(
-            self._db, self._catalogue, self._ann, collection, scope, query=None, vector=vector,
-            limit=limit, mode="vector", weights=None, min_score=None, since=None, until=None,
-            allow_unscoped=False, audit=False, trace=None, path=path,
-        )  # fmt: skip
-
     # --- memories: recall audit and deletes ------------------------------------------------
 
     async def record_recall(
@@ -423,22 +452,18 @@ class MemoryStore:
         scores: Sequence[float],
         query: str | None,
         trace: RecallTrace | None = None,
+        reasons: Sequence[RecallReason] | None = None,
+        signals: Sequence[Signals | None] | None = None,
     ) -> None:
-        """Append a recall audit row for memories a caller put together itself.
-
-        Use it when what went into an answer is more than one :meth:`search` (which audits
-        itself), e.g. similar memories plus the most recent ones. ``scores`` pairs with
-        ``memory_ids``; the query is kept as its sha256 unless the trace asks for the text.
+        """Append a recall audit row for memories a caller put together itself (a
+        :meth:`search` and a :meth:`recall` audit themselves). ``scores``, and ``reasons``
+        and ``signals`` when given, pair with ``memory_ids``; the query is kept as its sha256
+        unless the trace asks for the text.
         """
         await recall.record(
-            self._db,
-            collection,
-            scope,
-            memory_ids=memory_ids,
-            scores=scores,
-            query=query,
-            trace=trace,
-        )
+            self._db, collection, scope, memory_ids=memory_ids, scores=scores, query=query,
+            trace=trace, reasons=reasons, signals=signals,
+        )  # fmt: skip
 
     async def delete(
         self,
@@ -472,10 +497,8 @@ class MemoryStore:
         now: datetime | None = None,
         actor: str | None = None,
     ) -> int:
-        """Delete memories whose ``expires_at`` has passed (audited as 'expire'); returns count.
-
-        Searches already skip expired rows; this reclaims them. ``collection`` None: all.
-        """
+        """Delete memories whose ``expires_at`` has passed (audited as 'expire'), of one
+        collection or all; returns the count (searches already skip expired rows)."""
         return await erasure.expire(self._db, self._catalogue, collection, now=now, actor=actor)
 
     async def erase_user(self, user_id: str, *, actor: str | None = None) -> dict[str, int]:
@@ -483,10 +506,9 @@ class MemoryStore:
 
         Deletes the user's memories in every collection (each deletion audited, by keyed
         content hash only), facts and chat history; in every audit row the user id becomes a
-        pseudonym (``erased:`` + hex), the fact values and query texts kept are blanked, and the
-        user's secret keying the audit hashes is destroyed, so nothing left can be linked to the
-        user or confirm a guessed text. docs/security.md ("What stays after erasure") lists
-        what stays.
+        pseudonym (``erased:`` + hex), kept fact values and query texts are blanked, and the
+        user's audit secret is destroyed, so nothing left can be linked to the user or confirm
+        a guessed text (docs/security.md, "What stays after erasure").
 
         Returns:
             Counts per kind: ``memories``, ``facts``, ``history_messages``,
@@ -500,11 +522,8 @@ class MemoryStore:
     async def append_history(
         self, session_id: str, messages: Sequence[Mapping[str, Any]], *, user_id: str = ""
     ) -> int:
-        """Append messages to a session's history in ONE transaction; returns rows inserted.
-
-        Each message is a JSON-native dict with ``message_id`` and ``role``; a message id already
-        in the session is skipped (so a retried save does not duplicate).
-        """
+        """Append messages (JSON-native dicts with ``message_id`` and ``role``) to a session's
+        history in ONE transaction, skipping message ids it holds; returns rows inserted."""
         return await history.append(self._db, session_id, messages, user_id=user_id)
 
     @retried_read

@@ -27,6 +27,7 @@ from pgmemory.store.connector import VectorList
 from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+from pgmemory.store.recall_text import line_tokens
 from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope
 from pgmemory.store.uuid7 import uuid7
 from pgmemory.store.validation import (
@@ -253,7 +254,7 @@ def _row(
         )
     content = check_text(record.content, what=f"{where}.content", max_chars=max_chars, clean=True)
     # Checked in this order, so that of two faults the same one is always reported.
-    row = {
+    row: dict[str, Any] = {
         "id": uuid7() if record.id is None else _given_id(record.id, where),
         **record.scope.column_values(),
         "role": check_choice(record.role, what=f"{where}.role", choices=ROLES),
@@ -282,6 +283,7 @@ def _row(
         "expires_at": check_aware(record.expires_at, what=f"{where}.expires_at"),
         "metadata": jsonb(check_metadata(record.metadata, what=f"{where}.metadata")),
     }
+    row["recall_tokens"] = line_tokens(record.role, content)
     check_index_entries(
         _entry_shapes(info.dimensions, row["message_id"] is not None),
         {**row, "collection": info.name, "embedding": info.dimensions},

@@ -31,6 +31,12 @@ from starlette.responses import HTMLResponse  # noqa: E402
 SNIPPET_CHARS = 400
 
 _TEMPLATES = Path(__file__).with_name("templates")
+#: Why a recall showed a memory, for the audit page.
+REASONS = {
+    "match": "matched the query (its signals say by how much each)",
+    "recent": "one of the most recent turns of the scope, shown whatever the query",
+    "neighbour": "most of its score was lent by the adjacent message of its conversation",
+}
 #: Each mode's ranking (the explanation) and its menu label.
 _SEARCH_MODES = {name: mode.ranking for name, mode in MODES.items()}
 _MODE_OPTIONS = {name: f"{name} · {mode.ranking.split(' (')[0]}" for name, mode in MODES.items()}
@@ -52,6 +58,7 @@ def environment() -> jinja2.Environment:
     env.filters["message_text"] = message_text
     env.globals["modes"] = _SEARCH_MODES
     env.globals["mode_options"] = _MODE_OPTIONS
+    env.globals["reasons"] = REASONS
     return env
 
 

@@ -35,6 +35,7 @@ _UDT = {
     "VECTOR": "vector",
     "TIMESTAMP WITH TIME ZONE": "timestamptz",
     "JSONB": "jsonb",
+    "INTEGER": "int4",
 }
 
 
@@ -73,7 +74,7 @@ async def test_the_staging_table_is_what_copy_sends(store: MemoryStore) -> None:
             )
         ).all()
         await conn.rollback()
-    spelled = {"timestamp with time zone": "timestamptz"}
+    spelled = {"timestamp with time zone": "timestamptz", "integer": "int4"}
     assert [(name, spelled.get(t, t)) for name, t in rows] == list(
         zip(STAGING_COLUMNS, STAGING_TYPES, strict=True)
     )

@@ -66,6 +66,22 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                         windowed=windowed,
                     ),
                 )
+        elif builder == "recall_memories":
+            for covering, mode, fusion, audit, relax in itertools.product(
+                (True, False), (None, *q.SEARCH_MODES), q.FUSIONS, (True, False), (True, False)
+            ):
+                yield (
+                    dims,
+                    q.recall_memories(
+                        dims,
+                        covering=covering,
+                        mode=mode,
+                        fusion=fusion,
+                        neighbours=mode == "hybrid" and fusion == "score",
+                        audit=audit,
+                        relax_commit=relax,
+                    ),
+                )
         elif builder == "list_memories":
             for newest_first in (True, False):
                 yield dims, q.list_memories(dims, newest_first=newest_first)

@@ -106,7 +106,7 @@ async def test_bad_search_arguments(store: MemoryStore, collection: str) -> None
     with pytest.raises(InvalidInputError, match="limit is 0"):
         await store.search(collection, scope, query="x", limit=0)
     with pytest.raises(InvalidInputError, match="min_score is 2"):
-        await store.search(collection, scope, query="x", min_score=2)
+        await store.search(collection, scope, query="x", mode="vector", min_score=2)
     with pytest.raises(InvalidInputError, match="non-finite"):
         await store.search(collection, scope, vector=[math.nan] * 512)
     with pytest.raises(CollectionError, match="4 dimensions"):

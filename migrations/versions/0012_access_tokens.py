@@ -6,7 +6,7 @@ and when it was revoked. The token itself is shown once, when issued, and never 
 of the table opens nothing. The least-privilege role gets no grant on it.
 
 Revision ID: 0012
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-01
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0012"
-down_revision: str | None = "0009"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

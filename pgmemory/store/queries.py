@@ -681,10 +681,12 @@ SELECT * FROM hits ORDER BY score DESC, id
 # --- recall: what a provider injects, in one statement ----------------------------------------
 
 #: A memory that records a tool call or result (not recalled unless asked for): a tool message,
-#: one marked so in its metadata, or what the 0.x provider stored for a call without text.
+#: one the provider marked so in its metadata (``"pgmemory.tool"``: ``"call"`` or ``"result"``),
+#: or what a 0.2 provider stored for a call or a result without text.
 _TOOL_MEMORY = """(m.role = 'tool'
-           OR m.metadata @> '{"pgmemory.tool": true}'
-           OR (m.role = 'assistant' AND starts_with(m.content, '[called ')))"""
+           OR (m.metadata ->> 'pgmemory.tool') IS NOT NULL
+           OR (m.role = 'assistant' AND (starts_with(m.content, '[called ')
+                                         OR starts_with(m.content, '[tool result: '))))"""
 #: A row's line cost (see pgmemory.store.recall_text): stored at write time; for a row written
 #: by an older version, an upper bound (a character costs at most 4 once JSON-escaped, and the
 #: time and role cost less than 32), capped at :item_cap.

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import random
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from agent_framework import Agent
 
@@ -18,39 +18,14 @@ from pgmemory import (
     MemoryScope,
     MemoryStore,
 )
-from pgmemory.integrations.agent_framework.rendering import (
-    RECENT_HEADING,
-    RELATED_HEADING,
-    UNTRUSTED_NOTE,
-    fit_recall,
-    format_recall,
-    shorten,
-)
-from pgmemory.store.records import Memory
+from pgmemory.store.recall_text import RECENT_HEADING
+from pgmemory.store.records import MemoryRecord
 from pgmemory.text.tokens import estimate_tokens
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, text
 
 HEADING = "## Memories\nConsider the following memories when answering user questions:"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def memory(content: str, *, role: str = "user", minutes: int = 0) -> Memory:
-    return Memory(
-        id=uuid.uuid4(),
-        collection="c",
-        scope=MemoryScope(user_id="u"),
-        role=role,
-        content=content,
-        author_name=None,
-        message_id=None,
-        source_type="chat",
-        source_id=None,
-        embedding_model="m",
-        created_at=T0 + timedelta(minutes=minutes),
-        expires_at=None,
-        metadata={},
-    )
 
 
 def babble(rng: random.Random, chars: int) -> str:
@@ -68,77 +43,49 @@ def babble(rng: random.Random, chars: int) -> str:
     return "".join(out)[:chars]
 
 
-def test_shorten_keeps_head_and_tail_with_a_marker() -> None:
-    long = "START " + "x y z " * 5000 + " END"
-    short = shorten(long, 100)
-    assert estimate_tokens(short) <= 100
-    assert short.startswith("START") and short.endswith("END")
-    assert "characters omitted …]" in short
-    omitted = int(short.split("[… ")[1].split(" characters")[0].replace(",", ""))
-    assert omitted > 25_000
-    assert shorten("short", 100) == "short"
-
-
 @pytest.mark.parametrize("budget", [100, 300, 2000, 8000])
-@pytest.mark.parametrize("seed", range(5))
-def test_never_over_budget_adversarial(budget: int, seed: int) -> None:
+@pytest.mark.parametrize("seed", range(3))
+async def test_never_over_budget_adversarial(
+    store: MemoryStore, collection: str, budget: int, seed: int
+) -> None:
+    """Whatever was stored (long, CJK, JSON, escapes), the recall's text stays within the
+    budget; shown matches keep their ranking and shown recent turns are the newest."""
     rng = random.Random(seed)
-    similar = [
-        (memory(babble(rng, rng.choice([50, 2_000, 20_000, 32_000])), minutes=i), 1.0 - i / 10)
-        for i in range(rng.randint(0, 10))
-    ]
-    recent = [
-        memory(
-            babble(rng, rng.choice([10, 500, 30_000])),
-            role=rng.choice(["user", "assistant", "tool"]),
-            minutes=1000 + i,
+    scope = MemoryScope(user_id=unique("budget"))
+    rows = [
+        MemoryRecord(
+            content=babble(rng, rng.choice([10, 500, 2_000, 20_000, 32_000])),
+            scope=scope,
+            role="user" if i % 2 == 0 else "assistant",
+            created_at=T0 + timedelta(minutes=i),
+            embedding=np.random.default_rng(seed * 100 + i).standard_normal(512).tolist(),
         )
-        for i in range(rng.randint(0, 100))
+        for i in range(rng.randint(0, 30))
     ]
+    if rows:
+        await store.add(collection, rows)
     for heading in (HEADING, None):
-        fitted = fit_recall(similar, recent, heading=heading, max_tokens=budget)
-        assert estimate_tokens(fitted.text) <= budget
-        # Similar memories: a prefix of the ranking; recent ones: the newest, oldest first.
-        assert fitted.memories == similar[: len(fitted.memories)]
-        assert fitted.recent == recent[len(recent) - len(fitted.recent) :]
-        if budget >= 2000 and (similar or recent):
-            assert fitted.memories or fitted.recent
+        shown = await store.recall(
+            collection, scope, query="pizza 外卖 salad", max_tokens=budget, heading=heading
+        )
+        assert estimate_tokens(shown.text) <= budget
+        recent = [item.memory for item in shown.items if item.reason == "recent"]
+        newest = sorted(rows, key=lambda r: r.created_at)[len(rows) - len(recent) :]
+        assert [m.content for m in recent] == [r.content for r in newest]
+        if budget >= 2000 and rows:
+            assert shown.items
+        if shown.items and any(len(r.content) > 4 * budget for r in rows):
+            assert "characters omitted …]" in shown.text or len(shown.items) < len(rows)
 
 
-def test_shortened_memories_are_marked_and_both_kinds_share_the_budget() -> None:
-    similar = [(memory("我不能吃辣。" + "问" * 20_000, minutes=i), 1.0) for i in range(3)]
-    recent = [
-        memory("Q" + " question" * 2_500, minutes=100),
-        memory("A" + " answer" * 5_000, role="assistant", minutes=101),
-    ]
-    fitted = fit_recall(similar, recent, heading=HEADING, max_tokens=2000)
-    assert estimate_tokens(fitted.text) <= 2000
-    assert len(fitted.memories) == 3 and fitted.recent == recent
-    assert fitted.text.count("characters omitted …]") == 5
-    assert "我不能吃辣" in fitted.text
-    assert fitted.text.index(RELATED_HEADING) < fitted.text.index(RECENT_HEADING)
-    # Recent messages still read oldest first.
-    assert fitted.text.index('"Q ') < fitted.text.index('"A ')
-
-
-def test_newest_recent_messages_win_when_not_all_fit() -> None:
-    recent = [memory(f"turn {i} " + "word " * 400, minutes=i) for i in range(30)]
-    fitted = fit_recall([], recent, heading=HEADING, max_tokens=1000)
-    assert estimate_tokens(fitted.text) <= 1000
-    assert fitted.recent and fitted.recent[-1] is recent[-1]
-    assert len(fitted.recent) < len(recent)
-    assert "turn 29 " in fitted.text and "turn 0 " not in fitted.text
-
-
-def test_unbounded_and_too_small_budgets() -> None:
-    similar = [(memory("x" * 40_000), 1.0)]
-    assert len(format_recall(similar, [], heading=HEADING)) > 40_000
-    none = fit_recall(similar, [], heading=HEADING, max_tokens=None)
-    assert none.text == format_recall(similar, [], heading=HEADING)
+async def test_unbounded_and_too_small_budgets(store: MemoryStore, collection: str) -> None:
+    scope = MemoryScope(user_id=unique("budget"))
+    await store.add(collection, [MemoryRecord(content="x " * 15_000, scope=scope)])
+    unbounded = await store.recall(collection, scope, query="x", max_tokens=None, heading=HEADING)
+    assert len(unbounded.text) > 30_000 and "omitted" not in unbounded.text
     # A heading larger than the budget: nothing is shown rather than too much.
-    nothing = fit_recall(similar, [], heading="h " * 500, max_tokens=100)
-    assert nothing.text == "" and not nothing.memories
-    assert UNTRUSTED_NOTE in fit_recall(similar, [], heading=None, max_tokens=200).text
+    nothing = await store.recall(collection, scope, query="x", max_tokens=100, heading="h " * 500)
+    assert nothing.text == "" and not nothing.items
 
 
 def test_option_is_checked() -> None:

@@ -280,7 +280,8 @@ async def test_every_recall_is_audited(
         rows = (
             await conn.execute(
                 sql(
-                    "SELECT provider, mode, requesting_session_id, query_text, memory_ids FROM pgmemory_recall_audit "
+                    "SELECT provider, mode, requesting_session_id, query_text, memory_ids, reasons "
+                    "FROM pgmemory_recall_audit "
                     "WHERE user_id = :u ORDER BY id"
                 ),
                 {"u": user},
@@ -288,11 +289,14 @@ async def test_every_recall_is_audited(
         ).all()
     assert len(rows) == 2
     last = rows[-1]
+    # The mode is the retrieval mode actually used (not the provider's timing option), and
+    # every shown memory says why it was shown.
     assert (last.provider, last.mode, last.requesting_session_id) == (
         "ChatHistoryMemoryProvider",
-        "before_ai_invoke",
+        "hybrid",
         session.session_id,
     )
+    assert len(last.reasons) == len(last.memory_ids) and "recent" in last.reasons
     assert last.query_text is None  # the sensitive-data switch is off
     stored = {
         m.id for m in await food_store.list(food.COLLECTION, MemoryScope(user_id=user), limit=100)

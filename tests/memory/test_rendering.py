@@ -3,38 +3,15 @@ traffic (tagged rows, and untagged rows written before the tag)."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
 
 from agent_framework import Content, Message
 
-from pgmemory import MemoryScope
-from pgmemory.integrations.agent_framework.rendering import (
-    TOOL_KIND,
-    is_tool_memory,
-    render,
-    tool_kind,
-)
-from pgmemory.store.records import Memory
+from pgmemory import MemoryRecord, MemoryScope, MemoryStore
+from pgmemory.integrations.agent_framework.rendering import TOOL_KIND, render, tool_kind
+from tests.conftest import unique
 
-
-def stored(content: str, role: str = "assistant", **metadata: Any) -> Memory:
-    return Memory(
-        id=uuid.uuid4(),
-        collection="c",
-        scope=MemoryScope(user_id="u"),
-        role=role,
-        content=content,
-        author_name=None,
-        message_id=None,
-        source_type="external",
-        source_id=None,
-        embedding_model="m",
-        created_at=datetime.now(UTC),
-        expires_at=None,
-        metadata=dict(metadata),
-    )
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_render_keeps_text_calls_and_results() -> None:
@@ -48,11 +25,37 @@ def test_render_keeps_text_calls_and_results() -> None:
     assert (tool_kind(call), tool_kind(result), tool_kind(said)) == ("call", "result", None)
 
 
-def test_tool_rows_are_recognised_tagged_or_not() -> None:
-    assert is_tool_memory(stored("anything", **{TOOL_KIND: "call"}))
-    assert is_tool_memory(stored("[tool result: ok]", role="tool"))
-    # Rows stored before the tag: an assistant row made only of tool-call lines.
-    assert is_tool_memory(stored('[called GetMenu with {}]\n[called PlaceOrder with {"a": 1}]'))
-    assert not is_tool_memory(stored("I [called] my mum"))
-    assert not is_tool_memory(stored("[called GetMenu with {}]", role="user"))
-    assert not is_tool_memory(stored("Here you go.\n[called GetMenu with {}]"))
+async def test_recall_leaves_tool_rows_out_tagged_or_not(
+    store: MemoryStore, collection: str
+) -> None:
+    scope = MemoryScope(user_id=unique("tools"))
+    rows = [
+        ("anything", "assistant", {TOOL_KIND: "call"}),
+        ("[tool result: ok]", "tool", {}),
+        # Rows stored before the tag: an assistant row of tool-call (or result) lines only.
+        ('[called GetMenu with {}]\n[called PlaceOrder with {"a": 1}]', "assistant", {}),
+        ("[tool result: 3 dishes]", "assistant", {}),
+        ("I [called] my mum", "assistant", {}),
+        ("[called GetMenu with {}]", "user", {}),
+        ("Here you go.\n[called GetMenu with {}]", "assistant", {}),
+    ]
+    await store.add(
+        collection,
+        [
+            MemoryRecord(
+                content=c, role=r, metadata=m, scope=scope, created_at=T0 + timedelta(minutes=i)
+            )
+            for i, (c, r, m) in enumerate(rows)
+        ],
+    )
+    shown = await store.recall(collection, scope, query="called", recent_turns=0, max_results=20)
+    kept = {item.memory.content for item in shown.items}
+    assert kept == {
+        "I [called] my mum",
+        "[called GetMenu with {}]",
+        "Here you go.\n[called GetMenu with {}]",
+    }
+    everything = await store.recall(
+        collection, scope, query="called", recent_turns=0, max_results=20, include_tools=True
+    )
+    assert len(everything.items) == len(rows)

@@ -55,16 +55,12 @@ from pgmemory.integrations.agent_framework.messages import (
 from pgmemory.integrations.agent_framework.rendering import (
     DEFAULT_CONTEXT_PROMPT,
     TOOL_KIND,
-    FittedRecall,
-    fit_recall,
-    is_tool_memory,
     render,
     tool_kind,
 )
 from pgmemory.integrations.agent_framework.turn import after_run_together
-from pgmemory.store.records import CollectionInfo, Memory, MemoryRecord, MemoryScope, RecallTrace
+from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope, Recall, RecallTrace
 from pgmemory.store.store import MemoryStore
-from pgmemory.text.terms import terms
 
 logger = logging.getLogger(__name__)
 
@@ -256,9 +252,9 @@ class ChatHistoryMemoryProvider(ContextProvider):
         shown = await self._recall(
             scopes, session, query or None, heading=self.options.context_prompt
         )
-        if not shown.memories and not shown.recent:
+        if not shown.items:
             return
-        recalled = [m for m, _ in shown.memories] + shown.recent
+        recalled = shown.memories
         origins = sorted(
             {
                 m.scope.session_id
@@ -345,109 +341,47 @@ class ChatHistoryMemoryProvider(ContextProvider):
 
     async def _recall(
         self, scopes: State, session: AgentSession, query: str | None, *, heading: str | None
-    ) -> FittedRecall:
-        """Similar memories (with scores) and the most recent ones, deduplicated, fitted to
-        ``max_context_tokens`` under ``heading``; what is shown is audited.
-
-        The one place that reads memories for a recall (the store's ``list``, ``search`` and
-        ``record_recall``), so that moving to the store's one-statement recall is one change.
-        Tool calls and results are left out unless ``include_tools_in_recall`` is set.
-        """
+    ) -> Recall:
+        """The store's one-statement recall: the newest turns, the matches with their
+        neighbours, near-duplicates dropped, fitted to ``max_context_tokens`` under
+        ``heading``, and its audit row (exactly what is shown, with why) written in the same
+        statement. Tool calls and results are left out unless ``include_tools_in_recall``."""
         scope = scopes.effective_search_scope
         opts = self.options
-        allow = opts.allow_unscoped_search
-        tools = opts.include_tools_in_recall
-        # The stored messages of the newest ``recent_turns`` turns of the scope, oldest first (a
-        # turn: a user message and everything stored after it).
-        recent: list[Memory] = []
-        page_size, users, offset = 50, 0, 0
-        while users < opts.recent_turns:
-            page = await self.store.list(
-                self.collection_name, scope, limit=page_size, offset=offset, allow_unscoped=allow
-            )
-            for memory in page:
-                if not tools and is_tool_memory(memory):
-                    continue
-                recent.append(memory)
-                if memory.role == "user":
-                    users += 1
-                    if users == opts.recent_turns:
-                        break
-            # A turn of more than a page of tool calls is cut: recall must stay bounded.
-            if len(page) < page_size or offset + page_size >= page_size * opts.recent_turns:
-                break
-            offset += page_size
-        recent.reverse()
-        memories: list[tuple[Memory, float]] = []
-        if query:
-            shown = {m.id for m in recent}
-            kept_terms: list[set[str]] = [set(terms(m.content)) for m in recent]
-            # Over-fetch, then drop what is already shown and near-duplicates (a user who says
-            # the same thing every session would otherwise fill every slot); fetch more while
-            # duplicates crowd out the results.
-            fetch = (opts.max_results + len(recent)) * 4
-            seen: set[object] = set()
-            while True:
-                hits = await self.store.search(
-                    self.collection_name,
-                    scope,
-                    query=query,
-                    limit=fetch,
-                    mode=opts.recall_mode,
-                    weights=opts.weights,
-                    allow_unscoped=allow,
-                    audit=False,
-                )
-                for hit in hits:
-                    if hit.memory.id in shown or hit.memory.id in seen:
-                        continue
-                    seen.add(hit.memory.id)
-                    if not tools and is_tool_memory(hit.memory):
-                        continue
-                    candidate = set(terms(hit.memory.content))
-                    threshold = opts.near_duplicate_threshold
-                    if any(_overlap(candidate, other) >= threshold for other in kept_terms):
-                        continue
-                    memories.append((hit.memory, hit.score))
-                    kept_terms.append(candidate)
-                    if len(memories) == opts.max_results:
-                        break
-                if len(memories) == opts.max_results or len(hits) < fetch or fetch >= 400:
-                    break
-                fetch *= 4
-        # What does not fit the budget is not shown, so neither audited nor logged as recalled.
-        fitted = fit_recall(memories, recent, heading=heading, max_tokens=opts.max_context_tokens)
-        memories, recent = fitted.memories, fitted.recent
-        sensitive = opts.enable_sensitive_telemetry_data
-        await self.store.record_recall(
+        shown = await self.store.recall(
             self.collection_name,
             scope,
-            memory_ids=[m.id for m, _ in memories] + [r.id for r in recent],
-            scores=[s for _, s in memories] + [0.0] * len(recent),
             query=query,
+            max_results=opts.max_results,
+            recent_turns=opts.recent_turns,
+            max_tokens=opts.max_context_tokens,
+            mode=opts.recall_mode,
+            weights=opts.weights,
+            near_duplicate_threshold=opts.near_duplicate_threshold,
+            include_tools=opts.include_tools_in_recall,
+            heading=heading,
             trace=RecallTrace(
                 provider=self.source_id,
-                mode=opts.search_time,
                 session_id=session.session_id or "",
-                include_query_text=sensitive,
+                include_query_text=opts.enable_sensitive_telemetry_data,
             ),
+            allow_unscoped=opts.allow_unscoped_search,
         )
         logger.info(
-            "%s recalled %d memories and %d recent messages for %s",
+            "%s recalled %d memories (%d recent) for %s",
             self.source_id,
-            len(memories),
-            len(recent),
+            len(shown.items),
+            sum(item.reason == "recent" for item in shown.items),
             self._loggable(scope.user_id or ""),
         )
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
-                "%s query=%s results=%s recent=%s",
+                "%s query=%s shown=%s",
                 self.source_id,
                 self._loggable(query or ""),
-                [self._loggable(m.content) for m, _ in memories],
-                [self._loggable(m.content) for m in recent],
+                [(item.reason, self._loggable(item.memory.content)) for item in shown.items],
             )
-        return fitted
+        return shown
 
     def _search_tool(self, scopes: State, session: AgentSession) -> FunctionTool:
         """The on-demand tool, bound to this session's scopes for this run."""
@@ -458,7 +392,7 @@ class ChatHistoryMemoryProvider(ContextProvider):
             # The question is model-generated: it is only ever a bound parameter and embedded text.
             question = userQuestion.strip()
             shown = await self._recall(scopes, session, question or None, heading=None)
-            if not shown.memories and not shown.recent:
+            if not shown.items:
                 return "No related memories found."
             return shown.text
 
@@ -472,12 +406,6 @@ class ChatHistoryMemoryProvider(ContextProvider):
         return (
             value if self.options.enable_sensitive_telemetry_data else self.options.redactor(value)
         )
-
-
-def _overlap(a: set[str], b: set[str]) -> float:
-    if not a or not b:
-        return 1.0 if a == b else 0.0
-    return len(a & b) / len(a | b)
 
 
 __all__ = [

@@ -61,8 +61,8 @@ from pgmemory.integrations.agent_framework.fact_trigger import (
     may_state_fact,
 )
 from pgmemory.integrations.agent_framework.messages import MessageFilter, external_only
-from pgmemory.integrations.agent_framework.rendering import json_text
 from pgmemory.integrations.agent_framework.turn import after_run_together
+from pgmemory.store.recall_text import json_text
 from pgmemory.store.records import MemoryScope
 
 if TYPE_CHECKING:

@@ -211,10 +211,8 @@ _RANK_FUSION = """top AS (
 # are the scope's (``candidates``); BM25 is scaled by the best of ``bm25``. Unlike ranks,
 # normalised scores keep how far ahead the best match is.
 _SPREAD = """spread AS MATERIALIZED (
-    SELECT min(distance) AS dmin, max(distance) AS dmax,
-           min(created_at) AS tmin, max(created_at) AS tmax,
-           (SELECT max(relevance) FROM bm25) AS rmax
-    FROM candidates
+    SELECT k.dmin, k.dmax, k.tmin, k.tmax, (SELECT max(relevance) FROM bm25) AS rmax
+    FROM scope_size AS k
 ),
 pooled AS MATERIALIZED (
     SELECT id, user_id FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
@@ -227,10 +225,12 @@ pooled AS MATERIALIZED (
 #: A candidate row's fused score (``c`` the candidate, ``s`` the spread, ``b`` its bm25 row).
 _FUSED_SCORE = """CAST(:vector_weight AS float8)
                    * COALESCE((s.dmax - c.distance) / NULLIF(s.dmax - s.dmin, 0), 1)
-               + CAST(:recency_weight AS float8)
-                   * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
-                              / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
-                              1)
+               + CASE WHEN CAST(:recency_weight AS float8) > 0 THEN
+                     CAST(:recency_weight AS float8)
+                     * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
+                                / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
+                                1)
+                 ELSE 0 END
                + CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0)"""
 
 #: The columns that say which conversation a memory belongs to, and its place in it.
@@ -250,18 +250,26 @@ top AS (
 # ... and with neighbours: each row also gets :neighbour_weight times the better fused score
 # of the rows just before and after it in its conversation (the window over every scope row,
 # partitioned by user, application, agent and session, in created_at order), and the pooled
-# rows' neighbours join the candidates. The window reads ``candidates`` (every scope row), so
-# it sees the whole conversation, and nothing outside the scope; a row's keyword part is its
-# ``bm25`` value (exact, or the estimate for a row not scored exactly), 0 without one.
+# rows' neighbours join the candidates. The window reads every scope row of the pooled rows'
+# conversations (``candidates``), so it sees those conversations whole, and nothing outside
+# the scope; a row's keyword part is its ``bm25`` value (exact, or the estimate for a row not
+# scored exactly), 0 without one.
 _SCORE_FUSION_NEIGHBOURS = f"""{_SPREAD},
+conversations AS MATERIALIZED (
+    SELECT DISTINCT m.user_id, m.application_id, m.agent_id, m.session_id
+    FROM pooled AS p
+    JOIN pgmemory_memories AS m ON m.id = p.id AND m.user_id = p.user_id{{routed}}
+),
 fused AS (
     SELECT c.id, c.user_id, c.application_id, c.agent_id, c.session_id, c.created_at,
            {_FUSED_SCORE} AS score,
-           p.id IS NOT NULL AS pooled
+           (c.id, c.user_id) IN (SELECT id, user_id FROM pooled) AS pooled
     FROM candidates AS c
+    JOIN conversations AS v
+      ON v.user_id = c.user_id AND v.application_id = c.application_id
+     AND v.agent_id = c.agent_id AND v.session_id = c.session_id
     CROSS JOIN spread AS s
     LEFT JOIN bm25 AS b ON b.id = c.id AND b.user_id = c.user_id
-    LEFT JOIN pooled AS p ON p.id = c.id AND p.user_id = c.user_id
 ),
 near AS (
     SELECT id, user_id, score, pooled,
@@ -270,8 +278,11 @@ near AS (
            lag(pooled) OVER conversation AS pooled_before,
            lead(pooled) OVER conversation AS pooled_after
     FROM fused
+    -- byte order ("C") groups the conversations as any collation does, without its cost
     WINDOW conversation AS (
-        PARTITION BY user_id, application_id, agent_id, session_id ORDER BY created_at, id
+        PARTITION BY user_id COLLATE "C", application_id COLLATE "C", agent_id COLLATE "C",
+                     session_id COLLATE "C"
+        ORDER BY created_at, id
     )
 ),
 top AS (
@@ -339,13 +350,13 @@ SMALL_SCOPE = 300
 #: most this many rows has its exact document frequency and all its rows pre-ranked; a term
 #: in more (a common term, of low weight) has its document frequency estimated from a
 #: sample of the scope.
-TERM_ROWS = 1000
+TERM_ROWS = 500
 #: In a larger scope, the rows scored exactly (their terms read back) as keyword candidates:
 #: the best by an estimate of BM25 that reads no term vector (tf 1, and the text's size in
 #: bytes for its length).
 KEYWORD_CANDIDATES = 100
 #: Scope rows whose terms are read to estimate a common term's document frequency.
-TERM_SAMPLE = 200
+TERM_SAMPLE = 128
 #: Distinct query terms looked up (a longer query keeps its first ones).
 MAX_QUERY_TERMS = 64
 
@@ -391,7 +402,11 @@ def _keyword_ranking(
     scope = f"{where}\n      AND {_LIVE}{window}"
     routed = "\n        AND m.user_id = :user_id" if "user_id" in dimensions else ""
     if scope_from_candidates:
-        scope_size = "SELECT count(*) FROM candidates"
+        # one pass over the candidates: N, and the scales the score fusion uses
+        scope_size = """SELECT CAST(count(*) AS float8) AS n,
+           min(distance) AS dmin, max(distance) AS dmax,
+           min(created_at) AS tmin, max(created_at) AS tmax
+    FROM candidates"""
         sample = f"""SELECT s.id, s.user_id, r.search_vector
     FROM candidates AS s
     CROSS JOIN LATERAL (
@@ -405,7 +420,9 @@ def _keyword_ranking(
     SELECT v.id, v.user_id FROM by_vector AS v
     WHERE EXISTS (SELECT 1 FROM estimated AS e WHERE e.id = v.id AND e.user_id = v.user_id)"""
     else:
-        scope_size = f"SELECT count(*) FROM pgmemory_memories AS m WHERE {scope}"
+        scope_size = f"""SELECT CAST(count(*) AS float8) AS n
+    FROM pgmemory_memories AS m
+    WHERE {scope}"""
         sample = f"""SELECT m.id, m.user_id, m.search_vector
     FROM pgmemory_memories AS m
     WHERE {scope}
@@ -418,7 +435,7 @@ def _keyword_ranking(
     exact_tf = _TF.format(tf="h.tf", dl="h.dl", avgdl="a.avgdl")
     estimated_tf = _TF.format(tf="1", dl="r.size", avgdl="a.avgsize")
     return f"""scope_size AS MATERIALIZED (
-    SELECT CAST(({scope_size}) AS float8) AS n
+    {scope_size}
 ),
 query_terms AS MATERIALIZED (
     SELECT t.lexeme, plainto_tsquery('simple', t.lexeme) AS query
@@ -465,7 +482,7 @@ sample_hits AS MATERIALIZED (
     GROUP BY t.lexeme
 ),
 doc_freq AS MATERIALIZED (
-    SELECT c.lexeme, {idf} AS idf
+    SELECT c.lexeme, {idf} AS idf, c.hits > {cap} AS common
     FROM term_counts AS c
     CROSS JOIN scope_size AS k
     CROSS JOIN LATERAL (
@@ -482,7 +499,7 @@ estimated AS MATERIALIZED (
     FROM term_rows AS r
     JOIN doc_freq AS f USING (lexeme)
     CROSS JOIN (SELECT avg(size) AS avgsize FROM term_rows) AS a
-    WHERE r.tf IS NULL
+    WHERE r.tf IS NULL AND NOT f.common
     GROUP BY r.id, r.user_id
 ),
 scored AS MATERIALIZED (
@@ -532,14 +549,27 @@ by_text AS (
 )"""
 
 
-def _hybrid_ranking(candidates: str, keywords: str, *, fusion: str, neighbours: bool) -> str:
-    """``hybrid``'s CTEs: the similarity, keyword and newest-first pools fused into ``top``."""
+def _hybrid_ranking(
+    candidates: str,
+    keywords: str,
+    *,
+    fusion: str,
+    neighbours: bool,
+    dimensions: tuple[str, ...] = (),
+) -> str:
+    """``hybrid``'s CTEs: the similarity, keyword and newest-first pools fused into ``top``.
+
+    ``keywords`` is the keyword stage built with ``scope_from_candidates`` (its
+    ``scope_size`` holds the candidates' scales). ``dimensions`` (the scope's) lets the
+    neighbours' lookup of the pooled rows repeat ``m.user_id = :user_id`` (see :func:`_hits`).
+    """
     if fusion not in FUSIONS:
         raise ValueError(f"unknown fusion {fusion!r}; expected one of {FUSIONS}")
+    routed = "\n      AND m.user_id = :user_id" if "user_id" in dimensions else ""
     fused = (
         _RANK_FUSION
         if fusion == "rank"
-        else _SCORE_FUSION_NEIGHBOURS
+        else _SCORE_FUSION_NEIGHBOURS.replace("{routed}", routed)
         if neighbours
         else _SCORE_FUSION
     )
@@ -672,7 +702,9 @@ top AS (
     SELECT id, user_id, CAST(relevance AS real) AS score FROM by_text ORDER BY rank LIMIT :limit
 )"""
     else:
-        ranked = _hybrid_ranking(candidates, keywords, fusion=fusion, neighbours=neighbours)
+        ranked = _hybrid_ranking(
+            candidates, keywords, fusion=fusion, neighbours=neighbours, dimensions=dimensions
+        )
     audit_cte = _recall_audit(relax_commit=relax_commit) if audit else ""
     return f"""
 WITH {ranked},

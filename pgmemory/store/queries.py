@@ -346,17 +346,17 @@ def _vector_candidates(
 #: A scope of at most this many rows is ranked exactly: every row matching a query term has
 #: its terms read (cheaper there than one index lookup per term).
 SMALL_SCOPE = 300
-#: In a larger scope, scope rows read per query term through the GIN index: a term in at
-#: most this many rows has its exact document frequency and all its rows pre-ranked; a term
-#: in more (a common term, of low weight) has its document frequency estimated from a
-#: sample of the scope.
-TERM_ROWS = 500
+#: In a scope of more than four times this many rows, the scope rows read per query term
+#: through the GIN index (in a smaller one, all of a term's rows are): a term in at most this
+#: many rows has its exact document frequency and all its rows pre-ranked; a term in more (a
+#: common term, of low weight) has its document frequency estimated from a sample.
+TERM_ROWS = 250
 #: In a larger scope, the rows scored exactly (their terms read back) as keyword candidates:
 #: the best by an estimate of BM25 that reads no term vector (tf 1, and the text's size in
 #: bytes for its length).
 KEYWORD_CANDIDATES = 100
 #: Scope rows whose terms are read to estimate a common term's document frequency.
-TERM_SAMPLE = 128
+TERM_SAMPLE = 256
 #: Distinct query terms looked up (a longer query keeps its first ones).
 MAX_QUERY_TERMS = 64
 
@@ -387,23 +387,40 @@ def _keyword_ranking(
     * A scope of at most ``small_scope`` rows: every row matching a term is scored, exactly
       (as before: the rows come through the GIN index, document frequencies are counted
       among them).
-    * A larger one: each term finds its first ``term_rows`` + 1 scope rows through the GIN
-      index, reading no term vector. A term in at most ``term_rows`` rows has its exact
-      document frequency; a more common one has it estimated from ``term_sample`` scope rows
-      (chosen by the hash of their id, so a search ranks the same way each time). Those rows
-      are pre-ranked by BM25 with tf 1 and the text's size in bytes for its length; the best
-      ``keyword_candidates`` (and, with ``scope_from_candidates``, the matching rows of
-      ``by_vector``, which the statement then defines before this stage) are scored
-      exactly, their terms read back. The other pre-ranked rows keep their estimate in
-      ``bm25`` (``exact`` false: a neighbour's keyword part); ``by_text`` ranks the exact
-      ones.
+    * A larger one: each term finds its scope rows through the GIN index, reading no term
+      vector: all of them in a scope of up to ``4 * term_rows`` rows, else its first
+      ``term_rows`` + 1. A term in no more rows than that has its exact document frequency;
+      a more common one has it estimated from up to ``term_sample`` scope rows, chosen by
+      the hash of their id (so a search ranks the same way each time), and is left out of
+      the pre-ranking. Rows are pre-ranked by BM25 with tf 1 and the text's size in bytes
+      for its length; the best ``keyword_candidates`` (and, with ``scope_from_candidates``,
+      the matching rows of ``by_vector``, which the statement then defines before this
+      stage) are scored exactly, their terms read back, the average length scaled from
+      theirs by the text sizes of all the pre-ranked rows. The other pre-ranked rows keep
+      their estimate in ``bm25`` (``exact`` false: a neighbour's keyword part);
+      ``by_text`` ranks the exact ones.
+
+    In a large scope this reads at most ``min(4 * term_rows, N)`` rows per term (without
+    their term vectors), ``term_sample`` sampled and ``keyword_candidates`` + ``:pool``
+    scored rows, whatever the scope's size; while no term is above the cap and at most
+    ``keyword_candidates`` rows match, the ranking is the exact BM25 of every match.
     """
     where, window = _scope_filter(dimensions, windowed=windowed)
     scope = f"{where}\n      AND {_LIVE}{window}"
     routed = "\n        AND m.user_id = :user_id" if "user_id" in dimensions else ""
+    # The share of the scope sampled: ``term_sample`` rows, or fewer where a term above the
+    # cap is in a large share of the rows (25 expected hits per such term then suffice).
+    share = (
+        f"LEAST({int(term_sample)}, 25 * ((SELECT n FROM scope_size) / {int(term_rows)} - 1))"
+        " / (SELECT n FROM scope_size)"
+    )
+    # a term's rows are read up to the cap: every one in a scope of up to four times
+    # ``term_rows`` (cheaper there than a sample's term vectors), else ``term_rows``
+    cap = f"""CASE WHEN count(*) <= {4 * int(term_rows)} THEN count(*)
+                ELSE {int(term_rows)} END AS cap"""
     if scope_from_candidates:
         # one pass over the candidates: N, and the scales the score fusion uses
-        scope_size = """SELECT CAST(count(*) AS float8) AS n,
+        scope_size = f"""SELECT CAST(count(*) AS float8) AS n, {cap},
            min(distance) AS dmin, max(distance) AS dmax,
            min(created_at) AS tmin, max(created_at) AS tmax
     FROM candidates"""
@@ -414,22 +431,21 @@ def _keyword_ranking(
         WHERE m.id = s.id AND m.user_id = s.user_id{routed}
         LIMIT 1
     ) AS r
-    WHERE (uuid_hash(s.id) & 1048575) < 1048576.0 * {int(term_sample)} / (SELECT n FROM scope_size)"""
+    WHERE (uuid_hash(s.id) & 1048575) < 1048576.0 * {share}"""
         vector_pool = """
     UNION
     SELECT v.id, v.user_id FROM by_vector AS v
     WHERE EXISTS (SELECT 1 FROM estimated AS e WHERE e.id = v.id AND e.user_id = v.user_id)"""
     else:
-        scope_size = f"""SELECT CAST(count(*) AS float8) AS n
+        scope_size = f"""SELECT CAST(count(*) AS float8) AS n, {cap}
     FROM pgmemory_memories AS m
     WHERE {scope}"""
         sample = f"""SELECT m.id, m.user_id, m.search_vector
     FROM pgmemory_memories AS m
     WHERE {scope}
-      AND (uuid_hash(m.id) & 1048575) < 1048576.0 * {int(term_sample)} / (SELECT n FROM scope_size)"""
+      AND (uuid_hash(m.id) & 1048575) < 1048576.0 * {share}"""
         vector_pool = ""
     small = int(small_scope)
-    cap = int(term_rows)
     lexemes = "ARRAY(SELECT lexeme FROM query_terms)"
     idf = _IDF.format(n="k.n", df="d.df")
     exact_tf = _TF.format(tf="h.tf", dl="h.dl", avgdl="a.avgdl")
@@ -452,7 +468,7 @@ term_rows AS MATERIALIZED (
         WHERE {where}
           AND m.search_vector @@ t.query
           AND {_LIVE}{window}
-        LIMIT {cap + 1}
+        LIMIT (SELECT cap FROM scope_size) + 1
     ) AS r
     WHERE (SELECT n FROM scope_size) > {small}
     UNION ALL
@@ -478,17 +494,17 @@ sampled AS MATERIALIZED (
 sample_hits AS MATERIALIZED (
     SELECT t.lexeme, count(*) AS hits, (SELECT count(*) FROM sampled) AS sample_size
     FROM sampled AS s CROSS JOIN LATERAL unnest(s.search_vector) AS t
-    WHERE t.lexeme = ANY(ARRAY(SELECT lexeme FROM term_counts WHERE hits > {cap}))
+    WHERE t.lexeme = ANY(ARRAY(SELECT lexeme FROM term_counts WHERE hits > (SELECT cap FROM scope_size)))
     GROUP BY t.lexeme
 ),
 doc_freq AS MATERIALIZED (
-    SELECT c.lexeme, {idf} AS idf, c.hits > {cap} AS common
+    SELECT c.lexeme, {idf} AS idf, c.hits > k.cap AS common
     FROM term_counts AS c
     CROSS JOIN scope_size AS k
     CROSS JOIN LATERAL (
         SELECT CAST(CASE
-            WHEN c.hits <= {cap} THEN c.hits
-            ELSE LEAST(k.n, GREATEST({cap + 1}, COALESCE(
+            WHEN c.hits <= k.cap THEN c.hits
+            ELSE LEAST(k.n, GREATEST(k.cap + 1, COALESCE(
                 (SELECT k.n * h.hits / NULLIF(h.sample_size, 0)
                  FROM sample_hits AS h WHERE h.lexeme = c.lexeme), 0)))
         END AS float8) AS df
@@ -526,7 +542,9 @@ exact AS (
     JOIN doc_freq AS f USING (lexeme)
     CROSS JOIN (
         -- the scored rows' average length, scaled to all matching rows by their text sizes
-        SELECT avg(d.dl) * COALESCE((SELECT avg(size) FROM term_rows) / avg(d.size), 1) AS avgdl
+        SELECT avg(d.dl) * COALESCE(
+                   (SELECT avg(size) FROM (SELECT DISTINCT id, user_id, size FROM term_rows) AS r)
+                   / avg(d.size), 1) AS avgdl
         FROM (
             SELECT DISTINCT h.id, h.user_id, h.dl, h.size FROM term_hits AS h
         ) AS d

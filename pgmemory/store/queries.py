@@ -456,7 +456,7 @@ def _keyword_ranking(
 query_terms AS MATERIALIZED (
     SELECT t.lexeme, plainto_tsquery('simple', t.lexeme) AS query
     FROM unnest(tsvector_to_array(to_tsvector('simple', array_to_string(
-             (CAST(:term_list AS text[]))[1:{int(max_terms)}], ' ')))) AS t (lexeme)
+             (CAST(:term_list AS text[]))[1 : {int(max_terms)}], ' ')))) AS t (lexeme)
 ),
 term_rows AS MATERIALIZED (
     SELECT t.lexeme, r.id, r.user_id, r.size, CAST(NULL AS float8) AS tf,

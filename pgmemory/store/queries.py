@@ -260,7 +260,7 @@ conversations AS MATERIALIZED (
     FROM pooled AS p
     JOIN pgmemory_memories AS m ON m.id = p.id AND m.user_id = p.user_id{{routed}}
 ),
-fused AS (
+fused AS MATERIALIZED (
     SELECT c.id, c.user_id, c.application_id, c.agent_id, c.session_id, c.created_at,
            {_FUSED_SCORE} AS score,
            (c.id, c.user_id) IN (SELECT id, user_id FROM pooled) AS pooled

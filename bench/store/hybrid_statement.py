@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -293,12 +294,14 @@ def main() -> None:
     args = parser.parse_args()
     server = Server()
     try:
-        print(server.info())
+        info = server.info()
+        print(info)
         with server.scratch("hybrid") as url:
             figures = asyncio.run(measure(url, args))
     finally:
         server.close()
     print(f"{args.queries} queries per size, limit {LIMIT}, default SearchWeights; p50 ms")
+    print(f"load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(
         f"{'messages':>8} | {'vector':>7} {'hybrid':>7} {'before':>7} {'ratio':>6} | "
         f"{'e2e vec':>7} {'e2e hyb':>7} {'e2e bef':>7} {'ratio':>6} | {'top5 overlap':>12}"
@@ -312,7 +315,14 @@ def main() -> None:
             f"{f['top5_overlap']:>12.3f}"
         )
     if args.json:
-        out = {"before": args.before, "limit": LIMIT, "sizes": figures}
+        out = {
+            "before": args.before,
+            "limit": LIMIT,
+            "server": info,
+            "cpus": os.cpu_count(),
+            "load_average_after": os.getloadavg(),
+            "sizes": figures,
+        }
         args.json.write_text(json.dumps(out, indent=2) + "\n")
         print(f"wrote {args.json}")
 

@@ -473,13 +473,11 @@ term_rows AS MATERIALIZED (
     ) AS r
     WHERE (SELECT n FROM scope_size) > {small}
     UNION ALL
-    SELECT u.lexeme, m.id, m.user_id, CAST(octet_length(m.content) AS float8), u.tf, u.dl
+    SELECT u.lexeme, m.id, m.user_id, CAST(octet_length(m.content) AS float8),
+           CAST(COALESCE(cardinality(u.positions), 1) AS float8),
+           CAST(length(m.search_vector) AS float8)
     FROM pgmemory_memories AS m
-    CROSS JOIN LATERAL (
-        SELECT u.lexeme, CAST(COALESCE(cardinality(u.positions), 1) AS float8) AS tf,
-               CAST(count(*) OVER () AS float8) AS dl
-        FROM unnest(m.search_vector) AS u
-    ) AS u
+    CROSS JOIN LATERAL unnest(m.search_vector) AS u
     WHERE {where}
       AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
       AND {_LIVE}{window}
@@ -527,14 +525,12 @@ scored AS MATERIALIZED (
 term_hits AS MATERIALIZED (
     SELECT id, user_id, dl, lexeme, tf, size FROM term_rows WHERE tf IS NOT NULL
     UNION ALL
-    SELECT s.id, s.user_id, t.dl, t.lexeme, t.tf, CAST(octet_length(m.content) AS float8)
+    SELECT s.id, s.user_id, CAST(length(m.search_vector) AS float8), t.lexeme,
+           CAST(COALESCE(cardinality(t.positions), 1) AS float8),
+           CAST(octet_length(m.content) AS float8)
     FROM scored AS s
     JOIN pgmemory_memories AS m ON m.id = s.id AND m.user_id = s.user_id{routed}
-    CROSS JOIN LATERAL (
-        SELECT u.lexeme, CAST(COALESCE(cardinality(u.positions), 1) AS float8) AS tf,
-               CAST(count(*) OVER () AS float8) AS dl
-        FROM unnest(m.search_vector) AS u
-    ) AS t
+    CROSS JOIN LATERAL unnest(m.search_vector) AS t
     WHERE t.lexeme = ANY({lexemes})
 ),
 exact AS (

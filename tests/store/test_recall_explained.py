@@ -143,9 +143,10 @@ async def test_admin_cli_and_page_show_reasons_and_signals(
     # the audit page: reason badges, signals, and a long memory shortened behind <details>
     pytest.importorskip("starlette")
     from pgmemory.ui.app import create_app
-    from tests.ui.test_app import SIGNED_IN, TOKEN, client_for
+    from tests.ui.test_app import bearer, client_for
 
-    async with client_for(create_app(store, token=TOKEN), headers=SIGNED_IN) as client:
+    token = (await Admin(store).issue_token(f"op-{user}")).token
+    async with client_for(create_app(store), headers=bearer(token)) as client:
         body = (await client.get("/user/recalls", params={"user": user})).text
     assert "reason-recent" in body and "reason-match" in body
     assert "similarity " in body

@@ -39,6 +39,7 @@ from pgmemory.store.records import (
     SearchWeights,
 )
 from pgmemory.store.retry import retried_read
+from pgmemory.store.shortlist import Shortlists
 
 if TYPE_CHECKING:
     from pgmemory.embedders.base import Embedder
@@ -100,6 +101,7 @@ class MemoryStore:
         )
         self._catalogue = Catalogue(self._db, lambda: self.embedder)
         self._ann = AnnPaths(self._db, self._catalogue, self._search_on_path)
+        self._shortlists = Shortlists(self._db, self._search_shortlist)
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -335,6 +337,7 @@ class MemoryStore:
             self._db, self._catalogue, self._ann, collection, scope, query=query, vector=vector,
             limit=limit, mode=mode, weights=weights, min_score=min_score, since=since,
             until=until, allow_unscoped=allow_unscoped, audit=audit, trace=trace,
+            shortlists=self._shortlists,
         )  # fmt: skip
 
     @retried_read
@@ -410,6 +413,17 @@ class MemoryStore:
             self._db, self._catalogue, self._ann, collection, scope, query=None, vector=vector,
             limit=limit, mode="vector", weights=None, min_score=None, since=None, until=None,
             allow_unscoped=False, audit=False, trace=None, path=path,
+        )  # fmt: skip
+
+    async def _search_shortlist(
+        self, collection: str, scope: MemoryScope, vector: Any, limit: int, shortlist: int | None
+    ) -> list[MemoryHit]:
+        """An unaudited exact vector search, or a two-phase one re-ranking ``shortlist`` rows
+        (for the two-phase probe)."""
+        return await reads.search(
+            self._db, self._catalogue, self._ann, collection, scope, query=None, vector=vector,
+            limit=limit, mode="vector", weights=None, min_score=None, since=None, until=None,
+            allow_unscoped=False, audit=False, trace=None, path=None, shortlist=shortlist,
         )  # fmt: skip
 
     # --- memories: recall audit and deletes ------------------------------------------------

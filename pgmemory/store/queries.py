@@ -735,8 +735,8 @@ _SHORTLIST_SCOPES = """
     WHERE collection = :collection AND user_id <> ''
     GROUP BY user_id HAVING count(*) > :min_rows"""
 
-#: The users whose scope takes the two-phase path (see _SHORTLIST_SCOPES).
-SHORTLIST_LARGE_USERS = _SHORTLIST_SCOPES
+#: The users whose scope takes the two-phase path, with their rows (see _SHORTLIST_SCOPES).
+SHORTLIST_LARGE_USERS = _SHORTLIST_SCOPES.replace("SELECT user_id", "SELECT user_id, count(*)")
 
 #: Probe queries for the two-phase path: stored rows (id and vector) of the scopes it serves,
 #: largest first.

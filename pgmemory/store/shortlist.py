@@ -22,7 +22,8 @@ Which scopes take it: a vector search (no ``since``/``until`` window) whose scop
 one user, whose rows numbered more than ``min_scope_rows`` at the last probe; every other
 search stays exact. The sizes come from one aggregate over the collection's codes index (all
 its users, a fan-out on Citus), run with each probe: at the first vector search of the
-collection in the process, then every ``probe_every`` searches of it. A size that went stale
+collection in the process, then after every ``probe_every`` searches of it, at most once a
+minute; a probe's exact searches read at most SHORTLIST_PROBE_ROWS scope rows in all. A size that went stale
 costs speed, never correctness: a user who grew past the threshold searches exactly until the
 next probe, and one who shrank searches a smaller scope with the same shortlist (recall only
 rises). Scopes narrower than a user (a session, an agent) stay exact. A probe that fails leaves
@@ -32,6 +33,7 @@ the path off (every search exact), logged without user data.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,17 +47,22 @@ logger = logging.getLogger(__name__)
 
 #: Scopes of more rows than this take the two-phase path (when the probe allows it): below it
 #: the exact scan costs about as much as the first pass plus the re-rank (docs/performance.md).
-SHORTLIST_MIN_SCOPE_ROWS = 2_000
+SHORTLIST_MIN_SCOPE_ROWS = 1_000
 #: Rows re-ranked per hit asked for, and at least (a search for 1 hit needs more than 40).
 SHORTLIST_OVERSAMPLE = 40
 SHORTLIST_MIN_ROWS = 160
 #: The least recall the probe must measure for the path to be used.
 SHORTLIST_RECALL_FLOOR = 0.99
-#: Searches of a collection between two probes (each also refreshes which scopes are large).
+#: A collection is probed again (which also refreshes which scopes are large) after this many
+#: of its searches, and no sooner than this many seconds after its last probe.
 SHORTLIST_PROBE_EVERY = 1_000
+SHORTLIST_PROBE_INTERVAL_S = 60.0
 #: Stored rows a probe searches both ways, and the hits it compares for each.
 SHORTLIST_PROBE_SAMPLES = 32
 PROBE_LIMIT = 10
+#: Scope rows the probe's exact searches may read in all (about 0.5 s at 1.3 µs a row): a
+#: collection whose large scopes are huge is probed on fewer of its stored rows.
+SHORTLIST_PROBE_ROWS = 400_000
 
 
 def shortlist_size(limit: int) -> int:
@@ -79,6 +86,7 @@ class ShortlistState:
     probed_scopes: int = 0
     searches: int = 0
     probed: bool = False
+    probed_at: float = 0.0
     #: Users whose scope held more than min_scope_rows rows at the last probe.
     large_users: frozenset[str] = frozenset()
 
@@ -126,7 +134,10 @@ class Shortlists:
             return None
         state = self.state(collection)
         state.searches += 1
-        if not state.probed or state.searches > self.probe_every:
+        due = state.searches > self.probe_every and (
+            time.monotonic() - state.probed_at >= SHORTLIST_PROBE_INTERVAL_S
+        )
+        if not state.probed or due:
             await self.probe(collection)
         if not self.enabled(collection) or scope.user_id not in state.large_users:
             return None
@@ -138,6 +149,7 @@ class Shortlists:
         # Searches arriving meanwhile see the path as probed (and keep its last decision).
         state.probed = True
         state.searches = 0
+        state.probed_at = time.monotonic()
         try:
             await self._measure(collection, state)
         except Exception as exc:
@@ -166,13 +178,18 @@ class Shortlists:
             "samples": self.samples,
         }
         async with self._db.ddl() as conn:
-            large = frozenset((await conn.execute(text(q.SHORTLIST_LARGE_USERS), params)).scalars())
-            rows = (
-                (await conn.execute(text(q.SHORTLIST_PROBE_SAMPLE), params)).all() if large else []
-            )
-        found = total = 0
+            result = await conn.execute(text(q.SHORTLIST_LARGE_USERS), params)
+            sizes: dict[str, int] = {str(row[0]): int(row[1]) for row in result}
+            sample = await conn.execute(text(q.SHORTLIST_PROBE_SAMPLE), params) if sizes else None
+            rows = sample.all() if sample is not None else []
+        found = total = budget = 0
         limit = PROBE_LIMIT + 1  # the stored row itself is found both ways: left out below
+        probed: set[str] = set()
         for user_id, own_id, embedding in rows:
+            budget += sizes.get(user_id, 0)
+            if probed and budget > SHORTLIST_PROBE_ROWS:
+                break
+            probed.add(user_id)
             scope = MemoryScope(user_id=user_id)
             exact = await self._search(collection, scope, embedding, limit, None)
             two = await self._search(collection, scope, embedding, limit, shortlist_size(limit))
@@ -182,6 +199,6 @@ class Shortlists:
                 got = {h.memory.id for h in two[:PROBE_LIMIT]}
             found += sum(1 for i in wanted if i in got)
             total += len(wanted)
-        state.large_users = large
+        state.large_users = frozenset(sizes)
         state.recall = found / total if total else None
-        state.probed_scopes = len({user_id for user_id, _, _ in rows})
+        state.probed_scopes = len(probed)

@@ -21,10 +21,10 @@ of the comparison), and the path is used only while recall@``PROBE_LIMIT`` >= th
 Which scopes take it: a vector search (no ``since``/``until`` window) whose scope is exactly
 one user, whose rows numbered more than ``min_scope_rows`` at the last probe; every other
 search stays exact. The sizes come from one aggregate over the collection's codes index (all
-its users, a fan-out on Citus), run with each probe: at the first vector search of the
-collection in the process, then after every ``probe_every`` searches of it, at most once a
-minute; a probe's exact searches read at most SHORTLIST_PROBE_ROWS scope rows in all. A size that went stale
-costs speed, never correctness: a user who grew past the threshold searches exactly until the
+its users, a fan-out on Citus), run with each probe: at the collection's 100th vector search in
+the process (before, every search is exact), then after every ``probe_every`` searches of it,
+at most once a minute; a probe's exact searches read at most SHORTLIST_PROBE_ROWS scope rows in
+all. A size that went stale costs speed, never correctness: a user who grew past the threshold searches exactly until the
 next probe, and one who shrank searches a smaller scope with the same shortlist (recall only
 rises). Scopes narrower than a user (a session, an agent) stay exact. A probe that fails leaves
 the path off (every search exact), logged without user data.
@@ -53,8 +53,11 @@ SHORTLIST_OVERSAMPLE = 40
 SHORTLIST_MIN_ROWS = 160
 #: The least recall the probe must measure for the path to be used.
 SHORTLIST_RECALL_FLOOR = 0.99
-#: A collection is probed again (which also refreshes which scopes are large) after this many
-#: of its searches, and no sooner than this many seconds after its last probe.
+#: A collection is first probed at its this-many-th search in the process (a process that
+#: searches it a few times never pays for a probe it cannot amortise: up to about 0.5 s) ...
+SHORTLIST_FIRST_PROBE = 100
+#: ... and again (which also refreshes which scopes are large) after this many of its
+#: searches, and no sooner than this many seconds after its last probe.
 SHORTLIST_PROBE_EVERY = 1_000
 SHORTLIST_PROBE_INTERVAL_S = 60.0
 #: Stored rows a probe searches both ways, and the hits it compares for each.
@@ -106,6 +109,7 @@ class Shortlists:
         *,
         min_scope_rows: int = SHORTLIST_MIN_SCOPE_ROWS,
         recall_floor: float = SHORTLIST_RECALL_FLOOR,
+        first_probe: int = SHORTLIST_FIRST_PROBE,
         probe_every: int = SHORTLIST_PROBE_EVERY,
         samples: int = SHORTLIST_PROBE_SAMPLES,
     ) -> None:
@@ -113,6 +117,7 @@ class Shortlists:
         self._search = search
         self.min_scope_rows = min_scope_rows
         self.recall_floor = recall_floor
+        self.first_probe = first_probe
         self.probe_every = probe_every
         self.samples = samples
         self._states: dict[str, ShortlistState] = {}
@@ -128,16 +133,19 @@ class Shortlists:
 
     async def route(self, collection: str, scope: MemoryScope, limit: int) -> int | None:
         """How many rows a vector search of ``scope`` re-ranks on the two-phase path, or None
-        (exact). Counts the search; probes first at the collection's first search in this
-        process and every ``probe_every`` searches after. Never raises."""
+        (exact). Counts the search; probes at the collection's ``first_probe``-th search in
+        this process and after every ``probe_every`` searches then. Never raises."""
         if set(scope.as_dict()) != {"user_id"}:
             return None
         state = self.state(collection)
         state.searches += 1
-        due = state.searches > self.probe_every and (
-            time.monotonic() - state.probed_at >= SHORTLIST_PROBE_INTERVAL_S
-        )
-        if not state.probed or due:
+        if not state.probed:
+            due = state.searches >= self.first_probe
+        else:
+            due = state.searches > self.probe_every and (
+                time.monotonic() - state.probed_at >= SHORTLIST_PROBE_INTERVAL_S
+            )
+        if due:
             await self.probe(collection)
         if not self.enabled(collection) or scope.user_id not in state.large_users:
             return None

@@ -21,6 +21,8 @@ from pgmemory.store import migrate, queries
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.shortlist import shortlist_size
 from pgmemory.store.store import MemoryStore
+from tests.citus import cluster as citus_cluster
+from tests.conftest import _database
 
 DIM = 128
 SIZES = (500, 2_500, 6_000)
@@ -61,10 +63,10 @@ def _records(name: str, vectors: np.ndarray, scope: MemoryScope) -> list[MemoryR
 async def loaded(server_url: str, data: dict[str, Any]) -> AsyncIterator[str]:
     """A database with one collection of embedding-like vectors (a user per size, a small
     one) and one of random vectors, migrated and vacuumed."""
-    from tests.conftest import _database
-
     with _database(server_url, "twophase") as url:
         migrate.upgrade(url)
+        if citus_cluster.serving(url) is not None:
+            citus_cluster.distribute(url)  # distributed by user, as the session's database
         async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
             await store.create_collection(EMBEDDED, dimensions=DIM, embedding_model="test")
             await store.create_collection(RANDOM, dimensions=DIM, embedding_model="test")
@@ -132,9 +134,12 @@ async def test_large_scopes_take_the_path_small_ones_stay_exact(
     the threshold take the path, and a small scope's answers are the brute-force ones, in
     order."""
     shortlists = store._shortlists
-    shortlists.min_scope_rows = 2_000
+    shortlists.min_scope_rows, shortlists.first_probe = 2_000, 3
     big, mid = MemoryScope(user_id="u6000"), MemoryScope(user_id="u500")
-    assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)
+    # the first searches of the collection in the process are exact, and do not probe
+    assert [await shortlists.route(EMBEDDED, big, 3) for _ in range(2)] == [None, None]
+    assert not shortlists.state(EMBEDDED).probed
+    assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)  # the third probes
     state = shortlists.state(EMBEDDED)
     assert state.recall is not None and state.recall >= 0.99 and state.probed_scopes == 2
     assert state.large_users == {"u2500", "u6000"}
@@ -168,9 +173,10 @@ async def test_vectors_the_codes_do_not_keep_apart_stay_exact(
     store: MemoryStore, data: dict[str, Any]
 ) -> None:
     """Random vectors: the probe measures recall below the floor, so the path stays off."""
-    store._shortlists.min_scope_rows = 1_000
+    store._shortlists.min_scope_rows, store._shortlists.first_probe = 1_000, 1
     scope = MemoryScope(user_id="r")
     assert await store._shortlists.route(RANDOM, scope, 3) is None
+    assert store._shortlists.state(RANDOM).probed
     state = store._shortlists.state(RANDOM)
     assert state.large_users == {"r"} and state.recall is not None and state.recall < 0.99
     rng = np.random.default_rng(3)

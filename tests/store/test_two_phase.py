@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,28 +59,34 @@ def _records(name: str, vectors: np.ndarray, scope: MemoryScope) -> list[MemoryR
     ]
 
 
-@pytest_asyncio.fixture(scope="module")
-async def loaded(server_url: str, data: dict[str, Any]) -> AsyncIterator[str]:
-    """A database with one collection of embedding-like vectors (a user per size, a small
-    one) and one of random vectors, migrated and vacuumed."""
+@pytest.fixture(scope="module")
+def twophase_url(server_url: str) -> Iterator[str]:
+    """A database of this module's own, migrated (and distributed by user on Citus)."""
     with _database(server_url, "twophase") as url:
         migrate.upgrade(url)
         if citus_cluster.serving(url) is not None:
-            citus_cluster.distribute(url)  # distributed by user, as the session's database
-        async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
-            await store.create_collection(EMBEDDED, dimensions=DIM, embedding_model="test")
-            await store.create_collection(RANDOM, dimensions=DIM, embedding_model="test")
-            records = _records("small", data["small"], MemoryScope(user_id="small"))
-            for n, vectors in data["rows"].items():
-                records += _records(f"u{n}", vectors, MemoryScope(user_id=f"u{n}"))
-            await store.import_records(EMBEDDED, records)
-            await store.import_records(
-                RANDOM, _records("random", data["random"], MemoryScope(user_id="r"))
-            )
-            async with store.engine.connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
+            citus_cluster.distribute(url)  # as the session's database is
         yield url
+
+
+@pytest_asyncio.fixture(scope="module")
+async def loaded(twophase_url: str, data: dict[str, Any]) -> str:
+    """One collection of embedding-like vectors (a user per size, a small one) and one of
+    random vectors, imported and vacuumed."""
+    async with MemoryStore(twophase_url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
+        await store.create_collection(EMBEDDED, dimensions=DIM, embedding_model="test")
+        await store.create_collection(RANDOM, dimensions=DIM, embedding_model="test")
+        records = _records("small", data["small"], MemoryScope(user_id="small"))
+        for n, vectors in data["rows"].items():
+            records += _records(f"u{n}", vectors, MemoryScope(user_id=f"u{n}"))
+        await store.import_records(EMBEDDED, records)
+        await store.import_records(
+            RANDOM, _records("random", data["random"], MemoryScope(user_id="r"))
+        )
+        async with store.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
+    return twophase_url
 
 
 def _force_generic_plans(dbapi_connection: Any, _record: Any) -> None:

@@ -738,20 +738,12 @@ _SHORTLIST_SCOPES = """
 #: The users whose scope takes the two-phase path, with their rows (see _SHORTLIST_SCOPES).
 SHORTLIST_LARGE_USERS = _SHORTLIST_SCOPES.replace("SELECT user_id", "SELECT user_id, count(*)")
 
-#: Probe queries for the two-phase path: stored rows (id and vector) of the scopes it serves,
-#: largest first.
-SHORTLIST_PROBE_SAMPLE = f"""
-WITH big AS ({_SHORTLIST_SCOPES}
-    ORDER BY count(*) DESC
-    LIMIT :samples
-)
-SELECT picked.user_id, picked.id, picked.embedding
-FROM big CROSS JOIN LATERAL (
-    SELECT m.user_id, m.id, m.embedding FROM pgmemory_memories AS m
-    WHERE m.collection = :collection AND m.user_id = big.user_id
-    ORDER BY random()
-    LIMIT GREATEST(1, CAST(:samples AS int) / (SELECT count(*) FROM big))
-) AS picked
+#: Probe queries for the two-phase path: :samples stored rows (id and vector) of one user's
+#: scope, at random (one statement per probed user, so that Citus routes each to one shard).
+SHORTLIST_PROBE_SAMPLE = """
+SELECT m.id, m.embedding FROM pgmemory_memories AS m
+WHERE m.collection = :collection AND m.user_id = :user_id
+ORDER BY random()
 LIMIT :samples
 """
 

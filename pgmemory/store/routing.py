@@ -63,7 +63,6 @@ FAN_OUT: dict[str, str] = {
     "ANN_LARGE_USERS": "the approximate-index probe: which users' scopes are large (all users)",
     "ANN_PROBE_SAMPLE": "the approximate-index probe: sample vectors from the large scopes",
     "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",
-    "SHORTLIST_PROBE_SAMPLE": "the two-phase probe: sample vectors from the large scopes",
 }
 
 #: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.

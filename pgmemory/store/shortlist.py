@@ -180,23 +180,31 @@ class Shortlists:
         return state
 
     async def _measure(self, collection: str, state: ShortlistState) -> None:
-        params = {
-            "collection": collection,
-            "min_rows": self.min_scope_rows,
-            "samples": self.samples,
-        }
+        params = {"collection": collection, "min_rows": self.min_scope_rows}
         async with self._db.ddl() as conn:
             result = await conn.execute(text(q.SHORTLIST_LARGE_USERS), params)
             sizes: dict[str, int] = {str(row[0]): int(row[1]) for row in result}
-            sample = await conn.execute(text(q.SHORTLIST_PROBE_SAMPLE), params) if sizes else None
-            rows = sample.all() if sample is not None else []
-        found = total = budget = 0
+            # the largest scopes first, as many rows of each as the budget lets the exact
+            # searches read (at least one row of the largest)
+            largest = sorted(sizes, key=lambda u: (-sizes[u], u))[: self.samples]
+            each = max(1, self.samples // max(1, len(largest)))
+            rows: list[tuple[str, Any, Any]] = []
+            budget = 0
+            for user_id in largest:
+                room = (SHORTLIST_PROBE_ROWS - budget) // sizes[user_id]
+                take = min(each, max(room, 0 if rows else 1))
+                if take <= 0:
+                    break
+                sample = await conn.execute(
+                    text(q.SHORTLIST_PROBE_SAMPLE),
+                    {"collection": collection, "user_id": user_id, "samples": take},
+                )
+                rows += [(user_id, own_id, embedding) for own_id, embedding in sample]
+                budget += take * sizes[user_id]
+        found = total = 0
         limit = PROBE_LIMIT + 1  # the stored row itself is found both ways: left out below
         probed: set[str] = set()
         for user_id, own_id, embedding in rows:
-            budget += sizes.get(user_id, 0)
-            if probed and budget > SHORTLIST_PROBE_ROWS:
-                break
             probed.add(user_id)
             scope = MemoryScope(user_id=user_id)
             exact = await self._search(collection, scope, embedding, limit, None)

@@ -4,8 +4,9 @@ of a large scope's search.
 ``embedding_code`` is ``binary_quantize(embedding)`` (pgvector: one bit per dimension, set where
 the component is positive), a stored generated column, so every write path (INSERT, COPY
 import, anything a caller runs) fills it and it can never disagree with the vector. The index
-``ix_pgmemory_memories_user_codes`` holds it with the scope keys, id and expiry: d / 8 bytes a
-row (64 at 512 dimensions, against 2,048 for the vector the covering index holds), so a large
+``ix_pgmemory_memories_user_codes`` holds it with the collection, the user, id and expiry (the
+path serves user scopes only, so the index adds no limit on the other scope ids): d / 8 bytes
+a row (64 at 512 dimensions, against 2,048 for the vector the covering index holds), so a large
 scope's search scans it index-only for the rows nearest by Hamming distance, then re-ranks those
 exactly from the full vectors (see :func:`pgmemory.store.queries.search_memories`). Its entries
 stay small at every size a collection may have (250 bytes at 2,000 dimensions), so collections
@@ -43,7 +44,7 @@ def upgrade() -> None:
     op.create_index(
         _INDEX,
         "pgmemory_memories",
-        ["collection", "user_id", "session_id", "agent_id", "application_id"],
+        ["collection", "user_id"],
         unique=False,
         postgresql_include=["id", "expires_at", "embedding_code"],
     )

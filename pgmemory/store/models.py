@@ -143,13 +143,12 @@ class MemoryRow(Base):
         ),
         # The first pass of a large scope's search (every size: d / 8 bytes of code a row):
         # the rows nearest by Hamming distance, re-ranked exactly from the full vectors.
+        # User scopes only (the path serves no narrower one), so the index adds no limit on the
+        # other scope ids.
         Index(
             "ix_pgmemory_memories_user_codes",
             "collection",
             "user_id",
-            "session_id",
-            "agent_id",
-            "application_id",
             postgresql_include=["id", "expires_at", "embedding_code"],
         ),
         # Newest-first listing and recency recall per user; exact recall of large vectors.

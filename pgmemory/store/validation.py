@@ -420,8 +420,7 @@ COVERING_INDEX = _shape(
 #: The binary codes' index (every collection): the vector's code, a bit a dimension.
 CODES_INDEX = _shape(
     "ix_pgmemory_memories_user_codes",
-    "collection", "user_id", "session_id", "agent_id", "application_id",
-    "id:uuid", "expires_at:timestamptz", "embedding:code",
+    "collection", "user_id", "id:uuid", "expires_at:timestamptz", "embedding:code",
     nullable=("expires_at",),
 )  # fmt: skip
 #: The memory audit's indexes (a row per memory written or deleted).

@@ -24,9 +24,9 @@ search stays exact. The sizes come from one aggregate over the collection's code
 its users, a fan-out on Citus), run with each probe: at the collection's 100th vector search in
 the process (before, every search is exact), then after every ``probe_every`` searches of it,
 at most once a minute; a probe's exact searches read at most SHORTLIST_PROBE_ROWS scope rows in
-all. A size that went stale costs speed, never correctness: a user who grew past the threshold searches exactly until the
-next probe, and one who shrank searches a smaller scope with the same shortlist (recall only
-rises). Scopes narrower than a user (a session, an agent) stay exact. A probe that fails leaves
+all. A size that went stale costs speed, never correctness: a user who grew past the threshold
+searches exactly until the next probe, and one who shrank searches a smaller scope with the same
+shortlist (recall only rises). Scopes narrower than a user (a session, an agent) stay exact. A probe that fails leaves
 the path off (every search exact), logged without user data.
 """
 

@@ -18,6 +18,8 @@ Kinds of vectors (512 d unless ``--dims``):
 * ``use``: real sentence embeddings, Google's USE v3 (the default local embedder) of
   LongMemEval / LoCoMo texts, read from the embedding caches of bench/retrieval
   (``--embeddings``, SQLite files; none are computed here). Queries are held-out rows.
+* ``minilm``: MiniLM (384 d, the other local embedder) of LoCoMo's turns, embedded here
+  (about a minute); queries are held-out rows, so scopes reach about 4,800 rows.
 * ``clustered``: bench/store/scale.py's synthetic data: normalise(topic centre + noise of norm
   0.8), a handful of Zipf-weighted topics per user; queries drawn the same way.
 * ``random``: uniform on the sphere; queries too.
@@ -73,14 +75,35 @@ def clustered(rng: Any, centres: np.ndarray, topics: np.ndarray, m: int) -> np.n
     return unit(centres[t] + noise)
 
 
+def minilm_vectors() -> np.ndarray:
+    """MiniLM (384 d) embeddings of LoCoMo's distinct turns (about 5,900), embedded here."""
+    import gzip
+
+    from bench._common.paths import DATA
+    from pgmemory.embedders.minilm import MiniLMEmbedder
+
+    with gzip.open(DATA / "locomo10.json.gz") as f:
+        conversations = json.load(f)
+    texts: list[str] = []
+    for conversation in conversations:
+        for turns in conversation["conversation"].values():
+            if isinstance(turns, list):
+                texts += [t["text"] for t in turns if isinstance(t, dict) and t.get("text")]
+    texts = list(dict.fromkeys(texts))
+    embedder = MiniLMEmbedder()
+    return unit(
+        np.concatenate([embedder.embed_sync(texts[i : i + 256]) for i in range(0, len(texts), 256)])
+    )
+
+
 def draw(kind: str, sizes: list[int], queries: int, dims: int, rng: Any, use: Any) -> dict:
     """{size: (rows, queries)} for one kind."""
     out = {}
-    if kind == "use":
+    if kind in ("use", "minilm"):
         pool = use[rng.permutation(len(use))]
         need = max(sizes) + queries
         if len(pool) < need:
-            raise SystemExit(f"{len(pool)} USE vectors; {need} needed for {max(sizes)} rows")
+            raise SystemExit(f"{len(pool)} {kind} vectors; {need} needed for {max(sizes)} rows")
         q = pool[:queries]
         for n in sizes:  # nested scopes of the same pool: the queries are held out of all
             out[n] = (pool[queries : queries + n], q)
@@ -107,9 +130,10 @@ async def measure(db_url: str, kind: str, data: dict, args: argparse.Namespace) 
     if True:  # one store per kind
         settings = Settings(_env_file=None)  # type: ignore[call-arg]
         store = await MemoryStore(db_url, settings=settings).open()
-        await store.create_collection("c", dimensions=args.dims, embedding_model="synthetic")
+        dims = len(next(iter(data.values()))[0][0])
+        await store.create_collection("c", dimensions=dims, embedding_model="synthetic")
         rng = np.random.default_rng(args.seed + 1)
-        filler = unit(rng.standard_normal((2000, args.dims)))
+        filler = unit(rng.standard_normal((2000, dims)))
         records = [
             MemoryRecord(content=f"f{i}", scope=MemoryScope(user_id=f"filler{i % 200}"),
                          role="user", embedding=filler[i])
@@ -184,7 +208,13 @@ def main() -> None:
     try:
         for kind in args.kinds.split(","):
             paths = [Path(s) for s in args.embeddings.split(",")]
-            use = use_vectors(paths, args.dims) if kind == "use" else None
+            use = (
+                use_vectors(paths, args.dims)
+                if kind == "use"
+                else minilm_vectors()
+                if kind == "minilm"
+                else None
+            )
             data = draw(kind, sizes, args.queries, args.dims, rng, use)
             with server.scratch(f"twophase_{kind}") as url:
                 out[kind] = asyncio.run(measure(url, kind, data, args))

@@ -23,7 +23,7 @@ Here, on every server alike:
   ``pgmemory_erase_user_audit``. ``MemoryStore.erase_user`` calls it, in one statement.
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-12-01
 """
 
@@ -37,7 +37,7 @@ from types import ModuleType
 from alembic import op
 
 revision: str = "0014"
-down_revision: str | None = "0012"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

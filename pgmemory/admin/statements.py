@@ -600,7 +600,7 @@ SET_PARTITION_COUNT = "SELECT set_config('pgmemory.partitions', CAST(:partitions
 
 #: Turn the EMPTY memories table into one hash-partitioned by user_id into
 #: current_setting('pgmemory.partitions') partitions, keeping every column, default, check,
-#: storage setting, key, foreign key and index (by name). Run after SET_PARTITION_COUNT, in
+#: generated column (the vector's code), storage setting, key, foreign key and index (by name). Run after SET_PARTITION_COUNT, in
 #: one transaction; no '%' and no bind marker in it, so it runs as written.
 PARTITION_MEMORIES = """
 DO $$
@@ -621,7 +621,8 @@ DECLARE
 BEGIN
     ALTER TABLE pgmemory_memories RENAME TO pgmemory_memories_plain;
     CREATE TABLE pgmemory_memories (LIKE pgmemory_memories_plain
-        INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)
+        INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED INCLUDING STORAGE
+        INCLUDING COMMENTS)
         PARTITION BY HASH (user_id);
     DROP TABLE pgmemory_memories_plain;
     FOR i IN 0 .. partitions - 1 LOOP

@@ -112,6 +112,13 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     MemoryColumn("recall_tokens", "int4", "recall_tokens", memory=None),
 )
 
+#: Columns PostgreSQL computes itself from the others (stored generated columns), with their
+#: types: never sent, never read back into a Memory; what reads them names them.
+GENERATED_COLUMNS: tuple[tuple[str, str], ...] = (
+    # binary_quantize(embedding): the first pass of a large scope's search (migration 0013)
+    ("embedding_code", "varbit"),
+)
+
 #: Not a column: a row's position in its batch (add) or import (0, 1, ...), sent with it.
 POSITION = MemoryColumn("position", "bigint", "positions", memory=None)
 #: The values sent per row, in COPY order: the columns sent, then the position.

@@ -25,6 +25,7 @@ from sqlalchemy import (
     ARRAY,
     BigInteger,
     CheckConstraint,
+    Computed,
     DateTime,
     ForeignKey,
     Identity,
@@ -36,7 +37,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, REAL, TSVECTOR, UUID
+from sqlalchemy.dialects.postgresql import BIT, JSONB, REAL, TSVECTOR, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Largest vector kept in the covering B-tree entry (2,704 bytes at most per entry): at 512
@@ -110,6 +111,12 @@ class MemoryRow(Base):
         TSVECTOR, nullable=False, server_default=text("''::tsvector")
     )
     embedding: Mapped[Any] = mapped_column(Vector(), nullable=False)
+    #: ``binary_quantize(embedding)``: one bit per dimension (set where the component is
+    #: positive), kept by PostgreSQL itself; the first pass of a large scope's search (0013).
+    embedding_code: Mapped[Any] = mapped_column(
+        BIT(varying=True),
+        Computed("CAST(binary_quantize(embedding) AS bit varying)", persisted=True),
+    )
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
@@ -136,6 +143,16 @@ class MemoryRow(Base):
             "application_id",
             postgresql_include=["id", "created_at", "expires_at", "embedding"],
             postgresql_where=text(f"vector_dims(embedding) <= {COVERING_MAX_DIMENSIONS}"),
+        ),
+        # The first pass of a large scope's search (every size: d / 8 bytes of code a row):
+        # the rows nearest by Hamming distance, re-ranked exactly from the full vectors.
+        # User scopes only (the path serves no narrower one), so the index adds no limit on the
+        # other scope ids.
+        Index(
+            "ix_pgmemory_memories_user_codes",
+            "collection",
+            "user_id",
+            postgresql_include=["id", "expires_at", "embedding_code"],
         ),
         # Newest-first listing and recency recall per user; exact recall of large vectors.
         Index("ix_pgmemory_memories_user_recent", "collection", "user_id", "created_at"),

@@ -316,10 +316,14 @@ def _vector_candidates(
     conversation: bool,
     materialized: bool,
     ann_dimensions: int | None,
+    shortlist: bool = False,
 ) -> str:
     """The ``candidates`` CTE: every live scope row with its exact cosine distance to
-    ``:query``, or, on the approximate path, the HNSW index's ``:ann_candidates`` nearest."""
+    ``:query``, or, on the approximate path, the HNSW index's ``:ann_candidates`` nearest, or,
+    with ``shortlist``, the :func:`_shortlist` rows with their exact distance."""
     where, window = _scope_filter(dimensions, windowed=windowed)
+    if shortlist:
+        return _shortlist(dimensions, where + window, conversation=conversation)
     if ann_dimensions is not None:
         typed = f"vector({int(ann_dimensions)})"
         return f"""candidates AS MATERIALIZED (
@@ -360,6 +364,40 @@ KEYWORD_CANDIDATES = 100
 TERM_SAMPLE = 256
 #: Distinct query terms looked up (a longer query keeps its first ones).
 MAX_QUERY_TERMS = 64
+
+
+def _shortlist(dimensions: tuple[str, ...], where: str, *, conversation: bool) -> str:
+    """The two-phase ``candidates``: the ``:shortlist`` live scope rows nearest to ``:query``
+    by the Hamming distance of their binary codes (``embedding_code``, read index-only from
+    the small codes index, d / 8 bytes a row), then those rows' exact cosine distance, read
+    from their full vectors one primary-key lookup each.
+
+    The lookup is a LATERAL subquery with ``OFFSET 0``, so no plan (a generic one included,
+    whose estimates know nothing of ``:shortlist``) can turn it into a join that scans the
+    scope's full vectors after all; it repeats ``m.user_id = :user_id`` so that Citus routes it
+    to the user's shard, as :func:`_hits` does.
+    """
+    routed = "\n          AND m.user_id = :user_id" if "user_id" in dimensions else ""
+    keys = ", m.application_id, m.agent_id, m.session_id" if conversation else ""
+    return f"""shortlist AS MATERIALIZED (
+    SELECT m.id, m.user_id
+    FROM pgmemory_memories AS m
+    WHERE {where}
+      AND {_LIVE}
+    ORDER BY m.embedding_code <~> binary_quantize(CAST(:query AS vector)), m.id
+    LIMIT :shortlist
+),
+candidates AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.created_at{keys}, m.distance
+    FROM shortlist AS s
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.user_id, m.created_at{keys}, (m.embedding <=> :query) + 0 AS distance
+        FROM pgmemory_memories AS m
+        WHERE m.id = s.id AND m.user_id = s.user_id{routed}
+        OFFSET 0
+    ) AS m
+)"""
+
 
 #: BM25 of a term in a row: ``idf`` from ``df`` and ``n``, ``tf``, length ``dl`` against
 #: ``avgdl`` (k1 1.2, b 0.75).
@@ -743,6 +781,7 @@ def _ranking(
     neighbours: bool,
     ann_dimensions: int | None,
     windowed: bool,
+    shortlist: bool = False,
 ) -> str:
     """The CTEs of a mode's ranking, up to ``top`` (the best ``:limit`` rows and their score);
     shared by :func:`search_memories` and :func:`recall_memories`."""
@@ -750,6 +789,8 @@ def _ranking(
         raise ValueError("neighbours are part of mode='hybrid' with fusion='score' only")
     if ann_dimensions is not None and mode != "vector":
         raise ValueError("the approximate path serves mode='vector' only")
+    if shortlist and (mode != "vector" or ann_dimensions is not None):
+        raise ValueError("the two-phase path serves mode='vector' on the exact path only")
     if mode not in SEARCH_MODES:
         raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
     candidates = _vector_candidates(
@@ -759,6 +800,7 @@ def _ranking(
         conversation=neighbours,
         materialized=mode != "vector",
         ann_dimensions=ann_dimensions,
+        shortlist=shortlist,
     )
     keywords = _keyword_ranking(
         dimensions, windowed=windowed, scope_from_candidates=mode == "hybrid"
@@ -791,6 +833,7 @@ def search_memories(
     fusion: str = "score",
     neighbours: bool = False,
     ann_dimensions: int | None = None,
+    shortlist: bool = False,
     relax_commit: bool = False,
     windowed: bool = False,
     explain: bool = False,
@@ -837,6 +880,11 @@ def search_memories(
     ``embedding::vector(D)``, see :func:`ann_index_ddl`) with the scope filter applied inside
     the index scan, ``:ann_candidates`` of them (run with ANN_SETTINGS: iterative scan, so the
     scan keeps walking until enough rows pass the filter), then re-ranked exactly.
+
+    ``shortlist`` (vector mode only) is the two-phase path for large scopes: the scope's
+    ``:shortlist`` rows nearest by the Hamming distance of their binary codes, re-ranked by
+    their exact cosine distance (:func:`_shortlist`); :mod:`pgmemory.store.shortlist` decides
+    which scopes take it and how many rows it re-ranks.
     """
     ranked = _ranking(
         dimensions,
@@ -846,6 +894,7 @@ def search_memories(
         neighbours=neighbours,
         ann_dimensions=ann_dimensions,
         windowed=windowed,
+        shortlist=shortlist,
     )
     if explain:
         audit_cte = _recall_audit(relax_commit=relax_commit, explained=True) if audit else ""
@@ -1247,6 +1296,29 @@ FROM big CROSS JOIN LATERAL (
     ORDER BY random()
     LIMIT GREATEST(1, CAST(:samples AS int) / (SELECT count(*) FROM big))
 ) AS picked
+LIMIT :samples
+"""
+
+
+# --- large scopes: the two-phase path (binary codes, then exact re-rank) --------------------
+
+#: The users whose scope takes the two-phase path: more than :min_rows stored rows (expired
+#: ones too: the first pass reads them until they are swept); rows without a user (``''``)
+#: are no user scope. Refreshed with every two-phase probe (see pgmemory.store.shortlist).
+_SHORTLIST_SCOPES = """
+    SELECT user_id FROM pgmemory_memories
+    WHERE collection = :collection AND user_id <> ''
+    GROUP BY user_id HAVING count(*) > :min_rows"""
+
+#: The users whose scope takes the two-phase path, with their rows (see _SHORTLIST_SCOPES).
+SHORTLIST_LARGE_USERS = _SHORTLIST_SCOPES.replace("SELECT user_id", "SELECT user_id, count(*)")
+
+#: Probe queries for the two-phase path: :samples stored rows (id and vector) of one user's
+#: scope, at random (one statement per probed user, so that Citus routes each to one shard).
+SHORTLIST_PROBE_SAMPLE = """
+SELECT m.id, m.embedding FROM pgmemory_memories AS m
+WHERE m.collection = :collection AND m.user_id = :user_id
+ORDER BY random()
 LIMIT :samples
 """
 

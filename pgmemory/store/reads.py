@@ -41,6 +41,7 @@ from pgmemory.store.records import (
     Signals,
     check_search_scope,
 )
+from pgmemory.store.shortlist import Shortlists
 from pgmemory.store.validation import (
     check_aware,
     check_choice,
@@ -97,6 +98,8 @@ async def search(
     trace: RecallTrace | None,
     path: AnnPath | Route | None = Route.AUTO,
     explain: bool = False,
+    shortlists: Shortlists | None = None,
+    shortlist: int | Route | None = Route.AUTO,
 ) -> list[MemoryHit]:
     """The ``limit`` best memories of the scope, best first (see ``MemoryStore.search``).
 
@@ -110,6 +113,11 @@ async def search(
     to too few, so windowed searches stay exact). On its own decision, a search never fails
     because of the approximate path: if that statement fails, or returns fewer than ``limit``
     hits without a ``min_score``, the search runs exactly instead (and audits once).
+
+    ``shortlist`` forces the exact path (None) or the two-phase one with that many re-ranked
+    rows (what its probe compares); by default ``shortlists`` decides (see
+    :mod:`pgmemory.store.shortlist`), for the vector searches without a window that the
+    approximate path does not take.
     """
     check_search_scope(scope, allow_unscoped=allow_unscoped)
     info = await catalogue.get(collection)
@@ -139,6 +147,12 @@ async def search(
     chosen = isinstance(path, Route)
     if isinstance(path, Route):
         path = await ann.route(collection, scope) if mode == "vector" and not windowed else None
+    if isinstance(shortlist, Route):
+        shortlist = None
+        if shortlists is not None and path is None and mode == "vector" and not windowed:
+            shortlist = await shortlists.route(collection, scope, limit)
+    if path is not None:
+        shortlist = None
 
     # With replicas, the search statement only reads; its audit row is inserted separately.
     replicated = db.replicas is not None
@@ -152,6 +166,7 @@ async def search(
             fusion=weights.fusion if mode == "hybrid" else "score",
             neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
             ann_dimensions=info.dimensions if on is not None else None,
+            shortlist=on is None and shortlist is not None,
             # A shared transaction holds the turn's writes: its commit stays durable.
             relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
             windowed=windowed,
@@ -173,6 +188,7 @@ async def search(
         "neighbour_weight": weights.neighbour,
         "limit": limit,
         "ann_candidates": max(4 * limit, 40),
+        **({"shortlist": shortlist} if shortlist is not None else {}),
         "min_score": floor,
     }
     if audit:
@@ -231,6 +247,25 @@ async def probe_search(
         db, catalogue, ann, collection, scope, query=None, vector=vector, limit=limit,
         mode="vector", weights=None, min_score=None, since=None, until=None,
         allow_unscoped=False, audit=False, trace=None, path=path,
+    )  # fmt: skip
+
+
+async def probe_shortlist(
+    db: Database,
+    catalogue: Catalogue,
+    ann: AnnPaths,
+    collection: str,
+    scope: MemoryScope,
+    vector: Any,
+    limit: int,
+    shortlist: int | None,
+) -> list[MemoryHit]:
+    """An unaudited exact vector search, or a two-phase one re-ranking ``shortlist`` rows, for
+    the two-phase path's probe."""
+    return await search(
+        db, catalogue, ann, collection, scope, query=None, vector=vector, limit=limit,
+        mode="vector", weights=None, min_score=None, since=None, until=None,
+        allow_unscoped=False, audit=False, trace=None, path=None, shortlist=shortlist,
     )  # fmt: skip
 
 

@@ -79,6 +79,7 @@ FAN_OUT: dict[str, str] = {
     "MEMORIES_RELKIND": "pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
     "ANN_LARGE_USERS": "the approximate-index probe: which users' scopes are large (all users)",
     "ANN_PROBE_SAMPLE": "the approximate-index probe: sample vectors from the large scopes",
+    "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",
 }
 
 #: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.

@@ -42,6 +42,7 @@ from pgmemory.store.records import (
     Signals,
 )
 from pgmemory.store.retry import retried_read
+from pgmemory.store.shortlist import Shortlists
 
 if TYPE_CHECKING:
     from pgmemory.embedders.base import Embedder
@@ -104,6 +105,10 @@ class MemoryStore:
             self._catalogue,
             lambda *probe: reads.probe_search(self._db, self._catalogue, self._ann, *probe),
         )
+        probe = reads.probe_shortlist
+        self._shortlists = Shortlists(
+            self._db, lambda *a: probe(self._db, self._catalogue, self._ann, *a)
+        )
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -162,9 +167,8 @@ class MemoryStore:
 
         Every write of this store by the current task (or tasks it starts) joins one
         transaction, committed when the block ends, rolled back if it raises; blocks nest.
-        Reads outside transactions (``list``, ``read_history``, unaudited searches, ...) do
-        not see its uncommitted writes; ``create_collection`` must not run inside one. The
-        after-run writes of a turn's providers share one block, so a turn is stored whole::
+        Reads outside it do not see its writes; ``create_collection`` must not run inside.
+        A turn's providers write in one block, so a turn is stored whole::
 
             async with store.shared_transaction():
                 await store.append_history(session_id, messages, user_id="alice")
@@ -337,7 +341,7 @@ class MemoryStore:
             self._db, self._catalogue, self._ann, collection, scope, query=query, vector=vector,
             limit=limit, mode=mode, weights=weights, min_score=min_score, since=since,
             until=until, allow_unscoped=allow_unscoped, audit=audit, trace=trace,
-            explain=explain,
+            explain=explain, shortlists=self._shortlists,
         )  # fmt: skip
 
     @retried_read
@@ -365,11 +369,8 @@ class MemoryStore:
         best ``max_results`` matches for ``query`` (None or blank: recent turns only), less
         tool calls and results (unless ``include_tools``) and near-duplicates, fitted into
         ``max_tokens`` under ``heading``; the audit row holds exactly the shown memories, the
-        retrieval mode used and each memory's reason and signals. :mod:`pgmemory.store.recall`
-        gives the rules; a query is cleaned and cut like stored text, never refused.
-
-        Returns ``text`` (``""`` when nothing is shown), ``items`` and ``memory_ids``; raises
-        InvalidInputError, ScopeError and CollectionError as :meth:`search` does.
+        retrieval mode used and each memory's reason and signals (rules:
+        :mod:`pgmemory.store.recall`). Raises as :meth:`search` does.
         """
         return await recall.recall(
             self._db, self._catalogue, collection, scope, query=query, max_results=max_results,
@@ -402,12 +403,10 @@ class MemoryStore:
     ) -> AnnStatus:
         """Let vector searches of large user scopes use an HNSW index.
 
-        Builds the collection's index if missing (``CREATE INDEX CONCURRENTLY``), then probes
-        stored vectors of the largest user scopes through the index and exactly: the path is
-        used only while recall@10 >= ``recall_floor``, by searches of exactly one user's
-        scope of more than ``min_scope_rows`` memories at the last probe (renewed every
-        ANN_PROBE_EVERY searches). Inserts get slower. The setting lives in this store
-        object: call it after each start-up (the build is then skipped).
+        Builds the index if missing (``CREATE INDEX CONCURRENTLY``), then probes it: the
+        path serves one user's scope of more than ``min_scope_rows`` memories only while
+        recall@10 >= ``recall_floor`` (renewed every ANN_PROBE_EVERY searches). Inserts get
+        slower. The setting lives in this store object: call it after each start-up.
 
         Args:
             collection: The collection.

@@ -273,8 +273,8 @@ class IndexShape:
     Attributes:
         name: The index, as the schema names it.
         columns: ``(field, type)`` pairs: type ``text`` (the field's value is measured),
-            ``uuid``, ``int8``, ``timestamptz`` (fixed sizes) or ``vector`` (the field's
-            value is the number of dimensions).
+            ``uuid``, ``int8``, ``timestamptz`` (fixed sizes), ``vector`` or ``code`` (a
+            vector's binary code; for both the field's value is the number of dimensions).
         nullable: Fields that may be NULL (absent from the entry when they are).
     """
 
@@ -316,6 +316,9 @@ def entry_bytes(shape: IndexShape, values: Mapping[str, Any]) -> int:
             size = size + 1 + n if n + 1 <= 127 else _align(size, 4) + 4 + n
         elif kind == "vector":
             size = _align(size, 4) + 8 + 4 * int(value or 0)
+        elif kind == "code":  # bit varying: its bit count, then a bit a dimension
+            n = 4 + (int(value or 0) + 7) // 8
+            size = size + 1 + n if n + 1 <= 127 else _align(size, 4) + 4 + n
         else:
             width, alignment = _FIXED_TYPES[kind]
             size = _align(size, alignment) + width
@@ -339,6 +342,8 @@ def _entry_bound(shapes: Sequence[IndexShape], values: Mapping[str, Any]) -> int
             size += 7 + 4 * len(value) if isinstance(value, str) else 7
         elif kind == "vector":
             size += 11 + 4 * int(value or 0)
+        elif kind == "code":
+            size += 11 + (int(value or 0) + 7) // 8
         else:
             size += 16
     return size
@@ -410,6 +415,12 @@ COVERING_INDEX = _shape(
     "ix_pgmemory_memories_user_cover",
     "collection", "user_id", "session_id", "agent_id", "application_id",
     "id:uuid", "created_at:timestamptz", "expires_at:timestamptz", "embedding:vector",
+    nullable=("expires_at",),
+)  # fmt: skip
+#: The binary codes' index (every collection): the vector's code, a bit a dimension.
+CODES_INDEX = _shape(
+    "ix_pgmemory_memories_user_codes",
+    "collection", "user_id", "id:uuid", "expires_at:timestamptz", "embedding:code",
     nullable=("expires_at",),
 )  # fmt: skip
 #: The memory audit's indexes (a row per memory written or deleted).

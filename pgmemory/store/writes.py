@@ -31,6 +31,7 @@ from pgmemory.store.recall_text import line_tokens
 from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope
 from pgmemory.store.uuid7 import uuid7
 from pgmemory.store.validation import (
+    CODES_INDEX,
     COVERING_INDEX,
     MAX_NAME_CHARS,
     MEMORY_AUDIT_INDEXES,
@@ -305,7 +306,7 @@ _FIELD_NAMES = {
 def _entry_shapes(dimensions: int, has_message_id: bool) -> tuple[IndexShape, ...]:
     """The B-tree indexes a memory row of a collection of ``dimensions`` goes into (and its
     audit row)."""
-    shapes = [*MEMORY_INDEXES, *([MESSAGE_INDEX] if has_message_id else [])]
+    shapes = [*MEMORY_INDEXES, CODES_INDEX, *([MESSAGE_INDEX] if has_message_id else [])]
     if dimensions <= COVERING_MAX_DIMENSIONS:
         shapes.append(COVERING_INDEX)
     return (*shapes, *MEMORY_AUDIT_INDEXES)

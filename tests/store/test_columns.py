@@ -14,6 +14,7 @@ from sqlalchemy.dialects import postgresql
 from pgmemory.store import queries
 from pgmemory.store.columns import (
     BATCH_KEYS,
+    GENERATED_COLUMNS,
     MEMORY_COLUMNS,
     READ_COLUMNS,
     STAGING_COLUMNS,
@@ -36,13 +37,17 @@ _UDT = {
     "TIMESTAMP WITH TIME ZONE": "timestamptz",
     "JSONB": "jsonb",
     "INTEGER": "int4",
+    "BIT VARYING": "varbit",
 }
 
 
 def test_the_columns_are_the_models_in_order_and_type() -> None:
     dialect = postgresql.dialect()
-    model = [(c.name, _UDT[c.type.compile(dialect=dialect)]) for c in MemoryRow.__table__.columns]
+    columns = MemoryRow.__table__.columns
+    model = [(c.name, _UDT[c.type.compile(dialect=dialect)]) for c in columns if c.computed is None]
     assert [(c.name, c.sql_type) for c in MEMORY_COLUMNS] == model
+    generated = [(c.name, _UDT[c.type.compile(dialect=dialect)]) for c in columns if c.computed]
+    assert list(GENERATED_COLUMNS) == generated
 
 
 async def test_the_columns_are_the_migrated_tables(store: MemoryStore) -> None:
@@ -57,8 +62,8 @@ async def test_the_columns_are_the_migrated_tables(store: MemoryStore) -> None:
                 )
             )
         ).all()
-    assert {c.name: c.sql_type for c in MEMORY_COLUMNS} == dict(rows)
-    assert len(rows) == len(MEMORY_COLUMNS)
+    assert {c.name: c.sql_type for c in MEMORY_COLUMNS} | dict(GENERATED_COLUMNS) == dict(rows)
+    assert len(rows) == len(MEMORY_COLUMNS) + len(GENERATED_COLUMNS)
 
 
 async def test_the_staging_table_is_what_copy_sends(store: MemoryStore) -> None:

@@ -150,14 +150,17 @@ def test_the_quick_entry_bound_is_never_below_an_exact_entry() -> None:
 
     rng = np.random.default_rng(5)
     alphabet = ["a", "é", "中", "😀"]
-    shapes = (*v.MEMORY_INDEXES, v.MESSAGE_INDEX, v.COVERING_INDEX, *v.MEMORY_AUDIT_INDEXES)
+    shapes = (
+        *v.MEMORY_INDEXES, v.MESSAGE_INDEX, v.COVERING_INDEX, v.CODES_INDEX,
+        *v.MEMORY_AUDIT_INDEXES,
+    )  # fmt: skip
     for _ in range(300):
         values: dict[str, object] = {
             field: "".join(rng.choice(alphabet, size=int(rng.integers(0, 200))))
             for field in ("collection", "user_id", "application_id", "agent_id", "session_id",
                           "message_id")
         }  # fmt: skip
-        values["embedding"] = int(rng.integers(1, 513))
+        values["embedding"] = int(rng.integers(1, 2001))
         if rng.random() < 0.3:
             values["message_id"] = None
         exact = max(v.entry_bytes(shape, values) for shape in shapes)

@@ -1,0 +1,220 @@
+"""The two-phase path: large user scopes searched through binary codes, then re-ranked exactly.
+
+An exact vector search reads every row of the scope (about 1.1-1.5 µs a row at 384-512
+dimensions, most of it the vector's bytes: 2 kB a row at 512 d). Each memory also keeps
+``binary_quantize(embedding)`` (one bit a dimension, a stored generated column, migration
+0013) in an index of its own, 32 times smaller. A search of a large scope reads those codes
+index-only, keeps the ``shortlist_size(limit)`` rows nearest by Hamming distance, and re-ranks
+them by their exact cosine distance (:func:`pgmemory.store.queries.search_memories` with
+``shortlist``). The hits' scores are the exact similarities; what can differ from an exact
+search is which rows are found: a true top-k row whose code is not among the nearest
+``shortlist_size(limit)`` codes is missed.
+
+How well codes keep the right rows depends on the vectors, not only on the scope's size:
+measured (docs/performance.md), real sentence embeddings (USE, 512 d) keep recall@3 >= 0.999
+at 40 codes per hit, while vectors that are nearly random within a topic (the synthetic data
+of ``bench/store/scale.py``) need a fifth of the scope, which is no saving. So the path is
+gated, per collection and process, by a recall probe on the collection's own stored vectors:
+``samples`` stored rows of the largest scopes are searched both ways (their own row left out
+of the comparison), and the path is used only while recall@``PROBE_LIMIT`` >= the floor.
+
+Which scopes take it: a vector search (no ``since``/``until`` window) whose scope is exactly
+one user, whose rows numbered more than ``min_scope_rows`` at the last probe; every other
+search stays exact. The sizes come from one aggregate over the collection's codes index (all
+its users, a fan-out on Citus), run with each probe: at the collection's 100th vector search in
+the process (before, every search is exact), then after every ``probe_every`` searches of it,
+at most once a minute; a probe's exact searches read at most SHORTLIST_PROBE_ROWS scope rows in
+all. A size that went stale costs speed, never correctness: a user who grew past the threshold
+searches exactly until the next probe, and one who shrank searches a smaller scope with the same
+shortlist (recall only rises). Scopes narrower than a user (a session, an agent) stay exact. A probe that fails leaves
+the path off (every search exact), logged without user data.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import text
+
+from pgmemory.store import queries as q
+from pgmemory.store.database import Database
+from pgmemory.store.records import MemoryHit, MemoryScope
+
+logger = logging.getLogger(__name__)
+
+#: Scopes of more rows than this take the two-phase path (when the probe allows it): below it
+#: the exact scan costs about as much as the first pass plus the re-rank (docs/performance.md).
+SHORTLIST_MIN_SCOPE_ROWS = 1_000
+#: Rows re-ranked per hit asked for, and at least (a search for 1 hit needs more than 40).
+SHORTLIST_OVERSAMPLE = 40
+SHORTLIST_MIN_ROWS = 160
+#: The least recall the probe must measure for the path to be used.
+SHORTLIST_RECALL_FLOOR = 0.99
+#: A collection is first probed at its this-many-th search in the process (a process that
+#: searches it a few times never pays for a probe it cannot amortise: up to about 0.5 s) ...
+SHORTLIST_FIRST_PROBE = 100
+#: ... and again (which also refreshes which scopes are large) after this many of its
+#: searches, and no sooner than this many seconds after its last probe.
+SHORTLIST_PROBE_EVERY = 1_000
+SHORTLIST_PROBE_INTERVAL_S = 60.0
+#: Stored rows a probe searches both ways, and the hits it compares for each.
+SHORTLIST_PROBE_SAMPLES = 32
+PROBE_LIMIT = 10
+#: Scope rows the probe's exact searches may read in all (about 0.5 s at 1.3 µs a row): a
+#: collection whose large scopes are huge is probed on fewer of its stored rows.
+SHORTLIST_PROBE_ROWS = 400_000
+
+
+def shortlist_size(limit: int) -> int:
+    """How many rows, nearest by their codes, a two-phase search of ``limit`` hits re-ranks."""
+    return max(SHORTLIST_OVERSAMPLE * limit, SHORTLIST_MIN_ROWS)
+
+
+class ShortlistSearch(Protocol):
+    """An unaudited vector search with a given shortlist (exact when None): what probes compare."""
+
+    async def __call__(
+        self, collection: str, scope: MemoryScope, vector: Any, limit: int, shortlist: int | None
+    ) -> list[MemoryHit]: ...
+
+
+@dataclass(kw_only=True)
+class ShortlistState:
+    """A collection's two-phase path in this process, as its last probe left it."""
+
+    recall: float | None = None
+    probed_scopes: int = 0
+    searches: int = 0
+    probed: bool = False
+    probed_at: float = 0.0
+    #: Users whose scope held more than min_scope_rows rows at the last probe.
+    large_users: frozenset[str] = frozenset()
+
+
+class Shortlists:
+    """The two-phase paths of one store's collections (see the module's docstring).
+
+    Args:
+        db: The database.
+        search: Runs a vector search with a given shortlist (the probe's two searches).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        search: ShortlistSearch,
+        *,
+        min_scope_rows: int = SHORTLIST_MIN_SCOPE_ROWS,
+        recall_floor: float = SHORTLIST_RECALL_FLOOR,
+        first_probe: int = SHORTLIST_FIRST_PROBE,
+        probe_every: int = SHORTLIST_PROBE_EVERY,
+        samples: int = SHORTLIST_PROBE_SAMPLES,
+    ) -> None:
+        self._db = db
+        self._search = search
+        self.min_scope_rows = min_scope_rows
+        self.recall_floor = recall_floor
+        self.first_probe = first_probe
+        self.probe_every = probe_every
+        self.samples = samples
+        self._states: dict[str, ShortlistState] = {}
+
+    def state(self, collection: str) -> ShortlistState:
+        """The collection's state (a fresh, unprobed one if none yet)."""
+        return self._states.setdefault(collection, ShortlistState())
+
+    def enabled(self, collection: str) -> bool:
+        """Whether the collection's last probe measured recall at or above the floor."""
+        state = self.state(collection)
+        return state.recall is not None and state.recall >= self.recall_floor
+
+    async def route(self, collection: str, scope: MemoryScope, limit: int) -> int | None:
+        """How many rows a vector search of ``scope`` re-ranks on the two-phase path, or None
+        (exact). Counts the search; probes at the collection's ``first_probe``-th search in
+        this process and after every ``probe_every`` searches then. Never raises."""
+        if set(scope.as_dict()) != {"user_id"}:
+            return None
+        state = self.state(collection)
+        state.searches += 1
+        if not state.probed:
+            due = state.searches >= self.first_probe
+        else:
+            due = state.searches > self.probe_every and (
+                time.monotonic() - state.probed_at >= SHORTLIST_PROBE_INTERVAL_S
+            )
+        if due:
+            await self.probe(collection)
+        if not self.enabled(collection) or scope.user_id not in state.large_users:
+            return None
+        return shortlist_size(limit)
+
+    async def probe(self, collection: str) -> ShortlistState:
+        """Refresh the collection's large scopes and measure the path's recall on them."""
+        state = self.state(collection)
+        # Searches arriving meanwhile see the path as probed (and keep its last decision).
+        state.probed = True
+        state.searches = 0
+        state.probed_at = time.monotonic()
+        try:
+            await self._measure(collection, state)
+        except Exception as exc:
+            state.recall = None
+            state.probed_scopes = 0
+            state.large_users = frozenset()
+            logger.warning(
+                "two-phase probe of %s failed (%s): its searches stay exact",
+                collection,
+                type(exc).__name__,
+            )
+        logger.info(
+            "two-phase path of %s: %d large scopes, recall %s over %d -> %s",
+            collection,
+            len(state.large_users),
+            "n/a" if state.recall is None else f"{state.recall:.4f}",
+            state.probed_scopes,
+            "on" if self.enabled(collection) else "off (exact)",
+        )
+        return state
+
+    async def _measure(self, collection: str, state: ShortlistState) -> None:
+        params = {"collection": collection, "min_rows": self.min_scope_rows}
+        async with self._db.ddl() as conn:
+            result = await conn.execute(text(q.SHORTLIST_LARGE_USERS), params)
+            sizes: dict[str, int] = {str(row[0]): int(row[1]) for row in result}
+            # the largest scopes first, as many rows of each as the budget lets the exact
+            # searches read (at least one row of the largest)
+            largest = sorted(sizes, key=lambda u: (-sizes[u], u))[: self.samples]
+            each = max(1, self.samples // max(1, len(largest)))
+            rows: list[tuple[str, Any, Any]] = []
+            budget = 0
+            for user_id in largest:
+                room = (SHORTLIST_PROBE_ROWS - budget) // sizes[user_id]
+                take = min(each, max(room, 0 if rows else 1))
+                if take <= 0:
+                    break
+                sample = await conn.execute(
+                    text(q.SHORTLIST_PROBE_SAMPLE),
+                    {"collection": collection, "user_id": user_id, "samples": take},
+                )
+                rows += [(user_id, own_id, embedding) for own_id, embedding in sample]
+                budget += take * sizes[user_id]
+        found = total = 0
+        limit = PROBE_LIMIT + 1  # the stored row itself is found both ways: left out below
+        probed: set[str] = set()
+        for user_id, own_id, embedding in rows:
+            probed.add(user_id)
+            scope = MemoryScope(user_id=user_id)
+            exact = await self._search(collection, scope, embedding, limit, None)
+            two = await self._search(collection, scope, embedding, limit, shortlist_size(limit))
+            wanted = [h.memory.id for h in exact if h.memory.id != own_id][:PROBE_LIMIT]
+            got = {h.memory.id for h in two if h.memory.id != own_id}
+            if len(got) > PROBE_LIMIT:  # the stored row was not among them: the first 10 count
+                got = {h.memory.id for h in two[:PROBE_LIMIT]}
+            found += sum(1 for i in wanted if i in got)
+            total += len(wanted)
+        state.large_users = frozenset(sizes)
+        state.recall = found / total if total else None
+        state.probed_scopes = len(probed)

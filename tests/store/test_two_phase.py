@@ -1,0 +1,246 @@
+"""The two-phase path for large scopes (binary codes, then an exact re-rank): recall@k >= 0.99
+against brute force at several scope sizes, with default and forced generic plans; small,
+narrow and windowed scopes, and collections whose vectors the codes do not keep apart, stay
+exact; the codes follow every write."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from sqlalchemy import event, text
+
+from pgmemory.settings import Settings
+from pgmemory.store import migrate, queries, reads
+from pgmemory.store.records import MemoryRecord, MemoryScope
+from pgmemory.store.shortlist import shortlist_size
+from pgmemory.store.store import MemoryStore
+from tests.citus import cluster as citus_cluster
+from tests.conftest import _database
+
+DIM = 128
+SIZES = (500, 2_500, 6_000)
+EMBEDDED = "embedded"  # vectors with the low intrinsic dimension of real embeddings
+RANDOM = "random"  # uniform on the sphere: the codes' worst case
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _embedding_like(rng: np.random.Generator, mixing: np.ndarray, n: int) -> np.ndarray:
+    """Vectors on an 8-dimensional subspace of DIM, as real sentence embeddings concentrate
+    on few directions (measured USE 512-d vectors behave alike: docs/performance.md)."""
+    return _unit(rng.standard_normal((n, mixing.shape[0])) @ mixing)
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, Any]:
+    rng = np.random.default_rng(23)
+    mixing = rng.standard_normal((8, DIM))
+    rows = {n: _embedding_like(rng, mixing, n) for n in SIZES}
+    return {
+        "rows": rows,
+        "queries": _embedding_like(rng, mixing, 1_000),
+        "random": _unit(rng.standard_normal((3_000, DIM))),
+        "small": _embedding_like(rng, mixing, 50),
+    }
+
+
+def _records(name: str, vectors: np.ndarray, scope: MemoryScope) -> list[MemoryRecord]:
+    return [
+        MemoryRecord(content=f"{name} {i}", scope=scope, embedding=v) for i, v in enumerate(vectors)
+    ]
+
+
+@pytest.fixture(scope="module")
+def twophase_url(server_url: str) -> Iterator[str]:
+    """A database of this module's own, migrated (and distributed by user on Citus)."""
+    with _database(server_url, "twophase") as url:
+        migrate.upgrade(url)
+        if citus_cluster.serving(url) is not None:
+            citus_cluster.distribute(url)  # as the session's database is
+        yield url
+
+
+@pytest_asyncio.fixture(scope="module")
+async def loaded(twophase_url: str, data: dict[str, Any]) -> str:
+    """One collection of embedding-like vectors (a user per size, a small one) and one of
+    random vectors, imported and vacuumed."""
+    async with MemoryStore(twophase_url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
+        await store.create_collection(EMBEDDED, dimensions=DIM, embedding_model="test")
+        await store.create_collection(RANDOM, dimensions=DIM, embedding_model="test")
+        records = _records("small", data["small"], MemoryScope(user_id="small"))
+        for n, vectors in data["rows"].items():
+            records += _records(f"u{n}", vectors, MemoryScope(user_id=f"u{n}"))
+        await store.import_records(EMBEDDED, records)
+        await store.import_records(
+            RANDOM, _records("random", data["random"], MemoryScope(user_id="r"))
+        )
+        async with store.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
+    return twophase_url
+
+
+def _force_generic_plans(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.run_async(
+        lambda conn: conn.execute("SET plan_cache_mode = force_generic_plan")
+    )
+
+
+@pytest_asyncio.fixture(params=["default plans", "generic plans"])
+async def store(request: pytest.FixtureRequest, loaded: str) -> AsyncIterator[MemoryStore]:
+    async with MemoryStore(loaded, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
+        if request.param == "generic plans":
+            event.listen(store.engine.sync_engine, "connect", _force_generic_plans)
+            await store.engine.dispose()
+            async with store.engine.connect() as conn:
+                mode = (await conn.execute(text("SHOW plan_cache_mode"))).scalar()
+                assert mode == "force_generic_plan"
+        yield store
+
+
+def _truth(rows: np.ndarray, query: np.ndarray, k: int) -> list[int]:
+    sims = rows.astype(np.float64) @ query.astype(np.float64)
+    return [int(i) for i in np.argsort(-sims, kind="stable")[:k]]
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_two_phase_recall_is_at_least_099_against_brute_force(
+    store: MemoryStore, data: dict[str, Any], size: int
+) -> None:
+    """1,000 queries a scope size (3,000 hits at k=3), with the shortlist searches use; every
+    hit's score is its exact cosine similarity."""
+    k = 3
+    rows = data["rows"][size]
+    scope = MemoryScope(user_id=f"u{size}")
+    found = 0
+    for query in data["queries"]:
+        hits = await reads.probe_shortlist(
+            store._db, store._catalogue, store._ann, EMBEDDED, scope, query, k, shortlist_size(k)
+        )
+        got = [int(h.memory.content.split()[1]) for h in hits]
+        assert len(got) == k and {h.memory.scope.user_id for h in hits} == {f"u{size}"}
+        found += len(set(got) & set(_truth(rows, query, k)))
+        exact_scores = rows[got].astype(np.float64) @ query.astype(np.float64)
+        assert np.allclose([h.score for h in hits], exact_scores, atol=1e-5)
+    recall = found / (k * len(data["queries"]))
+    assert recall >= 0.99, f"recall@{k} {recall:.4f} at {size} rows"
+
+
+async def test_large_scopes_take_the_path_small_ones_stay_exact(
+    store: MemoryStore, data: dict[str, Any]
+) -> None:
+    """The library's own choice: the probe passes on embedding-like vectors, only scopes above
+    the threshold take the path, and a small scope's answers are the brute-force ones, in
+    order."""
+    shortlists = store._shortlists
+    shortlists.min_scope_rows, shortlists.first_probe = 2_000, 3
+    big, mid = MemoryScope(user_id="u6000"), MemoryScope(user_id="u500")
+    # the first searches of the collection in the process are exact, and do not probe
+    assert [await shortlists.route(EMBEDDED, big, 3) for _ in range(2)] == [None, None]
+    assert not shortlists.state(EMBEDDED).probed
+    assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)  # the third probes
+    state = shortlists.state(EMBEDDED)
+    assert state.recall is not None and state.recall >= 0.99 and state.probed_scopes == 2
+    assert state.large_users == {"u2500", "u6000"}
+    assert await shortlists.route(EMBEDDED, mid, 3) is None
+    assert await shortlists.route(EMBEDDED, MemoryScope(user_id="small"), 3) is None
+    # narrower than a user: exact whatever the user's size
+    assert await shortlists.route(EMBEDDED, MemoryScope(user_id="u6000", session_id="s"), 3) is None
+    for query in data["queries"][:50]:
+        for user, rows in (("small", data["small"]), ("u500", data["rows"][500])):
+            hits = await store.search(
+                EMBEDDED, MemoryScope(user_id=user), vector=query, limit=5, audit=False
+            )
+            assert [int(h.memory.content.split()[1]) for h in hits] == _truth(rows, query, 5)
+
+
+async def test_a_windowed_search_of_a_large_scope_stays_exact(
+    store: MemoryStore, data: dict[str, Any]
+) -> None:
+    store._shortlists.min_scope_rows = 2_000
+    rows = data["rows"][6000]
+    for query in data["queries"][:20]:
+        hits = await store.search(
+            EMBEDDED, MemoryScope(user_id="u6000"), vector=query, limit=3, audit=False,
+            since=datetime(2000, 1, 1, tzinfo=UTC),
+        )  # fmt: skip
+        assert [int(h.memory.content.split()[1]) for h in hits] == _truth(rows, query, 3)
+    assert store._shortlists.state(EMBEDDED).searches == 0  # never asked
+
+
+async def test_vectors_the_codes_do_not_keep_apart_stay_exact(
+    store: MemoryStore, data: dict[str, Any]
+) -> None:
+    """Random vectors: the probe measures recall below the floor, so the path stays off."""
+    store._shortlists.min_scope_rows, store._shortlists.first_probe = 1_000, 1
+    scope = MemoryScope(user_id="r")
+    assert await store._shortlists.route(RANDOM, scope, 3) is None
+    assert store._shortlists.state(RANDOM).probed
+    state = store._shortlists.state(RANDOM)
+    assert state.large_users == {"r"} and state.recall is not None and state.recall < 0.99
+    rng = np.random.default_rng(3)
+    for query in _unit(rng.standard_normal((20, DIM))):
+        hits = await store.search(RANDOM, scope, vector=query, limit=3, audit=False)
+        got = [int(h.memory.content.split()[1]) for h in hits]
+        assert got == _truth(data["random"], query, 3)
+
+
+def _numbered(statement: str) -> str:
+    """``:name`` parameters as ``$n`` (for EXPLAIN (GENERIC_PLAN))."""
+    names: dict[str, int] = {}
+    return re.sub(
+        r"(?<![:\w]):([a-z_]+)", lambda m: f"${names.setdefault(m.group(1), len(names) + 1)}",
+        statement,
+    )  # fmt: skip
+
+
+async def test_the_generic_plan_scans_codes_index_only_and_looks_up_the_shortlist(
+    loaded: str,
+) -> None:
+    """However the parameters turn out, the first pass reads the codes index only (never the
+    vectors) and the re-rank fetches the shortlist's rows by primary key."""
+    statement = queries.search_memories(("user_id",), covering=True, audit=True, shortlist=True)
+    # Citus routes each read of the memories table to the user's shard only with the filter.
+    reads = re.findall(r"FROM pgmemory_memories AS m\s+WHERE(.*?)(?:\)|$)", statement, re.S)
+    assert reads and all("m.user_id = :user_id" in where for where in reads)
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    async with MemoryStore(loaded, settings=settings) as store, store.engine.connect() as conn:
+        explained = await conn.execute(text("EXPLAIN (GENERIC_PLAN) " + _numbered(statement)))
+        plan = "\n".join(explained.scalars().all())
+    assert "Index Only Scan using ix_pgmemory_memories_user_codes" in plan, plan
+    assert "Index Scan using pk_pgmemory_memories" in plan, plan
+    assert "user_cover" not in plan and "Seq Scan on pgmemory_memories" not in plan, plan
+
+
+async def test_codes_follow_every_write(store: MemoryStore, data: dict[str, Any]) -> None:
+    """Rows added one by one get their code (a generated column), and the path finds them at
+    once; no row's code differs from its vector's."""
+    store._shortlists.min_scope_rows = 2_000
+    scope = MemoryScope(user_id="u6000")
+    query = data["queries"][0]
+    marker = f"new {uuid.uuid4().hex}"
+    ids = await store.add(EMBEDDED, [MemoryRecord(content=marker, scope=scope, embedding=query)])
+    try:
+        hits = await reads.probe_shortlist(
+            store._db, store._catalogue, store._ann, EMBEDDED, scope, query, 3, shortlist_size(3)
+        )
+        assert hits[0].memory.content == marker and hits[0].score == pytest.approx(1.0, abs=1e-5)
+        async with store.engine.connect() as conn:
+            differing = await conn.execute(
+                text(
+                    "SELECT count(*) FROM pgmemory_memories WHERE embedding_code IS DISTINCT "
+                    "FROM CAST(binary_quantize(embedding) AS bit varying)"
+                )
+            )
+            assert differing.scalar() == 0
+    finally:
+        await store.delete(EMBEDDED, ids=ids, scope=scope)

@@ -406,17 +406,23 @@ class Database:
                     except psycopg.Error:  # e.g. cancelled mid-statement: not reusable
                         await conn.invalidate()
 
-    async def fetch(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    async def fetch(
+        self, statement: str, params: Mapping[str, Any], *, users: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
         """The fast verb: ``statement`` (``:name`` parameters) in one prepared round trip on the
         primary, in autocommit, its rows as dicts; inside a :meth:`unit_of_work` it runs in the
         unit's transaction instead (see :mod:`pgmemory.store.fastpath`).
+
+        ``users``: the users whose rows the statement writes (an audited recall's), whose
+        erasure lock it holds shared, as :meth:`write` does, so that an erasure never misses
+        a recall audit row committed while it ran.
         """
         if self.in_unit_of_work:
-            async with self.write(users=()) as conn:
+            async with self.write(users=users) as conn:
                 result = await conn.execute(text(statement), dict(params))
                 return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
         async with self.driver_autocommit() as conn:
-            return await fastpath.run(conn, statement, params)
+            return await fastpath.run(conn, statement, params, lock_users=users)
 
     async def retried(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run a read; once more, on a fresh connection, if it lost its connection midway.

@@ -20,7 +20,7 @@ returned is audited, and a lost attempt may leave an audit row of its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -28,6 +28,8 @@ import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
+
+from pgmemory.store.queries import LOCK_USERS_FOR_WRITE
 
 _DIALECT = PGDialectAsync_psycopg()
 
@@ -40,7 +42,11 @@ def driver_statement(statement: str) -> str:
 
 
 async def run(
-    conn: psycopg.AsyncConnection[Any], statement: str, params: Mapping[str, Any]
+    conn: psycopg.AsyncConnection[Any],
+    statement: str,
+    params: Mapping[str, Any],
+    *,
+    lock_users: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Run ``statement`` (``:name`` parameters) on ``conn`` as one prepared round trip.
 
@@ -49,10 +55,22 @@ async def run(
             <pgmemory.store.database.Database.driver_autocommit>`).
         statement: One statement from :mod:`pgmemory.store.queries`.
         params: Its parameters.
+        lock_users: Users whose erasure lock the statement holds, shared, for its transaction
+            (an audited recall writes an audit row under its user, which an erasure running
+            at the same time must either see and pseudonymise, or precede). The lock, the
+            statement and their transaction's BEGIN and COMMIT go in one pipeline: still one
+            round trip, and the statement's snapshot is taken after the lock is held.
 
     Returns:
         Its rows, as dicts by column name (none for a statement that returns no rows).
     """
     cursor = conn.cursor(row_factory=dict_row)
-    await cursor.execute(driver_statement(statement), params, prepare=True)
+    if not lock_users:
+        await cursor.execute(driver_statement(statement), params, prepare=True)
+        return await cursor.fetchall() if cursor.description is not None else []
+    async with conn.pipeline(), conn.transaction():
+        await conn.execute(
+            driver_statement(LOCK_USERS_FOR_WRITE), {"users": sorted(lock_users)}, prepare=True
+        )
+        await cursor.execute(driver_statement(statement), params, prepare=True)
     return await cursor.fetchall() if cursor.description is not None else []

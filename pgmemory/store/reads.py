@@ -294,7 +294,9 @@ async def _run(
     settings in the same transaction.
     """
     if path is None:
-        return await db.fetch(statement, params)
+        # An audited search writes its audit row under the user: it holds their erasure lock.
+        users = (scope.user_id,) if audit and scope.user_id else ()
+        return await db.fetch(statement, params, users=users)
     async with db.write(users=()) as conn:
         return await _execute(conn, statement, params, path=path, wanted=wanted)
 

@@ -170,7 +170,9 @@ async def recall(
         # A shared transaction holds the turn's writes: its commit stays durable.
         relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
     )
-    rows = await db.fetch(statement, params)
+    # The audit row is written under the user: the recall holds their erasure lock.
+    users = (scope.user_id,) if audit and scope.user_id else ()
+    rows = await db.fetch(statement, params, users=users)
     return _assemble(rows, heading=heading, bounded=max_tokens is not None, mode=used_mode)
 
 
@@ -296,4 +298,5 @@ async def insert(db: Database, params: dict[str, Any]) -> None:
     """
     shared = db.in_unit_of_work
     statement = q.record_recall(relax_commit=not (db.settings.durable_recall_audit or shared))
-    await db.fetch(statement, params)
+    user = params.get("audit_user_id")
+    await db.fetch(statement, params, users=(user,) if user else ())

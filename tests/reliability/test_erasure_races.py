@@ -163,3 +163,51 @@ async def test_random_interleavings_keep_every_write_whole_or_erased(
     stop.set()
     await asyncio.gather(*tasks)
     _invariants(database_url, small, user)
+
+
+@pytest.mark.parametrize(("seed", "rows", "readers"), [(1, 200, 3), (2, 3_000, 4), (3, 50, 6)])
+async def test_recalls_racing_an_erasure_leave_no_audit_row_of_the_erased_user(
+    store: MemoryStore, small: str, database_url: str, seed: int, rows: int, readers: int
+) -> None:
+    """An audited search or recall holds the user's erasure lock for its statement, so an
+    erasure either sees its audit row (and moves it to the pseudonym) or runs first (and the
+    recall, seeing the user erased, shows nothing). After erase_user returns, no audit row
+    under the user's id shows a memory, and the rows of recalls that returned before it began
+    are all under the pseudonym."""
+    rng = random.Random(seed)
+    user = unique("recalled")
+    scope = MemoryScope(user_id=user)
+    await store.import_records(small, (_record(user, i) for i in range(rows)))
+    stop = asyncio.Event()
+    returned_before: list[int] = []
+    erasing = asyncio.Event()
+
+    async def reader(n: int) -> None:
+        while not stop.is_set():
+            if rng.random() < 0.5:
+                await store.search(small, scope, vector=[1, 0, 0], limit=3)
+            else:
+                await store.recall(small, scope, query=f"m{n}", mode="text", max_results=2)
+            if not erasing.is_set():
+                returned_before.append(n)
+            await asyncio.sleep(rng.random() * 0.005)
+
+    tasks = [asyncio.create_task(reader(n)) for n in range(readers)]
+    await asyncio.sleep(0.05 + rng.random() * 0.05)
+    erasing.set()
+    counts = await store.erase_user(user)
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert returned_before, "no recall ran before the erasure"
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            under_user = conn.execute(
+                sa.text("SELECT memory_ids FROM pgmemory_recall_audit WHERE user_id = :u"),
+                {"u": user},
+            ).all()
+    finally:
+        engine.dispose()
+    # Left under the id: only recalls that ran after the erasure, and they found nothing.
+    assert all(list(ids) == [] for (ids,) in under_user), len(under_user)
+    assert counts["recall_audit_rows_pseudonymised"] >= len(returned_before)

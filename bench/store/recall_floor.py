@@ -48,10 +48,10 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
     sent: dict[str, Any] = {}
     run_one = fastpath.run
 
-    async def spy(conn: Any, statement: str, params: Any) -> list[dict[str, Any]]:
+    async def spy(conn: Any, statement: str, params: Any, **options: Any) -> list[dict[str, Any]]:
         sent.setdefault("statement", statement)
         sent.setdefault("params", dict(params))
-        return await run_one(conn, statement, params)
+        return await run_one(conn, statement, params, **options)
 
     rng = np.random.default_rng(args.seed)
     scope = MemoryScope(user_id="floor-user")

@@ -57,9 +57,9 @@ async def run(
         params: Its parameters.
         lock_users: Users whose erasure lock the statement holds, shared, for its transaction
             (an audited recall writes an audit row under its user, which an erasure running
-            at the same time must either see and pseudonymise, or precede). The lock, the
-            statement and their transaction's BEGIN and COMMIT go in one pipeline: still one
-            round trip, and the statement's snapshot is taken after the lock is held.
+            at the same time must either see and pseudonymise, or precede). The lock and the
+            statement go in one pipeline, one implicit transaction: still one round trip, and
+            the statement's snapshot is taken after the lock is held.
 
     Returns:
         Its rows, as dicts by column name (none for a statement that returns no rows).
@@ -68,8 +68,10 @@ async def run(
     if not lock_users:
         await cursor.execute(driver_statement(statement), params, prepare=True)
         return await cursor.fetchall() if cursor.description is not None else []
-    async with conn.pipeline(), conn.transaction():
-        await conn.execute(
+    # Both go before one Sync: the server runs them as one implicit transaction, so the lock
+    # holds until the statement's commit (and the statement's snapshot is taken after it).
+    async with conn.pipeline():
+        await conn.cursor().execute(
             driver_statement(LOCK_USERS_FOR_WRITE), {"users": sorted(lock_users)}, prepare=True
         )
         await cursor.execute(driver_statement(statement), params, prepare=True)

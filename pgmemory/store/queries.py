@@ -206,71 +206,69 @@ _RANK_FUSION = """top AS (
     LIMIT :limit
 )"""
 
-# ... or score fusion: a row's scaled similarity (and recency) plus its scaled BM25, for the
-# rows of the pools (a ranking with weight 0 adds no rows). The similarity and recency scales
-# are the scope's (``candidates``); BM25 is scaled by the best of ``bm25``. Unlike ranks,
+# ... or score fusion: every scope row's scaled similarity (and recency), every keyword match's
+# scaled BM25, summed per row, for the rows in the union of the pools (a ranking with weight 0
+# adds no rows). One linear pass, as the rank fusion's: no join that a generic plan (whose
+# estimates say one row per CTE) could turn into a rescan per scope row. Unlike ranks,
 # normalised scores keep how far ahead the best match is.
-_SPREAD = """spread AS MATERIALIZED (
-    SELECT k.dmin, k.dmax, k.tmin, k.tmax, (SELECT max(relevance) FROM bm25) AS rmax
-    FROM scope_size AS k
+_SCORE_PARTS = """spread AS MATERIALIZED (
+    SELECT min(distance) AS dmin, max(distance) AS dmax,
+           min(created_at) AS tmin, max(created_at) AS tmax,
+           (SELECT max(relevance) FROM bm25) AS rmax
+    FROM candidates
 ),
-pooled AS MATERIALIZED (
-    SELECT id, user_id FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
-    UNION
-    SELECT id, user_id FROM by_text WHERE CAST(:text_weight AS float8) > 0
-    UNION
-    SELECT id, user_id FROM by_time WHERE CAST(:recency_weight AS float8) > 0
-)"""
-
-#: A candidate row's fused score (``c`` the candidate, ``s`` the spread, ``b`` its bm25 row).
-_FUSED_SCORE = """CAST(:vector_weight AS float8)
+fused AS (
+    SELECT id, user_id, sum(part) AS score, bool_or(pooled) AS pooled{keys}
+    FROM (
+        SELECT c.id, c.user_id, false AS pooled,
+               CAST(:vector_weight AS float8)
                    * COALESCE((s.dmax - c.distance) / NULLIF(s.dmax - s.dmin, 0), 1)
-               + CASE WHEN CAST(:recency_weight AS float8) > 0 THEN
-                     CAST(:recency_weight AS float8)
-                     * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
-                                / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
-                                1)
-                 ELSE 0 END
-               + CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0)"""
+               + CAST(:recency_weight AS float8)
+                   * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
+                              / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
+                              1) AS part{columns}
+        FROM candidates AS c CROSS JOIN spread AS s
+        UNION ALL
+        SELECT b.id, b.user_id, false,
+               CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0){nulls}
+        FROM bm25 AS b CROSS JOIN spread AS s
+        UNION ALL
+        SELECT id, user_id, true, 0{nulls} FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
+        UNION ALL
+        SELECT id, user_id, true, 0{nulls} FROM by_text WHERE CAST(:text_weight AS float8) > 0
+        UNION ALL
+        SELECT id, user_id, true, 0{nulls} FROM by_time WHERE CAST(:recency_weight AS float8) > 0
+    ) AS parts
+    GROUP BY id, user_id{having}
+)"""
 
 #: The columns that say which conversation a memory belongs to, and its place in it.
 _CONVERSATION = ("application_id", "agent_id", "session_id", "created_at")
 
-_SCORE_FUSION = f"""{_SPREAD},
+_SCORE_FUSION = (
+    _SCORE_PARTS.format(keys="", columns="", nulls="", having="\n    HAVING bool_or(pooled)")
+    + """,
 top AS (
-    SELECT c.id, c.user_id, CAST({_FUSED_SCORE} AS real) AS score
-    FROM pooled AS p
-    JOIN candidates AS c ON c.id = p.id AND c.user_id = p.user_id
-    CROSS JOIN spread AS s
-    LEFT JOIN bm25 AS b ON b.id = c.id AND b.user_id = c.user_id
-    ORDER BY score DESC, c.id
+    SELECT id, user_id, CAST(score AS real) AS score
+    FROM fused
+    ORDER BY score DESC, id
     LIMIT :limit
 )"""
+)
 
 # ... and with neighbours: each row also gets :neighbour_weight times the better fused score
 # of the rows just before and after it in its conversation (the window over every scope row,
 # partitioned by user, application, agent and session, in created_at order), and the pooled
-# rows' neighbours join the candidates. The window reads every scope row of the pooled rows'
-# conversations (``candidates``), so it sees those conversations whole, and nothing outside
-# the scope; a row's keyword part is its ``bm25`` value (exact, or the estimate for a row not
-# scored exactly), 0 without one.
-_SCORE_FUSION_NEIGHBOURS = f"""{_SPREAD},
-conversations AS MATERIALIZED (
-    SELECT DISTINCT m.user_id, m.application_id, m.agent_id, m.session_id
-    FROM pooled AS p
-    JOIN pgmemory_memories AS m ON m.id = p.id AND m.user_id = p.user_id{{routed}}
-),
-fused AS MATERIALIZED (
-    SELECT c.id, c.user_id, c.application_id, c.agent_id, c.session_id, c.created_at,
-           {_FUSED_SCORE} AS score,
-           (c.id, c.user_id) IN (SELECT id, user_id FROM pooled) AS pooled
-    FROM candidates AS c
-    JOIN conversations AS v
-      ON v.user_id = c.user_id AND v.application_id = c.application_id
-     AND v.agent_id = c.agent_id AND v.session_id = c.session_id
-    CROSS JOIN spread AS s
-    LEFT JOIN bm25 AS b ON b.id = c.id AND b.user_id = c.user_id
-),
+# rows' neighbours join the candidates. Every scope row is in ``fused`` (through
+# ``candidates``), so the window sees the whole conversation, and nothing outside the scope.
+_SCORE_FUSION_NEIGHBOURS = (
+    _SCORE_PARTS.format(
+        keys="".join(f",\n           max({c}) AS {c}" for c in _CONVERSATION),
+        columns=",\n               " + ", ".join(f"c.{c}" for c in _CONVERSATION),
+        nulls=", NULL, NULL, NULL, CAST(NULL AS timestamptz)",
+        having="",
+    )
+    + """,
 near AS (
     SELECT id, user_id, score, pooled,
            lag(score) OVER conversation AS score_before,
@@ -278,11 +276,8 @@ near AS (
            lag(pooled) OVER conversation AS pooled_before,
            lead(pooled) OVER conversation AS pooled_after
     FROM fused
-    -- byte order ("C") groups the conversations as any collation does, without its cost
     WINDOW conversation AS (
-        PARTITION BY user_id COLLATE "C", application_id COLLATE "C", agent_id COLLATE "C",
-                     session_id COLLATE "C"
-        ORDER BY created_at, id
+        PARTITION BY user_id, application_id, agent_id, session_id ORDER BY created_at, id
     )
 ),
 top AS (
@@ -294,6 +289,7 @@ top AS (
     ORDER BY score DESC, id
     LIMIT :limit
 )"""
+)
 
 
 # The search statement is composed of named parts, each one stage of the ranking: the scope's
@@ -347,25 +343,6 @@ def _vector_candidates(
 )"""
 
 
-#: A scope of at most this many rows is ranked exactly: every row matching a query term has
-#: its terms read. On LoCoMo's conversations (~600 turns) that costs less than the per-term
-#: lookups (9.8 ms p50 against 27 ms; the statement of 81aab31: 12 ms).
-SMALL_SCOPE = 1000
-#: In a scope of more than four times this many rows, the scope rows read per query term
-#: through the GIN index (in a smaller one, all of a term's rows are): a term in at most this
-#: many rows has its exact document frequency and all its rows pre-ranked; a term in more (a
-#: common term, of low weight) has its document frequency estimated from a sample.
-TERM_ROWS = 250
-#: In a larger scope, the rows scored exactly (their terms read back) as keyword candidates:
-#: the best by an estimate of BM25 that reads no term vector (tf 1, and the text's size in
-#: bytes for its length).
-KEYWORD_CANDIDATES = 100
-#: Scope rows whose terms are read to estimate a common term's document frequency.
-TERM_SAMPLE = 256
-#: Distinct query terms looked up (a longer query keeps its first ones).
-MAX_QUERY_TERMS = 64
-
-
 def _shortlist(dimensions: tuple[str, ...], where: str, *, conversation: bool) -> str:
     """The two-phase ``candidates``: the ``:shortlist`` live scope rows nearest to ``:query``
     by the Hamming distance of their binary codes (``embedding_code``, read index-only from
@@ -399,237 +376,73 @@ candidates AS MATERIALIZED (
 )"""
 
 
-#: BM25 of a term in a row: ``idf`` from ``df`` and ``n``, ``tf``, length ``dl`` against
-#: ``avgdl`` (k1 1.2, b 0.75).
-_IDF = "ln(1 + ({n} - {df} + 0.5) / ({df} + 0.5))"
-_TF = "{tf} * 2.2 / ({tf} + 1.2 * (0.25 + 0.75 * {dl} / {avgdl}))"
-
-
 def _keyword_ranking(
-    dimensions: tuple[str, ...],
-    *,
-    windowed: bool,
-    scope_from_candidates: bool,
-    small_scope: int = SMALL_SCOPE,
-    term_rows: int = TERM_ROWS,
-    keyword_candidates: int = KEYWORD_CANDIDATES,
-    term_sample: int = TERM_SAMPLE,
-    max_terms: int = MAX_QUERY_TERMS,
+    dimensions: tuple[str, ...], *, windowed: bool, scope_from_candidates: bool
 ) -> str:
-    """The ``bm25`` and ``by_text`` CTEs: BM25 (k1 1.2, b 0.75) of ``:term_list`` over the
-    scope, best ``:pool`` rows, reading a bounded number of rows whatever the scope's size.
+    """The ``by_text`` CTEs: BM25 (k1 1.2, b 0.75) of ``:terms`` over the scope, best
+    ``:pool`` rows.
 
-    The query's terms are parsed as a stored row's are (its first ``max_terms``); N is the
-    scope's size (counted from ``candidates`` when the statement has them); a row's length is
-    its number of distinct terms, against the average over the scored rows that match.
-
-    * A scope of at most ``small_scope`` rows: every row matching a term is scored, exactly
-      (as before: the rows come through the GIN index, document frequencies are counted
-      among them).
-    * A larger one: each term finds its scope rows through the GIN index, reading no term
-      vector: all of them in a scope of up to ``4 * term_rows`` rows, else its first
-      ``term_rows`` + 1. A term in no more rows than that has its exact document frequency;
-      a more common one has it estimated from up to ``term_sample`` scope rows, chosen by
-      the hash of their id (so a search ranks the same way each time), and is left out of
-      the pre-ranking. Rows are pre-ranked by BM25 with tf 1 and the text's size in bytes
-      for its length; the best ``keyword_candidates`` (and, with ``scope_from_candidates``,
-      the matching rows of ``by_vector``, which the statement then defines before this
-      stage) are scored exactly, their terms read back, the average length scaled from
-      theirs by the text sizes of all the pre-ranked rows. The other pre-ranked rows keep
-      their estimate in ``bm25`` (``exact`` false: a neighbour's keyword part);
-      ``by_text`` ranks the exact ones.
-
-    In a large scope this reads at most ``min(4 * term_rows, N)`` rows per term (without
-    their term vectors), ``term_sample`` sampled and ``keyword_candidates`` + ``:pool``
-    scored rows, whatever the scope's size; while no term is above the cap and at most
-    ``keyword_candidates`` rows match, the ranking is the exact BM25 of every match.
+    The rows matching any query term come through the GIN index; document frequencies are
+    counted among them (a row without a term never matches it), N is the scope's size (counted
+    from ``candidates`` when the statement has them), and a row's length is its number of
+    distinct terms, against the average over the matching rows.
     """
     where, window = _scope_filter(dimensions, windowed=windowed)
-    scope = f"{where}\n      AND {_LIVE}{window}"
-    routed = "\n        AND m.user_id = :user_id" if "user_id" in dimensions else ""
-    # The share of the scope sampled: ``term_sample`` rows, or fewer where a term above the
-    # cap is in a large share of the rows (25 expected hits per such term then suffice).
-    share = (
-        f"LEAST({int(term_sample)}, 25 * ((SELECT n FROM scope_size) / {int(term_rows)} - 1))"
-        " / (SELECT n FROM scope_size)"
+    scope_size = (
+        "SELECT count(*) AS n FROM candidates"
+        if scope_from_candidates
+        else f"SELECT count(*) AS n FROM pgmemory_memories AS m WHERE {where} AND {_LIVE}{window}"
     )
-    # a term's rows are read up to the cap: every one in a scope of up to four times
-    # ``term_rows`` (cheaper there than a sample's term vectors), else ``term_rows``
-    cap = f"""CASE WHEN count(*) <= {4 * int(term_rows)} THEN count(*)
-                ELSE {int(term_rows)} END AS cap"""
-    if scope_from_candidates:
-        # one pass over the candidates: N, and the scales the score fusion uses
-        scope_size = f"""SELECT CAST(count(*) AS float8) AS n, {cap},
-           min(distance) AS dmin, max(distance) AS dmax,
-           min(created_at) AS tmin, max(created_at) AS tmax
-    FROM candidates"""
-        sample = f"""SELECT s.id, s.user_id, r.search_vector
-    FROM candidates AS s
-    CROSS JOIN LATERAL (
-        SELECT m.search_vector FROM pgmemory_memories AS m
-        WHERE m.id = s.id AND m.user_id = s.user_id{routed}
-        LIMIT 1
-    ) AS r
-    WHERE (uuid_hash(s.id) & 1048575) < 1048576.0 * {share}"""
-        vector_pool = """
-    UNION
-    SELECT v.id, v.user_id FROM by_vector AS v
-    WHERE EXISTS (SELECT 1 FROM estimated AS e WHERE e.id = v.id AND e.user_id = v.user_id)"""
-    else:
-        scope_size = f"""SELECT CAST(count(*) AS float8) AS n, {cap}
+    return f"""matched AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.search_vector, length(m.search_vector) AS dl
     FROM pgmemory_memories AS m
-    WHERE {scope}"""
-        sample = f"""SELECT m.id, m.user_id, m.search_vector
-    FROM pgmemory_memories AS m
-    WHERE {scope}
-      AND (uuid_hash(m.id) & 1048575) < 1048576.0 * {share}"""
-        vector_pool = ""
-    small = int(small_scope)
-    lexemes = "ARRAY(SELECT lexeme FROM query_terms)"
-    idf = _IDF.format(n="k.n", df="d.df")
-    exact_tf = _TF.format(tf="h.tf", dl="h.dl", avgdl="a.avgdl")
-    estimated_tf = _TF.format(tf="1", dl="r.size", avgdl="a.avgsize")
-    return f"""scope_size AS MATERIALIZED (
-    {scope_size}
-),
-query_terms AS MATERIALIZED (
-    SELECT t.lexeme, plainto_tsquery('simple', t.lexeme) AS query
-    FROM unnest(tsvector_to_array(to_tsvector('simple', array_to_string(
-             (CAST(:term_list AS text[]))[1 : {int(max_terms)}], ' ')))) AS t (lexeme)
-),
-term_rows AS MATERIALIZED (
-    SELECT t.lexeme, r.id, r.user_id, r.size, CAST(NULL AS float8) AS tf,
-           CAST(NULL AS float8) AS dl
-    FROM query_terms AS t
-    CROSS JOIN LATERAL (
-        SELECT m.id, m.user_id, CAST(octet_length(m.content) AS float8) AS size
-        FROM pgmemory_memories AS m
-        WHERE {where}
-          AND m.search_vector @@ t.query
-          AND {_LIVE}{window}
-        LIMIT (SELECT cap FROM scope_size) + 1
-    ) AS r
-    WHERE (SELECT n FROM scope_size) > {small}
-    UNION ALL
-    SELECT u.lexeme, m.id, m.user_id, CAST(octet_length(m.content) AS float8),
-           CAST(COALESCE(cardinality(u.positions), 1) AS float8),
-           CAST(length(m.search_vector) AS float8)
-    FROM pgmemory_memories AS m
-    CROSS JOIN LATERAL unnest(m.search_vector) AS u
     WHERE {where}
       AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
       AND {_LIVE}{window}
-      AND u.lexeme = ANY({lexemes})
-      AND (SELECT n FROM scope_size) <= {small}
 ),
-term_counts AS MATERIALIZED (
-    SELECT lexeme, count(*) AS hits FROM term_rows GROUP BY lexeme
+term_hits AS (
+    SELECT d.id, d.user_id, d.dl, t.lexeme,
+           CAST(COALESCE(cardinality(t.positions), 1) AS float8) AS tf
+    FROM matched AS d CROSS JOIN LATERAL unnest(d.search_vector) AS t
+    WHERE t.lexeme = ANY(CAST(:term_list AS text[]))
 ),
-sampled AS MATERIALIZED (
-    {sample}
+doc_freq AS (
+    SELECT lexeme, CAST(count(*) AS float8) AS df FROM term_hits GROUP BY lexeme
 ),
-sample_hits AS MATERIALIZED (
-    SELECT t.lexeme, count(*) AS hits, (SELECT count(*) FROM sampled) AS sample_size
-    FROM sampled AS s CROSS JOIN LATERAL unnest(s.search_vector) AS t
-    WHERE t.lexeme = ANY(ARRAY(SELECT lexeme FROM term_counts WHERE hits > (SELECT cap FROM scope_size)))
-    GROUP BY t.lexeme
+corpus AS (
+    SELECT CAST(({scope_size}) AS float8) AS n,
+           (SELECT CAST(avg(dl) AS float8) FROM matched) AS avgdl
 ),
-doc_freq AS MATERIALIZED (
-    SELECT c.lexeme, {idf} AS idf, c.hits > k.cap AS common
-    FROM term_counts AS c
-    CROSS JOIN scope_size AS k
-    CROSS JOIN LATERAL (
-        SELECT CAST(CASE
-            WHEN c.hits <= k.cap THEN c.hits
-            ELSE LEAST(k.n, GREATEST(k.cap + 1, COALESCE(
-                (SELECT k.n * h.hits / NULLIF(h.sample_size, 0)
-                 FROM sample_hits AS h WHERE h.lexeme = c.lexeme), 0)))
-        END AS float8) AS df
-    ) AS d
-),
-estimated AS MATERIALIZED (
-    SELECT r.id, r.user_id, sum(f.idf * {estimated_tf}) AS relevance
-    FROM term_rows AS r
-    JOIN doc_freq AS f USING (lexeme)
-    CROSS JOIN (SELECT avg(size) AS avgsize FROM term_rows) AS a
-    WHERE r.tf IS NULL AND NOT f.common
-    GROUP BY r.id, r.user_id
-),
-scored AS MATERIALIZED (
-    SELECT id, user_id FROM (
-        SELECT id, user_id FROM estimated ORDER BY relevance DESC, id LIMIT {int(keyword_candidates)}
-    ) AS best{vector_pool}
-),
-term_hits AS MATERIALIZED (
-    SELECT id, user_id, dl, lexeme, tf, size FROM term_rows WHERE tf IS NOT NULL
-    UNION ALL
-    SELECT s.id, s.user_id, CAST(length(m.search_vector) AS float8), t.lexeme,
-           CAST(COALESCE(cardinality(t.positions), 1) AS float8),
-           CAST(octet_length(m.content) AS float8)
-    FROM scored AS s
-    JOIN pgmemory_memories AS m ON m.id = s.id AND m.user_id = s.user_id{routed}
-    CROSS JOIN LATERAL unnest(m.search_vector) AS t
-    WHERE t.lexeme = ANY({lexemes})
-),
-exact AS (
-    SELECT h.id, h.user_id, sum(f.idf * {exact_tf}) AS relevance
-    FROM term_hits AS h
-    JOIN doc_freq AS f USING (lexeme)
-    CROSS JOIN (
-        -- the scored rows' average length, scaled to all matching rows by their text sizes
-        SELECT avg(d.dl) * COALESCE(
-                   (SELECT avg(size) FROM (SELECT DISTINCT id, user_id, size FROM term_rows) AS r)
-                   / avg(d.size), 1) AS avgdl
-        FROM (
-            SELECT DISTINCT h.id, h.user_id, h.dl, h.size FROM term_hits AS h
-        ) AS d
-    ) AS a
+bm25 AS (
+    SELECT h.id, h.user_id,
+           sum(ln(1 + (c.n - f.df + 0.5) / (f.df + 0.5))
+               * h.tf * 2.2 / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / c.avgdl))) AS relevance
+    FROM term_hits AS h JOIN doc_freq AS f USING (lexeme) CROSS JOIN corpus AS c
     GROUP BY h.id, h.user_id
-),
-bm25 AS MATERIALIZED (
-    SELECT id, user_id, relevance, true AS exact FROM exact
-    UNION ALL
-    SELECT e.id, e.user_id, e.relevance, false
-    FROM estimated AS e
-    WHERE NOT EXISTS (SELECT 1 FROM scored AS s WHERE s.id = e.id AND s.user_id = e.user_id)
 ),
 by_text AS (
     SELECT id, user_id, relevance, row_number() OVER (ORDER BY relevance DESC, id) AS rank
     FROM bm25
-    WHERE exact
     ORDER BY rank
     LIMIT :pool
 )"""
 
 
-def _hybrid_ranking(
-    candidates: str,
-    keywords: str,
-    *,
-    fusion: str,
-    neighbours: bool,
-    dimensions: tuple[str, ...] = (),
-) -> str:
-    """``hybrid``'s CTEs: the similarity, keyword and newest-first pools fused into ``top``.
-
-    ``keywords`` is the keyword stage built with ``scope_from_candidates`` (its
-    ``scope_size`` holds the candidates' scales). ``dimensions`` (the scope's) lets the
-    neighbours' lookup of the pooled rows repeat ``m.user_id = :user_id`` (see :func:`_hits`).
-    """
+def _hybrid_ranking(candidates: str, keywords: str, *, fusion: str, neighbours: bool) -> str:
+    """``hybrid``'s CTEs: the similarity, keyword and newest-first pools fused into ``top``."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown fusion {fusion!r}; expected one of {FUSIONS}")
-    routed = "\n      AND m.user_id = :user_id" if "user_id" in dimensions else ""
     fused = (
         _RANK_FUSION
         if fusion == "rank"
-        else _SCORE_FUSION_NEIGHBOURS.replace("{routed}", routed)
+        else _SCORE_FUSION_NEIGHBOURS
         if neighbours
         else _SCORE_FUSION
     )
     return f"""{candidates},
 by_vector AS (
     SELECT id, user_id, row_number() OVER (ORDER BY distance, id) AS rank
-    FROM (SELECT id, user_id, distance FROM candidates ORDER BY distance, id LIMIT :pool) AS v
+    FROM candidates ORDER BY distance, id LIMIT :pool
 ),
 {keywords},
 by_time AS (
@@ -817,9 +630,7 @@ top AS (
     SELECT id, user_id, CAST(relevance AS real) AS score FROM by_text ORDER BY rank LIMIT :limit
 )"""
     else:
-        ranked = _hybrid_ranking(
-            candidates, keywords, fusion=fusion, neighbours=neighbours, dimensions=dimensions
-        )
+        ranked = _hybrid_ranking(candidates, keywords, fusion=fusion, neighbours=neighbours)
     return ranked
 
 

@@ -59,9 +59,11 @@ async def test_a_recall_is_one_statement_on_its_users_shard(
     ran: list[tuple[str, Mapping[str, Any]]] = []
     fetch = store.database.fetch
 
-    async def recorded(statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    async def recorded(
+        statement: str, params: Mapping[str, Any], **options: Any
+    ) -> list[dict[str, Any]]:
         ran.append((statement, params))
-        return await fetch(statement, params)
+        return await fetch(statement, params, **options)
 
     monkeypatch.setattr(store.database, "fetch", recorded)
     got = await store.recall(

@@ -106,7 +106,7 @@ async def test_the_answer_next_to_the_match_is_a_neighbour(
 
 
 async def test_admin_cli_and_page_show_reasons_and_signals(
-    store: MemoryStore, collection: str, capsys: pytest.CaptureFixture[str]
+    store: MemoryStore, collection: str, capsys: pytest.CaptureFixture[str], database_url: str
 ) -> None:
     user = unique("u")
     await _conversation(store, collection, user)
@@ -145,9 +145,11 @@ async def test_admin_cli_and_page_show_reasons_and_signals(
     from pgmemory.ui.app import create_app
     from tests.ui.test_app import bearer, client_for
 
-    token = (await Admin(store).issue_token(f"op-{user}")).token
-    async with client_for(create_app(store), headers=bearer(token)) as client:
-        body = (await client.get("/user/recalls", params={"user": user})).text
+    # The page is the operators': it runs as the owner, who alone may read the tokens.
+    async with MemoryStore(database_url) as owner:
+        token = (await Admin(owner).issue_token(f"op-{user}")).token
+        async with client_for(create_app(owner), headers=bearer(token)) as client:
+            body = (await client.get("/user/recalls", params={"user": user})).text
     assert "reason-recent" in body and "reason-match" in body
     assert "similarity " in body
     assert "<details>" in body and "THE-END" in body  # the full text, behind the summary

@@ -41,6 +41,20 @@ down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+
+def _v0009() -> ModuleType:
+    """Migration 0009, whose functions a downgrade restores."""
+    path = Path(__file__).with_name("0009_audit_functions_refuse.py")
+    spec = importlib.util.spec_from_file_location("pgmemory_migration_0009", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: 0009, whose refusals the functions here keep and whose functions a downgrade restores.
+_0009 = _v0009()
+
 #: 32 random bytes from the server's strong random source (as 0006's).
 _RANDOM_SECRET = (
     "decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')"
@@ -115,21 +129,7 @@ DECLARE
     n_fact bigint;
     summary jsonb;
 BEGIN
-    IF p_user_id = '' THEN
-        RAISE EXCEPTION 'pgmemory: the audit''s own records (user '''') cannot be erased'
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF left(p_user_id, 7) = 'erased:' THEN
-        RAISE EXCEPTION 'pgmemory: % is the pseudonym of an erased user: nothing to erase',
-            p_user_id USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF EXISTS (SELECT 1 FROM pgmemory_memories WHERE user_id = p_user_id)
-       OR EXISTS (SELECT 1 FROM pgmemory_facts WHERE user_id = p_user_id)
-       OR EXISTS (SELECT 1 FROM pgmemory_chat_messages WHERE user_id = p_user_id) THEN
-        RAISE EXCEPTION 'pgmemory: the user''s memories, facts or chat history are still '
-            'stored: erase the user with erase_user (pgmemory forget), which deletes them first'
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
+{_0009._ERASE_CHECKS.strip(chr(10))}
     DELETE FROM pgmemory_user_secrets WHERE user_id = p_user_id RETURNING secret INTO s;
     IF s IS NULL THEN
         s := {_RANDOM_SECRET};
@@ -194,52 +194,19 @@ END
 $$
 """
 
-_PRUNE = f"""
-CREATE OR REPLACE FUNCTION pgmemory_prune_audit(
-    p_cutoff timestamptz, p_recall boolean, p_memory boolean, p_fact boolean, p_actor text
-) RETURNS jsonb
-LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET "TimeZone" TO 'UTC' AS $$
-DECLARE
-    n_recall bigint := 0;
-    n_memory bigint := 0;
-    n_fact bigint := 0;
-    summary jsonb;
-BEGIN
-    IF p_cutoff > now() THEN
-        RAISE EXCEPTION 'pgmemory: the prune cutoff % is in the future: audit rows are pruned '
-            'only once they are older than it', p_cutoff USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    {_PROPAGATE}
-    SET LOCAL pgmemory.audit_change = 'sanctioned';
-    IF p_recall THEN
-        DELETE FROM pgmemory_recall_audit WHERE at < p_cutoff;
-        GET DIAGNOSTICS n_recall = ROW_COUNT;
-    END IF;
-    IF p_memory THEN
-        DELETE FROM pgmemory_memory_audit WHERE at < p_cutoff;
-        GET DIAGNOSTICS n_memory = ROW_COUNT;
-    END IF;
-    IF p_fact THEN
-        -- The records of earlier prunes and erasures stay.
-        DELETE FROM pgmemory_fact_audit
-        WHERE at < p_cutoff
-          AND NOT (user_id = '' AND application_id = '' AND agent_id = '' AND session_id = ''
-                   AND namespace IN ('pgmemory:retention', 'pgmemory:erasure'));
-        GET DIAGNOSTICS n_fact = ROW_COUNT;
-    END IF;
-    SET LOCAL pgmemory.audit_change = '';
-    summary := jsonb_build_object(
-        'cutoff', to_jsonb(p_cutoff),
-        'deleted', jsonb_build_object(
-            'recall_audit', n_recall, 'memory_audit', n_memory, 'fact_audit', n_fact));
-    INSERT INTO pgmemory_fact_audit
-        (user_id, application_id, agent_id, session_id, namespace, key, old_value, new_value,
-         actor)
-    VALUES ('', '', '', '', 'pgmemory:retention', 'prune_audit', NULL, summary, p_actor);
-    RETURN summary;
-END
-$$
-"""
+#: 0006's prune with 0009's check, the flag set with SET LOCAL so the shards' guards see it.
+_PRUNE = (
+    _0009._with_checks(_0009._v0006()._PRUNE, _0009._PRUNE_CHECK)
+    .replace(
+        "    PERFORM set_config('pgmemory.audit_change', 'sanctioned', true);\n",
+        f"    {_PROPAGATE}\n    SET LOCAL pgmemory.audit_change = 'sanctioned';\n",
+    )
+    .replace(
+        "    PERFORM set_config('pgmemory.audit_change', '', true);\n",
+        "    SET LOCAL pgmemory.audit_change = '';\n",
+    )
+)
+assert "set_config" not in _PRUNE, "0006's prune no longer sets its flag as expected"
 
 #: The SECURITY DEFINER functions (re)defined here.
 _DEFINERS = (
@@ -270,16 +237,6 @@ def upgrade() -> None:
     _pin_search_path(_DEFINERS)
 
 
-def _v0009() -> ModuleType:
-    """Migration 0009, whose functions a downgrade restores."""
-    path = Path(__file__).with_name("0009_audit_functions_refuse.py")
-    spec = importlib.util.spec_from_file_location("pgmemory_migration_0009", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def downgrade() -> None:
     op.execute("DROP FUNCTION IF EXISTS pgmemory_erase_user(text, text)")
-    _v0009().upgrade()
+    _0009.upgrade()

@@ -685,9 +685,12 @@ FROM citus_tables WHERE CAST(table_name AS text) = ANY(:tables)
 # Tokens are looked up by their sha256 only; a token is valid while it is neither revoked nor
 # expired, by the server's clock. Not a per-user table: nothing here names a user.
 
+#: What a token's record shows (never its hash): the columns of TokenInfo.
+_TOKEN_INFO = "id, name, purpose, created_at, expires_at, revoked_at"
+
 #: Issue a token: revoke an expired one of the same name first (so the name is free again),
 #: then insert the new token's hash; a live token of that name makes the insert fail.
-ISSUE_TOKEN = """
+ISSUE_TOKEN = f"""
 WITH expired AS (
     UPDATE pgmemory_access_tokens SET revoked_at = now()
     WHERE name = :name AND revoked_at IS NULL AND expires_at <= now()
@@ -697,12 +700,12 @@ INSERT INTO pgmemory_access_tokens (name, purpose, token_sha256, expires_at)
 -- Read from ``expired``, so that its UPDATE runs before this row is inserted.
 SELECT :name, :purpose, :token_sha256, now() + CAST(:lifetime AS interval)
 FROM (SELECT count(*) FROM expired) AS freed
-RETURNING id, name, purpose, created_at, expires_at, revoked_at
+RETURNING {_TOKEN_INFO}
 """
 
 #: The live token with this hash and purpose, if any.
-VALID_TOKEN = """
-SELECT id, name, purpose, created_at, expires_at, revoked_at
+VALID_TOKEN = f"""
+SELECT {_TOKEN_INFO}
 FROM pgmemory_access_tokens
 WHERE token_sha256 = :token_sha256 AND purpose = :purpose
   AND revoked_at IS NULL AND expires_at > now()
@@ -717,8 +720,8 @@ SELECT EXISTS (
 """
 
 #: Every token, newest first: names, purposes and dates, never a hash.
-LIST_TOKENS = """
-SELECT id, name, purpose, created_at, expires_at, revoked_at
+LIST_TOKENS = f"""
+SELECT {_TOKEN_INFO}
 FROM pgmemory_access_tokens
 WHERE :include_inactive OR (revoked_at IS NULL AND expires_at > now())
 ORDER BY created_at DESC, id DESC
@@ -726,10 +729,10 @@ LIMIT :limit
 """
 
 #: Revoke the live token of this name (or of this id); returns what was revoked.
-REVOKE_TOKEN = """
+REVOKE_TOKEN = f"""
 UPDATE pgmemory_access_tokens SET revoked_at = now()
 WHERE revoked_at IS NULL AND (name = :name OR id = :id)
-RETURNING id, name, purpose, created_at, expires_at, revoked_at
+RETURNING {_TOKEN_INFO}
 """
 
 # --- how these statements spread over Citus (see pgmemory.store.routing) -------------------

@@ -162,8 +162,8 @@ async def measure(db_url: str, kind: str, data: dict, args: argparse.Namespace) 
                 for s in [None, *args.shortlists]:
                     key = "exact" if s is None else str(s)
                     t0 = time.perf_counter()
-                    hits = await reads.probe_shortlist(
-                        store._db, store._catalogue, store._ann, "c", scope, v, args.k, s
+                    hits = await reads.probe_search(
+                        store._db, store._catalogue, store._ann, "c", scope, v, args.k, None, s
                     )
                     lat.setdefault(key, []).append(time.perf_counter() - t0)
                     got = {int(h.memory.content.split(":")[1]) for h in hits}

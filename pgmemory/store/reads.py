@@ -241,31 +241,14 @@ async def probe_search(
     vector: Any,
     limit: int,
     path: AnnPath | None,
+    shortlist: int | None = None,
 ) -> list[MemoryHit]:
-    """An unaudited vector search on ``path`` (exact when None), for the recall probe."""
+    """An unaudited vector search for a probe: on ``path`` (the approximate index's; exact
+    when None), or two-phase re-ranking ``shortlist`` rows (exact when None)."""
     return await search(
         db, catalogue, ann, collection, scope, query=None, vector=vector, limit=limit,
         mode="vector", weights=None, min_score=None, since=None, until=None,
-        allow_unscoped=False, audit=False, trace=None, path=path,
-    )  # fmt: skip
-
-
-async def probe_shortlist(
-    db: Database,
-    catalogue: Catalogue,
-    ann: AnnPaths,
-    collection: str,
-    scope: MemoryScope,
-    vector: Any,
-    limit: int,
-    shortlist: int | None,
-) -> list[MemoryHit]:
-    """An unaudited exact vector search, or a two-phase one re-ranking ``shortlist`` rows, for
-    the two-phase path's probe."""
-    return await search(
-        db, catalogue, ann, collection, scope, query=None, vector=vector, limit=limit,
-        mode="vector", weights=None, min_score=None, since=None, until=None,
-        allow_unscoped=False, audit=False, trace=None, path=None, shortlist=shortlist,
+        allow_unscoped=False, audit=False, trace=None, path=path, shortlist=shortlist,
     )  # fmt: skip
 
 

@@ -105,9 +105,11 @@ class MemoryStore:
             self._catalogue,
             lambda *probe: reads.probe_search(self._db, self._catalogue, self._ann, *probe),
         )
-        probe = reads.probe_shortlist
         self._shortlists = Shortlists(
-            self._db, lambda *a: probe(self._db, self._catalogue, self._ann, *a)
+            self._db,
+            lambda c, s, v, k, n: reads.probe_search(
+                self._db, self._catalogue, self._ann, c, s, v, k, None, shortlist=n
+            ),
         )
 
     # --- life cycle ------------------------------------------------------------------------

@@ -123,8 +123,16 @@ async def test_two_phase_recall_is_at_least_099_against_brute_force(
     scope = MemoryScope(user_id=f"u{size}")
     found = 0
     for query in data["queries"]:
-        hits = await reads.probe_shortlist(
-            store._db, store._catalogue, store._ann, EMBEDDED, scope, query, k, shortlist_size(k)
+        hits = await reads.probe_search(
+            store._db,
+            store._catalogue,
+            store._ann,
+            EMBEDDED,
+            scope,
+            query,
+            k,
+            None,
+            shortlist_size(k),
         )
         got = [int(h.memory.content.split()[1]) for h in hits]
         assert len(got) == k and {h.memory.scope.user_id for h in hits} == {f"u{size}"}
@@ -230,8 +238,16 @@ async def test_codes_follow_every_write(store: MemoryStore, data: dict[str, Any]
     marker = f"new {uuid.uuid4().hex}"
     ids = await store.add(EMBEDDED, [MemoryRecord(content=marker, scope=scope, embedding=query)])
     try:
-        hits = await reads.probe_shortlist(
-            store._db, store._catalogue, store._ann, EMBEDDED, scope, query, 3, shortlist_size(3)
+        hits = await reads.probe_search(
+            store._db,
+            store._catalogue,
+            store._ann,
+            EMBEDDED,
+            scope,
+            query,
+            3,
+            None,
+            shortlist_size(3),
         )
         assert hits[0].memory.content == marker and hits[0].score == pytest.approx(1.0, abs=1e-5)
         async with store.engine.connect() as conn:

@@ -10,12 +10,20 @@ import socket
 SERVER_USER = "embedded_postgres"
 
 
+#: Ports already handed out in this process: servers are given their ports before any of them
+#: listens, so the kernel may offer a port twice (a standby's start then fails to bind it).
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now, on ``host``."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port nothing listens on now, on ``host``, and not handed out before in this process."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port: int = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def as_server_user() -> dict[str, object]:

@@ -47,6 +47,7 @@ class Server:
     def __init__(self, data: Path, port: int) -> None:
         self.data = data
         self.port = port
+        self.started_once = False
 
     def url(self, database: str = "postgres") -> str:
         """Its SQLAlchemy URL (the trust-authenticated superuser ``postgres``)."""
@@ -54,18 +55,29 @@ class Server:
 
     def start(self) -> None:
         """Start it and wait until it accepts connections (retried while a killed
-        predecessor's processes are still going away)."""
+        predecessor's processes are still going away; on a new port if, before its first
+        start, something took the port chosen for it)."""
         for attempt in range(20):
+            if attempt and not self.started_once and "could not bind" in self.log_tail():
+                self.port = free_port()
             try:
                 _run(
                     "pg_ctl", "-D", self.data, "-w", "-t", "30", "-l", self.data / "server.log",
                     "-o", f"-p {self.port} -k {self.data}", "start",
                 )  # fmt: skip
+                self.started_once = True
                 return
-            except RuntimeError:
+            except RuntimeError as error:
                 if attempt == 19:
-                    raise
+                    raise RuntimeError(f"{error}\nthe end of its log:\n{self.log_tail()}") from None
                 time.sleep(0.25)
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the server's log (why a start failed)."""
+        log = self.data / "server.log"
+        if not log.exists():
+            return "(no log)"
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
         """Stop it fast (nothing to do if it is not running)."""

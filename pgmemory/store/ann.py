@@ -206,7 +206,16 @@ class AnnPaths:
         params = {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples}
         async with self._db.ddl() as conn:
             large_users = frozenset((await conn.execute(text(q.ANN_LARGE_USERS), params)).scalars())
-            rows = (await conn.execute(text(q.ANN_PROBE_SAMPLE), params)).all()
+            probed = list((await conn.execute(text(q.ANN_PROBE_USERS), params)).scalars())
+            each = max(1, samples // max(1, len(probed)))
+            rows: list[tuple[str, Any]] = []
+            for user_id in probed:
+                sample = await conn.execute(
+                    text(q.SCOPE_SAMPLE),
+                    {"collection": collection, "user_id": user_id, "samples": each},
+                )
+                rows += [(user_id, embedding) for _, embedding in sample]
+            rows = rows[:samples]
         found = total = 0
         for user_id, embedding in rows:
             scope = MemoryScope(user_id=user_id)

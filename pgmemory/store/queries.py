@@ -1094,20 +1094,12 @@ _ANN_SCOPES = """
 #: The users whose scope takes the approximate path (see _ANN_SCOPES).
 ANN_LARGE_USERS = _ANN_SCOPES
 
-#: Probe queries for the approximate path: stored vectors of the scopes it serves, largest first.
-ANN_PROBE_SAMPLE = f"""
-WITH big AS ({_ANN_SCOPES}
-    ORDER BY count(*) DESC
+#: The scopes the approximate path's probe samples: the :samples largest it serves (see
+#: _ANN_SCOPES), largest first; each is then sampled with SCOPE_SAMPLE (one user per statement,
+#: so that Citus routes it to one shard).
+ANN_PROBE_USERS = f"""{_ANN_SCOPES}
+    ORDER BY count(*) DESC, user_id
     LIMIT :samples
-)
-SELECT picked.user_id, picked.embedding
-FROM big CROSS JOIN LATERAL (
-    SELECT m.user_id, m.embedding FROM pgmemory_memories AS m
-    WHERE m.collection = :collection AND m.user_id = big.user_id
-    ORDER BY random()
-    LIMIT GREATEST(1, CAST(:samples AS int) / (SELECT count(*) FROM big))
-) AS picked
-LIMIT :samples
 """
 
 
@@ -1124,9 +1116,10 @@ _SHORTLIST_SCOPES = """
 #: The users whose scope takes the two-phase path, with their rows (see _SHORTLIST_SCOPES).
 SHORTLIST_LARGE_USERS = _SHORTLIST_SCOPES.replace("SELECT user_id", "SELECT user_id, count(*)")
 
-#: Probe queries for the two-phase path: :samples stored rows (id and vector) of one user's
-#: scope, at random (one statement per probed user, so that Citus routes each to one shard).
-SHORTLIST_PROBE_SAMPLE = """
+#: Probe queries for the approximate and two-phase paths: :samples stored rows (id and
+#: vector) of one user's scope, at random (one statement per probed user, so that Citus routes
+#: each to one shard).
+SCOPE_SAMPLE = """
 SELECT m.id, m.embedding FROM pgmemory_memories AS m
 WHERE m.collection = :collection AND m.user_id = :user_id
 ORDER BY random()

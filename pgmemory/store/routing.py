@@ -78,7 +78,7 @@ FAN_OUT: dict[str, str] = {
     "ANN_INDEX_DDL": "DDL: the approximate index is built on every shard",
     "MEMORIES_RELKIND": "pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
     "ANN_LARGE_USERS": "the approximate-index probe: which users' scopes are large (all users)",
-    "ANN_PROBE_SAMPLE": "the approximate-index probe: sample vectors from the large scopes",
+    "ANN_PROBE_USERS": "the approximate-index probe: the largest of those users' scopes",
     "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",
 }
 

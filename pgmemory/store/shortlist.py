@@ -196,7 +196,7 @@ class Shortlists:
                 if take <= 0:
                     break
                 sample = await conn.execute(
-                    text(q.SHORTLIST_PROBE_SAMPLE),
+                    text(q.SCOPE_SAMPLE),
                     {"collection": collection, "user_id": user_id, "samples": take},
                 )
                 rows += [(user_id, own_id, embedding) for own_id, embedding in sample]

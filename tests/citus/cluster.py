@@ -127,7 +127,7 @@ class Node:
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write(
                 f"\nlisten_addresses = '{HOST}'\nport = {self.port}\n"
-                "shared_preload_libraries = 'citus'\nfsync = off\nsynchronous_commit = off\n"
+                "shared_preload_libraries = 'citus'\nfsync = off\n"
                 "full_page_writes = off\nmax_connections = 300\n"
                 # Citus commits multi-shard writes with two-phase commit.
                 "max_prepared_transactions = 300\nmax_worker_processes = 32\n"

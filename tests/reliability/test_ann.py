@@ -126,7 +126,7 @@ async def test_a_failing_path_falls_back_to_exact_without_user_data_in_logs(
         ).scalar_one()
     assert audits == 1  # the failed attempt rolled back its audit row
     # A failing probe leaves the path off; searches go on, exactly.
-    monkeypatch.setattr(queries, "ANN_PROBE_SAMPLE", "SELECT no_such_column FROM pgmemory_memories")
+    monkeypatch.setattr(queries, "ANN_PROBE_USERS", "SELECT no_such_column FROM pgmemory_memories")
     status = await store.probe_ann(name)
     assert not status.enabled
     assert await store._ann_path(name, scope) is None

@@ -181,6 +181,7 @@ async def test_recalls_racing_an_erasure_leave_no_audit_row_of_the_erased_user(
     stop = asyncio.Event()
     returned_before: list[int] = []
     erasing = asyncio.Event()
+    first_returned = asyncio.Event()
 
     async def reader(n: int) -> None:
         while not stop.is_set():
@@ -190,10 +191,14 @@ async def test_recalls_racing_an_erasure_leave_no_audit_row_of_the_erased_user(
                 await store.recall(small, scope, query=f"m{n}", mode="text", max_results=2)
             if not erasing.is_set():
                 returned_before.append(n)
+                first_returned.set()
             await asyncio.sleep(rng.random() * 0.005)
 
     tasks = [asyncio.create_task(reader(n)) for n in range(readers)]
-    await asyncio.sleep(0.05 + rng.random() * 0.05)
+    # the erasure starts while recalls run: after the first has returned (a cluster's first
+    # connections take longer than one server's), at a random point after it
+    await asyncio.wait_for(first_returned.wait(), timeout=60)
+    await asyncio.sleep(rng.random() * 0.05)
     erasing.set()
     counts = await store.erase_user(user)
     stop.set()

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.admin import Admin, pages, statements
 from pgmemory.errors import InvalidInputError
@@ -132,10 +133,10 @@ async def test_cursor_round_trip_and_garbage() -> None:
 
 
 async def test_prune_audit_deletes_only_old_rows_and_records_itself(
-    store: MemoryStore, seeded: Seeded
+    store: MemoryStore, seeded: Seeded, owner_engine: AsyncEngine
 ) -> None:
     old = datetime.now(UTC) - timedelta(days=4000)
-    async with store.engine.begin() as conn:
+    async with owner_engine.begin() as conn:
         # Age half of this user's audit rows past the cutoff; everyone else's rows are recent.
         # (Backdating changes audit rows: the owner's sanctioned bypass of the guard.)
         await conn.execute(text("SET LOCAL citus.propagate_set_commands = 'local'"))  # shards too

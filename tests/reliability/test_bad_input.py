@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.settings import Settings
@@ -64,7 +65,7 @@ async def _refused(
 
 @pytest.mark.parametrize("query", ["x " * 20_000, "a" * 20_000 + "\n" + "b" * 20_000])
 async def test_a_query_over_the_text_limit_is_cut_not_refused(
-    store: MemoryStore, collection: str, query: str
+    store: MemoryStore, collection: str, query: str, owner_engine: AsyncEngine
 ) -> None:
     user = unique("u")
     await store.add(
@@ -92,6 +93,7 @@ async def test_a_query_over_the_text_limit_is_cut_not_refused(
                 {"u": user},
             )
         ).one()
+    async with owner_engine.connect() as conn:  # the secrets are the owner's to read
         secret = (
             await conn.execute(
                 text("SELECT secret FROM pgmemory_user_secrets WHERE user_id = :u"), {"u": user}

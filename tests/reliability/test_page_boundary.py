@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
@@ -38,6 +40,15 @@ from pgmemory.ui.guard import ALLOWED_HOSTS_ENV, host_entry
 from pgmemory.ui.server import served_hosts
 from tests.conftest import unique
 from tests.ui.conftest import Seeded, random_vectors
+
+
+@pytest_asyncio.fixture
+async def store(database_url: str, embedder: Any, settings: Any) -> AsyncIterator[MemoryStore]:
+    """The page is the operators': it runs as the owner (the application role has no grant on
+    the tokens), whatever role the rest of the suite runs as."""
+    async with MemoryStore(database_url, settings=settings, embedder=embedder) as opened:
+        yield opened
+
 
 #: Names a hostile or misrouted request carries: rebinding names, look-alikes, ports, junk.
 FOREIGN_HOSTS = [

@@ -28,14 +28,15 @@ test: $(STAMP)
 	$(PY) -m pytest
 	PGMEMORY_TEST_APP_ROLE=1 $(PY) -m pytest -q tests/store
 
-# The store, memory and reliability suites on a real Citus cluster (a coordinator and two
-# workers, tests/citus/cluster.py), as the owner and as the least-privilege role. Citus is
-# compiled once per machine from ../shared/citus (needs gcc and make), then reused; tests that
-# cannot apply to a cluster are listed, with why, in tests/citus/not_applicable.py.
-CITUS_SUITES := tests/store tests/admin tests/memory tests/reliability tests/citus
+# The whole suite on a real Citus cluster (a coordinator and two workers,
+# tests/citus/cluster.py) as the owner, then the store, admin, memory and reliability suites as
+# the least-privilege role. Citus is compiled once per machine from ../shared/citus (needs gcc
+# and make), then reused; tests that cannot apply to a cluster are listed, with why, in
+# tests/citus/not_applicable.py. CI runs it after `make test`.
+CITUS_ROLE_SUITES := tests/store tests/admin tests/memory tests/reliability tests/citus
 test-citus: $(STAMP)
-	PGMEMORY_TEST_CITUS=1 $(PY) -m pytest -q $(CITUS_SUITES)
-	PGMEMORY_TEST_CITUS=1 PGMEMORY_TEST_APP_ROLE=1 $(PY) -m pytest -q $(CITUS_SUITES)
+	PGMEMORY_TEST_CITUS=1 $(PY) -m pytest -q
+	PGMEMORY_TEST_CITUS=1 PGMEMORY_TEST_APP_ROLE=1 $(PY) -m pytest -q $(CITUS_ROLE_SUITES)
 
 # The heavy fault, concurrency and isolation runs (minutes); `make test` runs a fast version of each.
 reliability: $(STAMP)

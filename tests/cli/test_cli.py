@@ -488,6 +488,7 @@ def test_prune_audit_deletes_only_old_rows_and_records_itself(
     try:
         with engine.begin() as conn:
             # Backdating is a change to audit rows: the owner's sanctioned bypass of the guard.
+            conn.execute(sa.text("SET LOCAL citus.propagate_set_commands = 'local'"))  # shards too
             conn.execute(sa.text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
             for table in tables[:2]:  # backdate one row of each of the user's first two audits
                 conn.execute(

@@ -76,7 +76,7 @@ async def distribute(db: Database) -> Distribution:
     on the coordinator, after ``pgmemory db upgrade``; running it again is harmless (tables
     already distributed by ``user_id``, or already a reference table, are left as they are).
 
-    Two things Citus does on the way are handled here:
+    Three things Citus does on the way are handled here:
 
     - Making the catalogue a reference table turns every table with a foreign key to it
       (``pgmemory_memories``) into a Citus *local* table (a coordinator-only table in Citus's
@@ -87,6 +87,10 @@ async def distribute(db: Database) -> Distribution:
       (``SET LOCAL``), so Citus creates each trigger on every shard, where it keeps guarding
       the rows it holds. A later migration that creates a trigger on a distributed table needs
       the same setting.
+    - Distributing a table that holds rows copies them to the shards and leaves the originals
+      on the coordinator's disk, where no query sees them and no erasure reaches them. They
+      are dropped (``truncate_local_data_after_distributing_table``) in the same transaction,
+      the audit tables' with the owner's sanctioned bypass of their guard.
 
     Args:
         db: The coordinator's database (a connection from its pool).
@@ -155,6 +159,11 @@ async def distribute(db: Database) -> Distribution:
                     },
                 )
                 done.distributed.append(table)
+            # The copied rows' originals on the coordinator go (they would outlive erasure).
+            await conn.execute(text(s.SANCTION_AUDIT_CHANGE))
+            for table in done.distributed:
+                step = f"truncate_local_data_after_distributing_table({table})"
+                await conn.execute(text(s.CITUS_DROP_LOCAL_ROWS), {"table": table})
             step = "the commit"
     except DBAPIError as exc:
         raise _citus_failure(exc, step) from exc

@@ -664,6 +664,16 @@ CITUS_DISTRIBUTE_TABLE = """
 SELECT create_distributed_table(CAST(:table AS regclass), :column, colocate_with => :colocate_with)
 """
 
+#: Drop the rows a table held before it was distributed: Citus copies them to the shards and
+#: keeps the originals on the coordinator's disk (unseen by queries, untouched by erasure).
+CITUS_DROP_LOCAL_ROWS = (
+    "SELECT truncate_local_data_after_distributing_table(CAST(:table AS regclass))"
+)
+
+#: The audit guard lets the owner's sanctioned change through (migration 0014): here the
+#: truncation of the audit tables' former local rows, which their shards now hold.
+SANCTION_AUDIT_CHANGE = "SET LOCAL pgmemory.audit_change = 'sanctioned'"
+
 #: Settings of the one transaction :func:`distribute` runs in (``SET LOCAL``: they end with it).
 DISTRIBUTE_SETTINGS = (
     # The audit tables' guard triggers (migration 0006): Citus refuses to distribute a table

@@ -12,12 +12,16 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
+from alembic.script import ScriptDirectory
 
-from pgmemory.admin import Admin
+from pgmemory.admin import Admin, distribution
 from pgmemory.admin.distribution import Distribution
 from pgmemory.cli import run
 from pgmemory.errors import DatabaseNotReadyError
+from pgmemory.settings import Settings
 from pgmemory.store import migrate, routing
+from pgmemory.store.database import Database
+from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from tests.citus import cluster as citus_cluster
 from tests.conftest import _database
@@ -168,3 +172,86 @@ async def test_partitioning_is_refused_on_a_citus_database(migrated: str) -> Non
         ).scalar_one()
     engine.dispose()
     assert kind == "r"
+
+
+#: The revisions after 0008, in order: each must apply to an already distributed schema (a
+#: database distributed at 0008, as a user moving to Citus then would have it).
+AFTER_0008 = ["0009", "0010", "0012", "0013", "0014"]
+
+
+async def test_each_migration_after_0008_applies_to_a_distributed_database(
+    cluster: citus_cluster.Cluster, server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _database(server_url, "pgmemory_steps") as url:
+        migrate.upgrade(url, "0008")
+        # Distributed at 0008 by this version's `db distribute` (its database check told
+        # that 0008 is the head, for this step only).
+        with monkeypatch.context() as patch:
+            patch.setattr(migrate, "head_revision", lambda: "0008")
+            db = Database(url, settings=Settings(_env_file=None), migrate=False)  # type: ignore[call-arg]
+            await db.open()
+            try:
+                done = await distribution.distribute(db)
+            finally:
+                await db.close()
+        assert "pgmemory_memories" in done.distributed
+        assert _revisions_after("0008") == AFTER_0008  # a new migration joins this list
+        for revision in AFTER_0008:
+            migrate.upgrade(url, revision)  # raises with Citus's error if it cannot apply
+            assert migrate.current(url) == revision
+        assert _layout(url)["pgmemory_memories"][:2] == ("distributed", "user_id")
+        # The migrated cluster serves the library: a write and a recall of one user.
+        async with MemoryStore(url) as store:
+            await store.create_collection("c", dimensions=3, embedding_model="test")
+            scope = MemoryScope(user_id="ada")
+            await store.add("c", [MemoryRecord(content="tea", scope=scope, embedding=[1, 0, 0])])
+            hits = await store.search("c", scope, vector=[1, 0, 0], limit=1)
+            assert [h.memory.content for h in hits] == ["tea"]
+
+
+def _revisions_after(revision: str) -> list[str]:
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    chain = [s.revision for s in script.walk_revisions()][::-1]
+    return chain[chain.index(revision) + 1 :]
+
+
+async def test_a_database_with_memories_distributes_and_keeps_them(migrated: str) -> None:
+    """Moving a live single-server database: rows, history and audit written before
+    `db distribute` are all there after it, searched on the user's shard, and verify."""
+    scope = MemoryScope(user_id="ada", session_id="s1")
+    async with MemoryStore(migrated) as store:
+        await store.create_collection("c", dimensions=3, embedding_model="test")
+        ids = await store.add(
+            "c",
+            [
+                MemoryRecord(content="tea", scope=scope, embedding=[1, 0, 0]),
+                MemoryRecord(content="jazz", scope=scope, embedding=[0, 1, 0]),
+            ],
+        )
+        await store.append_history(
+            "s1", [{"message_id": "m1", "role": "user", "t": 1}], user_id="ada"
+        )
+        before = await store.search("c", MemoryScope(user_id="ada"), vector=[1, 0, 0], limit=2)
+    done = await _distribute(migrated)
+    assert "pgmemory_memories" in done.distributed
+    async with MemoryStore(migrated) as store:
+        after = await store.search("c", MemoryScope(user_id="ada"), vector=[1, 0, 0], limit=2)
+        assert [h.memory.id for h in after] == [h.memory.id for h in before] == ids
+        assert await store.count_history("s1", user_id="ada") == 1
+        assert (await Admin(store).verify_audit()).ok
+        audited = (await Admin(store).user_memory_audit("ada")).items
+        assert {a.memory_id for a in audited} == set(ids)
+    # Nothing is left behind on the coordinator: Citus keeps a distributed table's former
+    # local rows on disk until told to drop them, and `db distribute` does.
+    engine = sa.create_engine(migrated)
+    try:
+        with engine.connect() as conn:
+            left = {
+                table: conn.execute(
+                    sa.text("SELECT pg_relation_size(CAST(:t AS regclass))"), {"t": table}
+                ).scalar_one()
+                for table in routing.PER_USER_TABLES
+            }
+    finally:
+        engine.dispose()
+    assert set(left.values()) == {0}, left

@@ -16,6 +16,9 @@ Measured, each query on both sides in alternating order (ABBA), after a warm-up:
 * **search**: ``store.search(collection, MemoryScope(user_id=u), vector=..., limit=3)`` with
   its audit row (the default), by the user's scope size: small (≤ 50 rows), mid (51–500) and
   heavy (> 500); the share of queries whose top 3 is the same on both sides is reported too;
+* **small, search_unaudited / count**: where a small search's time goes: the same search with
+  ``audit=False`` (no audit row, no keyed hash of the user's secret) and ``store.count`` of
+  the scope (the simplest routed statement);
 * **add**: ``store.add`` of one memory of a random user (its audit row and erasure lock
   included);
 * **turn**: the default agent-framework providers' turn (``PostgresHistoryProvider`` +
@@ -244,6 +247,27 @@ async def measure(urls: tuple[str, str], args: argparse.Namespace) -> dict[str, 
                 asked += 1
                 agree += tops["single"] == tops["cluster"]
 
+        # Where a small search's time goes: the same search without its audit row (and the
+        # keyed hash it takes from the user's secret), and a count of the scope (one routed
+        # statement of the simplest kind).
+        split: dict[str, dict[str, list[float]]] = {
+            k: {"single": [], "cluster": []} for k in ("search_unaudited", "count")
+        }
+        for i in range(args.warm_up + args.queries // 3):
+            u = int(rng.choice(by_bucket["small"]))
+            query = vectors[int(rng.integers(0, args.rows))]
+            scope = MemoryScope(user_id=f"u{u}")
+            order = ("single", "cluster") if i % 4 in (0, 3) else ("cluster", "single")
+            for side in order:
+                store = stores[side]
+                unaudited, _ = await timed(
+                    store.search(COLLECTION, scope, vector=query, limit=3, audit=False)
+                )
+                counted, _ = await timed(store.count(COLLECTION, scope))
+                if i >= args.warm_up:
+                    split["search_unaudited"][side].append(unaudited)
+                    split["count"][side].append(counted)
+
         adds: dict[str, list[float]] = {"single": [], "cluster": []}
         for i in range(args.warm_up + args.queries // 2):
             u = int(rng.integers(0, args.users))
@@ -271,6 +295,7 @@ async def measure(urls: tuple[str, str], args: argparse.Namespace) -> dict[str, 
 
     out["search"] = {b: figures(v["single"], v["cluster"]) for b, v in search.items()}
     out["search_top3_agree"] = agree / asked if asked else None
+    out["small_split"] = {k: figures(v["single"], v["cluster"]) for k, v in split.items()}
     out["add"] = figures(adds["single"], adds["cluster"])
     out["turn"] = figures(turns["single"], turns["cluster"])
     out["scope_rows"] = {
@@ -287,16 +312,17 @@ def report(out: dict[str, Any]) -> None:
         f"{out['single_import_s']:.1f} s single, {out['cluster_import_s']:.1f} s cluster; "
         f"load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
-    print("figure            | single p50  p95 | cluster p50  p95 | ratio p50  p95")
+    print("figure                   | single p50    p95 | cluster p50    p95 | ratio p50   p95")
     rows = [
         (f"search {b} ({out['scope_rows'][b]['median']} rows)", f) for b, f in out["search"].items()
     ]
+    rows += [(f"small, {k}", f) for k, f in out["small_split"].items()]
     rows += [("add", out["add"]), ("turn", out["turn"])]
     for label, f in rows:
         print(
-            f"{label:<17} | {f['single_p50_ms']:7.2f} {f['single_p95_ms']:6.2f} | "
-            f"{f['cluster_p50_ms']:8.2f} {f['cluster_p95_ms']:6.2f} | "
-            f"{f['ratio_p50']:6.2f}x {f['ratio_p95']:5.2f}x"
+            f"{label:<24} | {f['single_p50_ms']:10.2f} {f['single_p95_ms']:6.2f} | "
+            f"{f['cluster_p50_ms']:11.2f} {f['cluster_p95_ms']:6.2f} | "
+            f"{f['ratio_p50']:8.2f}x {f['ratio_p95']:5.2f}x"
         )
     print(f"top 3 the same on both sides: {out['search_top3_agree']:.3f} of the searches")
 

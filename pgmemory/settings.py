@@ -181,6 +181,20 @@ class Settings(BaseSettings):
             "recall-audit rows, never memories), which saves a disk flush per recall."
         ),
     )
+    telemetry_sensitive_data: bool = Field(
+        default=False,
+        description=(
+            "Put query and memory texts in the OpenTelemetry spans (gen_ai.memory.query.text, "
+            "gen_ai.memory.records). Off: spans carry counts, scores, ids and modes only."
+        ),
+    )
+    telemetry_user_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "A key of the application's: spans then carry pgmemory.user.pseudonym, an "
+            "HMAC-SHA256 of the user id under it. Unset: no user appears in spans."
+        ),
+    )
     max_text_chars: int = Field(
         default=32_000, ge=1, description="Longest memory text accepted, in characters."
     )

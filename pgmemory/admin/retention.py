@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 
+import pgmemory.telemetry as telemetry
 from pgmemory.admin import statements as s
 from pgmemory.admin.pages import clamp_limit, read_rows
 from pgmemory.errors import InvalidInputError
@@ -66,42 +67,47 @@ async def prune_audit(
     Raises:
         InvalidInputError: a naive datetime, or a negative age.
     """
-    check_optional_name(actor, what="actor")
-    if isinstance(older_than, timedelta):
-        if older_than < timedelta(0):
-            raise InvalidInputError(f"older_than is {older_than}; expected an age >= 0")
-        if now is not None and now.tzinfo is None:
-            raise InvalidInputError("now has no time zone; pass an aware datetime")
-        cutoff = (now or datetime.now(UTC)) - older_than
-    elif isinstance(older_than, datetime):
-        if older_than.tzinfo is None:
+    with telemetry.operation(telemetry.DELETE_MEMORY, settings=db.settings, kind="audit") as op:
+        check_optional_name(actor, what="actor")
+        if isinstance(older_than, timedelta):
+            if older_than < timedelta(0):
+                raise InvalidInputError(f"older_than is {older_than}; expected an age >= 0")
+            if now is not None and now.tzinfo is None:
+                raise InvalidInputError("now has no time zone; pass an aware datetime")
+            cutoff = (now or datetime.now(UTC)) - older_than
+        elif isinstance(older_than, datetime):
+            if older_than.tzinfo is None:
+                raise InvalidInputError(
+                    f"older_than {older_than.isoformat()} has no time zone; pass an aware datetime"
+                )
+            cutoff = older_than
+        else:
             raise InvalidInputError(
-                f"older_than {older_than.isoformat()} has no time zone; pass an aware datetime"
+                f"older_than must be a timedelta or a datetime, got {type(older_than).__name__}"
             )
-        cutoff = older_than
-    else:
-        raise InvalidInputError(
-            f"older_than must be a timedelta or a datetime, got {type(older_than).__name__}"
-        )
-    if cutoff > datetime.now(UTC):
-        raise InvalidInputError(
-            f"the cutoff {cutoff.isoformat()} is in the future: audit rows are pruned only once "
-            "they are older than it; pass an age or a past instant"
-        )
-    params = {
-        "cutoff": cutoff,
-        "recall_audit": recall_audit,
-        "memory_audit": memory_audit,
-        "fact_audit": fact_audit,
-        "actor": actor or "",
-    }
-    async with db.write() as conn:
-        await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
-        summary = (await conn.execute(text(s.PRUNE_AUDIT), params)).scalar_one()
-    deleted = summary["deleted"]
-    counts = {name: int(deleted[name]) for name in ("recall_audit", "memory_audit", "fact_audit")}
-    logger.info("pruned audit rows older than %s: %s", cutoff.isoformat(), counts)
-    return counts
+        if cutoff > datetime.now(UTC):
+            raise InvalidInputError(
+                f"the cutoff {cutoff.isoformat()} is in the future: audit rows are pruned only once "
+                "they are older than it; pass an age or a past instant"
+            )
+        params = {
+            "cutoff": cutoff,
+            "recall_audit": recall_audit,
+            "memory_audit": memory_audit,
+            "fact_audit": fact_audit,
+            "actor": actor or "",
+        }
+        async with db.write() as conn:
+            await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
+            summary = (await conn.execute(text(s.PRUNE_AUDIT), params)).scalar_one()
+        deleted = summary["deleted"]
+        counts = {
+            name: int(deleted[name]) for name in ("recall_audit", "memory_audit", "fact_audit")
+        }
+        logger.info("pruned audit rows older than %s: %s", cutoff.isoformat(), counts)
+        for name, value in counts.items():
+            op.count(f"pruned.{name}", value)
+        return counts
 
 
 async def list_prunes(db: Database, *, limit: int | None = 20) -> list[PruneRecord]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from sqlalchemy import text
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import CollectionError
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
@@ -45,26 +46,29 @@ class Catalogue:
             CollectionError: It exists with another size or model, or the size is out of range.
             InvalidInputError: The name or model is not a usable name.
         """
-        check_name(name, what="collection name")
-        if dimensions is None or embedding_model is None:
-            embedder = self._embedder()
-            dimensions = dimensions if dimensions is not None else embedder.dimensions
-            embedding_model = embedding_model or embedder.model_id
-        check_dimensions(dimensions)
-        check_name(embedding_model, what="embedding_model")
-        async with self._db.write() as conn:
-            await conn.execute(
-                text(q.INSERT_COLLECTION),
-                {"name": name, "dimensions": dimensions, "embedding_model": embedding_model},
-            )
-        info = await self.get(name)
-        if info.dimensions != dimensions or info.embedding_model != embedding_model:
-            raise CollectionError(
-                f"collection {name!r} exists with {info.dimensions} dimensions from model "
-                f"{info.embedding_model!r}; asked for {dimensions} from {embedding_model!r}. "
-                "Use another collection name for another model."
-            )
-        return info
+        with telemetry.operation(
+            telemetry.CREATE_MEMORY_STORE, settings=self._db.settings, collection=name
+        ):
+            check_name(name, what="collection name")
+            if dimensions is None or embedding_model is None:
+                embedder = self._embedder()
+                dimensions = dimensions if dimensions is not None else embedder.dimensions
+                embedding_model = embedding_model or embedder.model_id
+            check_dimensions(dimensions)
+            check_name(embedding_model, what="embedding_model")
+            async with self._db.write() as conn:
+                await conn.execute(
+                    text(q.INSERT_COLLECTION),
+                    {"name": name, "dimensions": dimensions, "embedding_model": embedding_model},
+                )
+            info = await self.get(name)
+            if info.dimensions != dimensions or info.embedding_model != embedding_model:
+                raise CollectionError(
+                    f"collection {name!r} exists with {info.dimensions} dimensions from model "
+                    f"{info.embedding_model!r}; asked for {dimensions} from {embedding_model!r}. "
+                    "Use another collection name for another model."
+                )
+            return info
 
     async def get(self, name: str) -> CollectionInfo:
         """A collection's catalogue entry.
@@ -94,16 +98,20 @@ class Catalogue:
 
     async def drop(self, name: str, *, actor: str | None) -> int:
         """Delete a collection and all its memories (each deletion audited); returns the count."""
-        await self.get(name)
-        async with self._db.write() as conn:
-            await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
-            deleted = await conn.execute(
-                text(q.delete_scope(())), {"collection": name, "actor": actor or ""}
-            )
-            count = len(deleted.all())
-            await conn.execute(text(q.DELETE_COLLECTION), {"name": name})
-        self._cache.pop(name, None)
-        return count
+        with telemetry.operation(
+            telemetry.DELETE_MEMORY_STORE, settings=self._db.settings, collection=name
+        ) as op:
+            await self.get(name)
+            async with self._db.write() as conn:
+                await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
+                deleted = await conn.execute(
+                    text(q.delete_scope(())), {"collection": name, "actor": actor or ""}
+                )
+                count = len(deleted.all())
+                await conn.execute(text(q.DELETE_COLLECTION), {"name": name})
+            self._cache.pop(name, None)
+            op.count("record.count", count)
+            return count
 
     async def embed(self, info: CollectionInfo, texts: list[str]) -> np.ndarray:
         """Embed texts for a collection with the store's embedder.
@@ -118,4 +126,5 @@ class Catalogue:
                 f"the store's embedder is {embedder.model_id!r}: pass a matching embedder to "
                 "MemoryStore(embedder=...), or pass vectors yourself"
             )
-        return await embedder.embed(texts)
+        with telemetry.embedding(embedder.model_id, len(texts)):
+            return await embedder.embed(texts)

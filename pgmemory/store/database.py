@@ -53,6 +53,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
 from pgmemory.settings import Settings
 from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries as q
@@ -255,6 +256,7 @@ class Database:
     ) -> AsyncIterator[AsyncConnection]:
         """A connection of its own in one transaction (see :meth:`write`)."""
         async with contextlib.AsyncExitStack() as stack:
+            stack.enter_context(telemetry.sql("transaction"))
             conn = await self._connect()
             stack.push_async_exit(conn)
             committing = False
@@ -419,10 +421,12 @@ class Database:
         """
         if self.in_unit_of_work:
             async with self.write(users=users) as conn:
-                result = await conn.execute(text(statement), dict(params))
+                with telemetry.sql("statement"):
+                    result = await conn.execute(text(statement), dict(params))
                 return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
         async with self.driver_autocommit() as conn:
-            return await fastpath.run(conn, statement, params, lock_users=users)
+            with telemetry.sql("statement"):
+                return await fastpath.run(conn, statement, params, lock_users=users)
 
     async def retried(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run a read; once more, on a fresh connection, if it lost its connection midway.

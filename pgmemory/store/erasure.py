@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError, PgMemoryError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
@@ -47,30 +48,34 @@ async def delete(
         InvalidInputError: An id is not a UUID.
         ScopeError: No scope, or an empty one without ``allow_unscoped``.
     """
-    await catalogue.get(collection)
-    check_optional_name(actor, what="actor")
-    if scope is None:
-        raise ScopeError(
-            "pass scope= (the caller's MemoryScope): ids= alone would delete the rows of every "
-            "user holding those ids; delete(collection, ids=[...], scope=MemoryScope(user_id=...))"
-            if ids is not None
-            else "pass ids= with scope=, or scope= alone to delete every memory of the scope"
-        )
-    check_search_scope(scope, allow_unscoped=allow_unscoped)
-    dimensions = tuple(scope.as_dict())
-    params: dict[str, Any] = dict(scope.as_dict())
-    if ids is not None:
-        params["ids"] = _id_list(ids)
-        statement = q.delete_ids(dimensions)
-    else:
-        statement = q.delete_scope(dimensions)
-    async with db.write() as conn:
-        result = await conn.execute(
-            text(statement), {**params, "collection": collection, "actor": actor or ""}
-        )
-        count = len(result.all())
-    logger.info("deleted %d memories from collection %s", count, collection)
-    return count
+    with telemetry.operation(
+        telemetry.DELETE_MEMORY, settings=db.settings, collection=collection, scope=scope
+    ) as op:
+        await catalogue.get(collection)
+        check_optional_name(actor, what="actor")
+        if scope is None:
+            raise ScopeError(
+                "pass scope= (the caller's MemoryScope): ids= alone would delete the rows of every "
+                "user holding those ids; delete(collection, ids=[...], scope=MemoryScope(user_id=...))"
+                if ids is not None
+                else "pass ids= with scope=, or scope= alone to delete every memory of the scope"
+            )
+        check_search_scope(scope, allow_unscoped=allow_unscoped)
+        dimensions = tuple(scope.as_dict())
+        params: dict[str, Any] = dict(scope.as_dict())
+        if ids is not None:
+            params["ids"] = _id_list(ids)
+            statement = q.delete_ids(dimensions)
+        else:
+            statement = q.delete_scope(dimensions)
+        async with db.write() as conn:
+            result = await conn.execute(
+                text(statement), {**params, "collection": collection, "actor": actor or ""}
+            )
+            count = len(result.all())
+        logger.info("deleted %d memories from collection %s", count, collection)
+        op.count("record.count", count)
+        return count
 
 
 def _audit_refusal(exc: DBAPIError) -> str | None:
@@ -135,29 +140,35 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
     The interactive statement timeout does not apply (as for a bulk import): an erasure must not
     fail for the size of the user. If it fails otherwise, nothing of it is kept.
     """
-    check_name(user_id, what="user_id")
-    check_optional_name(actor, what="actor")
-    params = {"user_id": user_id, "actor": actor or ""}
-    try:
-        async with db.write() as conn:
-            await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
-            await conn.execute(text(q.LOCK_USER_FOR_ERASURE), params)
-            summary = (await conn.execute(text(q.ERASE_USER), params)).scalar_one()
-    except DBAPIError as exc:
-        refusal = _audit_refusal(exc)
-        if refusal is None:
-            raise
-        raise PgMemoryError(
-            f"the erasure was refused and rolled back, nothing was erased: {refusal}"
-        ) from None
-    audit, erased = summary["pseudonymised"], summary["erased"]
-    counts = {
-        "memories": int(erased["memories"]),
-        "facts": int(erased["facts"]),
-        "history_messages": int(erased["history_messages"]),
-        "memory_audit_rows_pseudonymised": int(audit["memory_audit"]),
-        "recall_audit_rows_pseudonymised": int(audit["recall_audit"]),
-        "fact_audit_rows_pseudonymised": int(audit["fact_audit"]),
-    }
-    logger.info("erased a user: %s", counts)
-    return counts
+    with telemetry.operation(
+        telemetry.DELETE_MEMORY, settings=db.settings, user_id=user_id, kind="user"
+    ) as op:
+        check_name(user_id, what="user_id")
+        check_optional_name(actor, what="actor")
+        params = {"user_id": user_id, "actor": actor or ""}
+        try:
+            async with db.write() as conn:
+                await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
+                await conn.execute(text(q.LOCK_USER_FOR_ERASURE), params)
+                summary = (await conn.execute(text(q.ERASE_USER), params)).scalar_one()
+        except DBAPIError as exc:
+            refusal = _audit_refusal(exc)
+            if refusal is None:
+                raise
+            raise PgMemoryError(
+                f"the erasure was refused and rolled back, nothing was erased: {refusal}"
+            ) from None
+        audit, erased = summary["pseudonymised"], summary["erased"]
+        counts = {
+            "memories": int(erased["memories"]),
+            "facts": int(erased["facts"]),
+            "history_messages": int(erased["history_messages"]),
+            "memory_audit_rows_pseudonymised": int(audit["memory_audit"]),
+            "recall_audit_rows_pseudonymised": int(audit["recall_audit"]),
+            "fact_audit_rows_pseudonymised": int(audit["fact_audit"]),
+        }
+        logger.info("erased a user: %s", counts)
+        for name, value in counts.items():
+            op.count(f"erased.{name}", value)
+        telemetry.ERASURES.add(1)
+        return counts

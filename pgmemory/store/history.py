@@ -19,6 +19,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from sqlalchemy import text
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.database import Database
@@ -50,57 +51,75 @@ async def append(
         InvalidInputError: A message is not a dict, lacks a usable ``message_id`` or ``role``,
             is not JSON-native, or its ids do not fit an index entry; nothing is stored.
     """
-    _check_key(session_id, user_id)
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        raise InvalidInputError(f"messages must be a list of dicts, got {describe(messages)}")
-    ids: list[str] = []
-    roles: list[str] = []
-    payloads: list[Jsonb] = []
-    seen: set[str] = set()
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            raise InvalidInputError(f"messages[{i}] must be a dict, got {describe(message)}")
-        message_id = check_name(message.get("message_id"), what=f"messages[{i}].message_id")
-        role = check_choice(message.get("role"), what=f"messages[{i}].role", choices=ROLES)
-        check_index_entries(
-            HISTORY_INDEXES,
-            {"user_id": user_id, "session_id": session_id, "message_id": message_id},
-            where=f"messages[{i}]",
-            names={"message_id": "message_id", "user_id": "user_id", "session_id": "session_id"},
-        )
-        if message_id in seen:
-            continue
-        seen.add(message_id)
-        ids.append(message_id)
-        roles.append(role)
-        payloads.append(jsonb(check_metadata(message, what=f"messages[{i}]")))
-    if not ids:
-        return 0
-    params = {"session_id": session_id, "user_id": user_id}
-    async with db.write(users=(user_id,)) as conn:
-        await conn.execute(text(q.LOCK_HISTORY), params)
-        result = await conn.execute(
-            text(q.APPEND_HISTORY),
-            {**params, "message_ids": ids, "roles": roles, "messages": payloads},
-        )
-        # The rows returned, not the rowcount: Citus reports the rows its INSERT ... SELECT sent
-        # to the shards, the skipped ones included.
-        return len(result.all())
+    with telemetry.operation(
+        telemetry.UPDATE_MEMORY, settings=db.settings, user_id=user_id, kind="history"
+    ) as op:
+        _check_key(session_id, user_id)
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise InvalidInputError(f"messages must be a list of dicts, got {describe(messages)}")
+        ids: list[str] = []
+        roles: list[str] = []
+        payloads: list[Jsonb] = []
+        seen: set[str] = set()
+        for i, message in enumerate(messages):
+            if not isinstance(message, Mapping):
+                raise InvalidInputError(f"messages[{i}] must be a dict, got {describe(message)}")
+            message_id = check_name(message.get("message_id"), what=f"messages[{i}].message_id")
+            role = check_choice(message.get("role"), what=f"messages[{i}].role", choices=ROLES)
+            check_index_entries(
+                HISTORY_INDEXES,
+                {"user_id": user_id, "session_id": session_id, "message_id": message_id},
+                where=f"messages[{i}]",
+                names={
+                    "message_id": "message_id",
+                    "user_id": "user_id",
+                    "session_id": "session_id",
+                },
+            )
+            if message_id in seen:
+                continue
+            seen.add(message_id)
+            ids.append(message_id)
+            roles.append(role)
+            payloads.append(jsonb(check_metadata(message, what=f"messages[{i}]")))
+        if not ids:
+            return 0
+        params = {"session_id": session_id, "user_id": user_id}
+        async with db.write(users=(user_id,)) as conn:
+            await conn.execute(text(q.LOCK_HISTORY), params)
+            result = await conn.execute(
+                text(q.APPEND_HISTORY),
+                {**params, "message_ids": ids, "roles": roles, "messages": payloads},
+            )
+            # The rows returned, not the rowcount: Citus reports the rows its INSERT ... SELECT sent
+            # to the shards, the skipped ones included.
+            added = len(result.all())
+        op.count("record.count", added)
+        return added
 
 
 async def read(
     db: Database, session_id: str, *, user_id: str, after_seq: int, limit: int | None
 ) -> list[HistoryRow]:
     """A session's messages in order: those after ``after_seq``, at most ``limit`` (None: all)."""
-    _check_key(session_id, user_id)
-    if limit is not None:
-        check_limit(limit, maximum=1_000_000)
-    if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
-        raise InvalidInputError(f"after_seq is {describe(after_seq)}; expected an integer >= 0")
-    params = {"session_id": session_id, "user_id": user_id, "after_seq": after_seq, "limit": limit}
-    async with db.read(user_id) as conn:
-        rows = (await conn.execute(text(q.READ_HISTORY), params)).mappings().all()
-    return [HistoryRow(**row) for row in rows]
+    with telemetry.operation(
+        telemetry.SEARCH_MEMORY, settings=db.settings, user_id=user_id, kind="history"
+    ) as op:
+        _check_key(session_id, user_id)
+        if limit is not None:
+            check_limit(limit, maximum=1_000_000)
+        if not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0:
+            raise InvalidInputError(f"after_seq is {describe(after_seq)}; expected an integer >= 0")
+        params = {
+            "session_id": session_id,
+            "user_id": user_id,
+            "after_seq": after_seq,
+            "limit": limit,
+        }
+        async with db.read(user_id) as conn:
+            rows = (await conn.execute(text(q.READ_HISTORY), params)).mappings().all()
+        op.count("result.count", len(rows))
+        return [HistoryRow(**row) for row in rows]
 
 
 async def count(db: Database, session_id: str, *, user_id: str) -> int:

@@ -22,6 +22,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
 from pgmemory.store.ann import AnnPath, AnnPaths
@@ -119,117 +120,133 @@ async def search(
     :mod:`pgmemory.store.shortlist`), for the vector searches without a window that the
     approximate path does not take.
     """
-    check_search_scope(scope, allow_unscoped=allow_unscoped)
-    info = await catalogue.get(collection)
-    check_limit(limit)
-    if mode is None:
-        mode = DEFAULT_MODE if vector is None else "vector"
-    check_choice(mode, what="mode", choices=SEARCH_MODES)
-    weights = weights or SearchWeights()
-    floor = -2.0 if min_score is None else check_min_score(min_score, mode=mode)
-    window = _window(since, until)
-    windowed = since is not None or until is not None
-    if (query is None) == (vector is None):
-        raise InvalidInputError("pass exactly one of query= (text) or vector=")
-    if query is None and mode != "vector":
-        raise InvalidInputError(f"mode={mode!r} matches keywords: pass query= (text)")
-    if query is not None:
-        if isinstance(query, str):
-            query = clean_query(query, max_chars=db.settings.max_text_chars)
-        query = check_text(query, what="query", max_chars=db.settings.max_text_chars)
-        if mode != "text":
-            vector = (await catalogue.embed(info, [query]))[0]
-        query_hash = sha256_hex(query)
-    if vector is not None:
-        vector = check_vector(vector, dimensions=info.dimensions, what="query vector")
-        if query is None:
-            query_hash = sha256_hex(vector.tobytes().hex())
-    chosen = isinstance(path, Route)
-    if isinstance(path, Route):
-        path = await ann.route(collection, scope) if mode == "vector" and not windowed else None
-    if isinstance(shortlist, Route):
-        shortlist = None
-        if shortlists is not None and path is None and mode == "vector" and not windowed:
-            shortlist = await shortlists.route(collection, scope, limit)
-    if path is not None:
-        shortlist = None
+    with telemetry.operation(
+        telemetry.SEARCH_MEMORY,
+        settings=db.settings,
+        collection=collection,
+        scope=scope,
+        mode=mode,
+        sensitive=trace is not None and trace.include_query_text,
+    ) as op:
+        check_search_scope(scope, allow_unscoped=allow_unscoped)
+        info = await catalogue.get(collection)
+        check_limit(limit)
+        if mode is None:
+            mode = DEFAULT_MODE if vector is None else "vector"
+        check_choice(mode, what="mode", choices=SEARCH_MODES)
+        op.retrieval_mode(mode)
+        weights = weights or SearchWeights()
+        floor = -2.0 if min_score is None else check_min_score(min_score, mode=mode)
+        window = _window(since, until)
+        windowed = since is not None or until is not None
+        if (query is None) == (vector is None):
+            raise InvalidInputError("pass exactly one of query= (text) or vector=")
+        if query is None and mode != "vector":
+            raise InvalidInputError(f"mode={mode!r} matches keywords: pass query= (text)")
+        if query is not None:
+            if isinstance(query, str):
+                query = clean_query(query, max_chars=db.settings.max_text_chars)
+            query = check_text(query, what="query", max_chars=db.settings.max_text_chars)
+            op.query(query)
+            if mode != "text":
+                vector = (await catalogue.embed(info, [query]))[0]
+            query_hash = sha256_hex(query)
+        if vector is not None:
+            vector = check_vector(vector, dimensions=info.dimensions, what="query vector")
+            if query is None:
+                query_hash = sha256_hex(vector.tobytes().hex())
+        chosen = isinstance(path, Route)
+        if isinstance(path, Route):
+            path = await ann.route(collection, scope) if mode == "vector" and not windowed else None
+        if isinstance(shortlist, Route):
+            shortlist = None
+            if shortlists is not None and path is None and mode == "vector" and not windowed:
+                shortlist = await shortlists.route(collection, scope, limit)
+        if path is not None:
+            shortlist = None
 
-    # With replicas, the search statement only reads; its audit row is inserted separately.
-    replicated = db.replicas is not None
+        # With replicas, the search statement only reads; its audit row is inserted separately.
+        replicated = db.replicas is not None
 
-    def statement(on: AnnPath | None) -> str:
-        return q.search_memories(
-            tuple(scope.as_dict()),
-            covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
-            audit=audit and not replicated,
-            mode=mode,
-            fusion=weights.fusion if mode == "hybrid" else "score",
-            neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
-            ann_dimensions=info.dimensions if on is not None else None,
-            shortlist=on is None and shortlist is not None,
-            # A shared transaction holds the turn's writes: its commit stays durable.
-            relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
-            windowed=windowed,
-            explain=explain,
-        )
+        def statement(on: AnnPath | None) -> str:
+            return q.search_memories(
+                tuple(scope.as_dict()),
+                covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
+                audit=audit and not replicated,
+                mode=mode,
+                fusion=weights.fusion if mode == "hybrid" else "score",
+                neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
+                ann_dimensions=info.dimensions if on is not None else None,
+                shortlist=on is None and shortlist is not None,
+                # A shared transaction holds the turn's writes: its commit stays durable.
+                relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
+                windowed=windowed,
+                explain=explain,
+            )
 
-    params: dict[str, Any] = {
-        **scope.as_dict(),
-        **(window if windowed else {}),
-        "collection": collection,
-        "query": vector,
-        "terms": terms.query(query) if query is not None else "",
-        "term_list": list(dict.fromkeys(terms.terms(query))) if query is not None else [],
-        "pool": max(weights.pool, limit),
-        "rrf_k": weights.rrf_k,
-        "vector_weight": weights.vector,
-        "text_weight": weights.text,
-        "recency_weight": weights.recency,
-        "neighbour_weight": weights.neighbour,
-        "limit": limit,
-        "ann_candidates": max(4 * limit, 40),
-        **({"shortlist": shortlist} if shortlist is not None else {}),
-        "min_score": floor,
-    }
-    if audit:
-        # The audit names the search's mode unless the caller described its own recall mode.
-        trace = trace or RecallTrace()
-        if not trace.mode:
-            trace = dataclasses.replace(trace, mode=mode)
-        params.update(_audit_params(scope, trace, query, query_hash))
-    run = _run_replicated if replicated else _run
-    rows: Sequence[Any] | None = None
-    if path is not None and chosen:
-        # Too few hits (the scope filter thinned the index's candidates) or any failure: the
-        # transaction rolls back (no audit row) and the exact path answers.
-        wanted = limit if min_score is None else 0
-        try:
+        params: dict[str, Any] = {
+            **scope.as_dict(),
+            **(window if windowed else {}),
+            "collection": collection,
+            "query": vector,
+            "terms": terms.query(query) if query is not None else "",
+            "term_list": list(dict.fromkeys(terms.terms(query))) if query is not None else [],
+            "pool": max(weights.pool, limit),
+            "rrf_k": weights.rrf_k,
+            "vector_weight": weights.vector,
+            "text_weight": weights.text,
+            "recency_weight": weights.recency,
+            "neighbour_weight": weights.neighbour,
+            "limit": limit,
+            "ann_candidates": max(4 * limit, 40),
+            **({"shortlist": shortlist} if shortlist is not None else {}),
+            "min_score": floor,
+        }
+        if audit:
+            # The audit names the search's mode unless the caller described its own recall mode.
+            trace = trace or RecallTrace()
+            if not trace.mode:
+                trace = dataclasses.replace(trace, mode=mode)
+            params.update(_audit_params(scope, trace, query, query_hash))
+        run = _run_replicated if replicated else _run
+        rows: Sequence[Any] | None = None
+        if path is not None and chosen:
+            # Too few hits (the scope filter thinned the index's candidates) or any failure: the
+            # transaction rolls back (no audit row) and the exact path answers.
+            wanted = limit if min_score is None else 0
+            try:
+                rows = await run(
+                    db, statement(path), params, audit=audit, path=path, wanted=wanted, scope=scope
+                )
+            except Exception as exc:
+                logger.warning(
+                    "approximate path of collection %s not used for a search (%s); searched exactly",
+                    collection,
+                    type(exc).__name__,
+                )
+            path = None
+        if rows is None:
             rows = await run(
-                db, statement(path), params, audit=audit, path=path, wanted=wanted, scope=scope
+                db, statement(path), params, audit=audit, path=path, wanted=0, scope=scope
             )
-        except Exception as exc:
-            logger.warning(
-                "approximate path of collection %s not used for a search (%s); searched exactly",
-                collection,
-                type(exc).__name__,
+        if audit and replicated:
+            await insert_recall(
+                db,
+                {
+                    **{name: params[f"audit_{name}"] for name in MemoryScope.DIMENSIONS},
+                    **{name: params[name] for name in _AUDIT_TRACE},
+                    "collection": collection,
+                    "memory_ids": [row["id"] for row in rows],
+                    "scores": [float(row["score"]) for row in rows],
+                    "reasons": [row["reason"] for row in rows] if explain else None,
+                    "signals": jsonb([_signals(row).as_dict() for row in rows])
+                    if explain
+                    else None,
+                },
             )
-        path = None
-    if rows is None:
-        rows = await run(db, statement(path), params, audit=audit, path=path, wanted=0, scope=scope)
-    if audit and replicated:
-        await insert_recall(
-            db,
-            {
-                **{name: params[f"audit_{name}"] for name in MemoryScope.DIMENSIONS},
-                **{name: params[name] for name in _AUDIT_TRACE},
-                "collection": collection,
-                "memory_ids": [row["id"] for row in rows],
-                "scores": [float(row["score"]) for row in rows],
-                "reasons": [row["reason"] for row in rows] if explain else None,
-                "signals": jsonb([_signals(row).as_dict() for row in rows]) if explain else None,
-            },
-        )
-    return _hits(rows, explain=explain)
+        hits = _hits(rows, explain=explain)
+        op.results([h.score for h in hits], [h.memory.content for h in hits])
+        return hits
 
 
 async def probe_search(

@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q, recall_text
 from pgmemory.store.catalogue import Catalogue
@@ -91,89 +92,101 @@ async def recall(
     audit: bool,
 ) -> Recall:
     """What a provider injects, in one statement (see ``MemoryStore.recall``)."""
-    check_search_scope(scope, allow_unscoped=allow_unscoped)
-    info = await catalogue.get(collection)
-    check_choice(mode, what="mode", choices=SEARCH_MODES)
-    max_results = _count(max_results, "max_results", 100)
-    recent_turns = _count(recent_turns, "recent_turns", 100)
-    if max_tokens is not None and (
-        not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
-    ):
-        raise InvalidInputError(
-            f"max_tokens is {describe(max_tokens)}; expected a positive integer or None"
+    with telemetry.operation(
+        telemetry.SEARCH_MEMORY,
+        settings=db.settings,
+        collection=collection,
+        scope=scope,
+        mode=mode,
+        sensitive=trace is not None and trace.include_query_text,
+    ) as op:
+        check_search_scope(scope, allow_unscoped=allow_unscoped)
+        info = await catalogue.get(collection)
+        check_choice(mode, what="mode", choices=SEARCH_MODES)
+        max_results = _count(max_results, "max_results", 100)
+        recent_turns = _count(recent_turns, "recent_turns", 100)
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+        ):
+            raise InvalidInputError(
+                f"max_tokens is {describe(max_tokens)}; expected a positive integer or None"
+            )
+        threshold = check_number(near_duplicate_threshold, what="near_duplicate_threshold")
+        if not isinstance(include_tools, bool):
+            raise InvalidInputError(f"include_tools is {describe(include_tools)}; expected a bool")
+        if heading is not None and not isinstance(heading, str):
+            raise InvalidInputError(f"heading is {describe(heading)}; expected a string or None")
+        heading = heading or None
+        weights = weights or SearchWeights()
+        trace = trace or RecallTrace()
+        if query is not None and not isinstance(query, str):
+            raise InvalidInputError(f"query must be a string or None, got {describe(query)}")
+        # The store cleans and cuts a query as it does stored text: no query is too long or too
+        # odd to recall with; a blank one recalls the recent turns only.
+        cleaned = clean_query(query, max_chars=db.settings.max_text_chars) if query else ""
+        matched = bool(cleaned.strip()) and max_results > 0
+        used_mode = mode if matched else RECENT_ONLY
+        op.retrieval_mode(used_mode)
+        op.query(cleaned)
+        fetch = min(MAX_FETCH, 4 * (max_results + 2 * recent_turns) + 8)
+        params: dict[str, Any] = {
+            **scope.as_dict(),
+            "collection": collection,
+            "recent_turns": recent_turns,
+            "recent_rows": ROWS_PER_TURN * recent_turns,
+            "include_tools": include_tools,
+            "threshold": threshold,
+            **_budget(max_tokens, heading),
+        }
+        if matched:
+            vector = None if mode == "text" else (await catalogue.embed(info, [cleaned]))[0]
+            params.update(
+                {
+                    "query": vector,
+                    "terms": terms.query(cleaned),
+                    "term_list": list(dict.fromkeys(terms.terms(cleaned))),
+                    "pool": max(weights.pool, fetch),
+                    "rrf_k": weights.rrf_k,
+                    "vector_weight": weights.vector,
+                    "text_weight": weights.text,
+                    "recency_weight": weights.recency,
+                    "neighbour_weight": weights.neighbour,
+                    "limit": fetch,
+                    "min_score": -2.0,
+                }
+            )
+        if audit:
+            stored = scope.column_values()
+            params.update(
+                {
+                    "audit_user_id": stored["user_id"],
+                    "audit_application_id": stored["application_id"],
+                    "audit_agent_id": stored["agent_id"],
+                    "audit_session_id": stored["session_id"],
+                    "provider": trace.provider,
+                    "mode": used_mode,
+                    "requesting_session_id": trace.session_id,
+                    "query_sha256": sha256_hex(cleaned),
+                    "query_text": cleaned if trace.include_query_text and cleaned else None,
+                }
+            )
+        statement = q.recall_memories(
+            tuple(scope.as_dict()),
+            covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
+            mode=mode if matched else None,
+            fusion=weights.fusion if mode == "hybrid" else "score",
+            neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
+            max_results=max_results,
+            audit=audit,
+            # A shared transaction holds the turn's writes: its commit stays durable.
+            relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
         )
-    threshold = check_number(near_duplicate_threshold, what="near_duplicate_threshold")
-    if not isinstance(include_tools, bool):
-        raise InvalidInputError(f"include_tools is {describe(include_tools)}; expected a bool")
-    if heading is not None and not isinstance(heading, str):
-        raise InvalidInputError(f"heading is {describe(heading)}; expected a string or None")
-    heading = heading or None
-    weights = weights or SearchWeights()
-    trace = trace or RecallTrace()
-    if query is not None and not isinstance(query, str):
-        raise InvalidInputError(f"query must be a string or None, got {describe(query)}")
-    # The store cleans and cuts a query as it does stored text: no query is too long or too
-    # odd to recall with; a blank one recalls the recent turns only.
-    cleaned = clean_query(query, max_chars=db.settings.max_text_chars) if query else ""
-    matched = bool(cleaned.strip()) and max_results > 0
-    used_mode = mode if matched else RECENT_ONLY
-    fetch = min(MAX_FETCH, 4 * (max_results + 2 * recent_turns) + 8)
-    params: dict[str, Any] = {
-        **scope.as_dict(),
-        "collection": collection,
-        "recent_turns": recent_turns,
-        "recent_rows": ROWS_PER_TURN * recent_turns,
-        "include_tools": include_tools,
-        "threshold": threshold,
-        **_budget(max_tokens, heading),
-    }
-    if matched:
-        vector = None if mode == "text" else (await catalogue.embed(info, [cleaned]))[0]
-        params.update(
-            {
-                "query": vector,
-                "terms": terms.query(cleaned),
-                "term_list": list(dict.fromkeys(terms.terms(cleaned))),
-                "pool": max(weights.pool, fetch),
-                "rrf_k": weights.rrf_k,
-                "vector_weight": weights.vector,
-                "text_weight": weights.text,
-                "recency_weight": weights.recency,
-                "neighbour_weight": weights.neighbour,
-                "limit": fetch,
-                "min_score": -2.0,
-            }
-        )
-    if audit:
-        stored = scope.column_values()
-        params.update(
-            {
-                "audit_user_id": stored["user_id"],
-                "audit_application_id": stored["application_id"],
-                "audit_agent_id": stored["agent_id"],
-                "audit_session_id": stored["session_id"],
-                "provider": trace.provider,
-                "mode": used_mode,
-                "requesting_session_id": trace.session_id,
-                "query_sha256": sha256_hex(cleaned),
-                "query_text": cleaned if trace.include_query_text and cleaned else None,
-            }
-        )
-    statement = q.recall_memories(
-        tuple(scope.as_dict()),
-        covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
-        mode=mode if matched else None,
-        fusion=weights.fusion if mode == "hybrid" else "score",
-        neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
-        max_results=max_results,
-        audit=audit,
-        # A shared transaction holds the turn's writes: its commit stays durable.
-        relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
-    )
-    # The audit row is written under the user: the recall holds their erasure lock.
-    users = (scope.user_id,) if audit and scope.user_id else ()
-    rows = await db.fetch(statement, params, users=users)
-    return _assemble(rows, heading=heading, bounded=max_tokens is not None, mode=used_mode)
+        # The audit row is written under the user: the recall holds their erasure lock.
+        users = (scope.user_id,) if audit and scope.user_id else ()
+        rows = await db.fetch(statement, params, users=users)
+        recalled = _assemble(rows, heading=heading, bounded=max_tokens is not None, mode=used_mode)
+        op.results([i.score for i in recalled.items], [i.memory.content for i in recalled.items])
+        return recalled
 
 
 def _count(value: object, what: str, maximum: int) -> int:

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import DuplicateIdError, InvalidInputError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
@@ -73,40 +74,45 @@ async def add(
     Returns:
         The ids of the rows stored, in record order (a re-sent message is skipped).
     """
-    info = await catalogue.get(collection)
-    rows = await prepare(
-        catalogue,
-        info,
-        records,
-        max_chars=db.settings.max_text_chars,
-        actor=actor,
-        allow_unscoped=allow_unscoped,
-    )
-    if not rows:
-        return []
-    # Chunks in message-key order, as each statement inserts its rows (see q.INSERT_MEMORIES):
-    # then two batches of the same messages claim them in one order and cannot deadlock.
-    ordered = sorted(rows, key=message_key)
-    stored: set[uuid.UUID] = set()
-    async with (
-        _ids_stored_once(),
-        db.write(users={row["user_id"] or "" for row in rows}) as conn,
-    ):
-        for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
-            chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
-            chunk["embeddings"] = VectorList(chunk["embeddings"])
-            result = await conn.execute(
-                text(q.INSERT_MEMORIES),
-                {
-                    **chunk,
-                    "collection": collection,
-                    "embedding_model": info.embedding_model,
-                    "actor": actor or "",
-                },
-            )
-            stored.update(result.scalars())
-    logger.info("stored %d memories in collection %s", len(stored), collection)
-    return [row["id"] for row in rows if row["id"] in stored]
+    with telemetry.operation(
+        telemetry.UPDATE_MEMORY, settings=db.settings, collection=collection
+    ) as op:
+        info = await catalogue.get(collection)
+        rows = await prepare(
+            catalogue,
+            info,
+            records,
+            max_chars=db.settings.max_text_chars,
+            actor=actor,
+            allow_unscoped=allow_unscoped,
+        )
+        if not rows:
+            return []
+        # Chunks in message-key order, as each statement inserts its rows (see q.INSERT_MEMORIES):
+        # then two batches of the same messages claim them in one order and cannot deadlock.
+        ordered = sorted(rows, key=message_key)
+        stored: set[uuid.UUID] = set()
+        async with (
+            _ids_stored_once(),
+            db.write(users={row["user_id"] or "" for row in rows}) as conn,
+        ):
+            for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
+                chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
+                chunk["embeddings"] = VectorList(chunk["embeddings"])
+                result = await conn.execute(
+                    text(q.INSERT_MEMORIES),
+                    {
+                        **chunk,
+                        "collection": collection,
+                        "embedding_model": info.embedding_model,
+                        "actor": actor or "",
+                    },
+                )
+                stored.update(result.scalars())
+        logger.info("stored %d memories in collection %s", len(stored), collection)
+        ids = [row["id"] for row in rows if row["id"] in stored]
+        op.written(ids)
+        return ids
 
 
 async def import_records(
@@ -129,53 +135,58 @@ async def import_records(
     Returns:
         How many rows were stored (re-sent messages are skipped).
     """
-    from tqdm.auto import tqdm
+    with telemetry.operation(
+        telemetry.UPDATE_MEMORY, settings=db.settings, collection=collection
+    ) as op:
+        from tqdm.auto import tqdm
 
-    info = await catalogue.get(collection)
-    bar = tqdm(desc=f"import {collection}", unit="rows", disable=not progress)
-    async with _ids_stored_once(), db.write() as conn:
-        await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
-        await conn.execute(text(q.CREATE_STAGING))
-        cursor = (await _driver_connection(conn)).cursor()
-        batch: list[MemoryRecord] = []
-        staged = 0
+        info = await catalogue.get(collection)
+        bar = tqdm(desc=f"import {collection}", unit="rows", disable=not progress)
+        async with _ids_stored_once(), db.write() as conn:
+            await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
+            await conn.execute(text(q.CREATE_STAGING))
+            cursor = (await _driver_connection(conn)).cursor()
+            batch: list[MemoryRecord] = []
+            staged = 0
 
-        async def flush() -> None:
-            nonlocal staged
-            rows = await prepare(
-                catalogue,
-                info,
-                batch,
-                max_chars=db.settings.max_text_chars,
-                actor=actor,
-                allow_unscoped=allow_unscoped,
-                first=staged,
-            )
-            async with cursor.copy(q.COPY_STAGING) as copy:
-                copy.set_types(list(STAGING_TYPES))
-                for row in rows:
-                    await copy.write_row(copy_fields(row))
-            staged += len(rows)
-            bar.update(len(rows))
-            batch.clear()
+            async def flush() -> None:
+                nonlocal staged
+                rows = await prepare(
+                    catalogue,
+                    info,
+                    batch,
+                    max_chars=db.settings.max_text_chars,
+                    actor=actor,
+                    allow_unscoped=allow_unscoped,
+                    first=staged,
+                )
+                async with cursor.copy(q.COPY_STAGING) as copy:
+                    copy.set_types(list(STAGING_TYPES))
+                    for row in rows:
+                        await copy.write_row(copy_fields(row))
+                staged += len(rows)
+                bar.update(len(rows))
+                batch.clear()
 
-        for record in records:
-            batch.append(record)
-            if len(batch) >= batch_rows:
+            for record in records:
+                batch.append(record)
+                if len(batch) >= batch_rows:
+                    await flush()
+            if batch:
                 await flush()
-        if batch:
-            await flush()
-        params = {
-            "collection": collection,
-            "embedding_model": info.embedding_model,
-            "actor": actor or "",
-        }
-        total = 0
-        for statement in (q.INSERT_FROM_STAGING, q.INSERT_FROM_STAGING_UNKEYED):
-            total += len((await conn.execute(text(statement), params)).all())
-    bar.close()
-    logger.info("imported %d memories into collection %s", total, collection)
-    return total
+            params = {
+                "collection": collection,
+                "embedding_model": info.embedding_model,
+                "actor": actor or "",
+            }
+            total = 0
+            for statement in (q.INSERT_FROM_STAGING, q.INSERT_FROM_STAGING_UNKEYED):
+                total += len((await conn.execute(text(statement), params)).all())
+        bar.close()
+        logger.info("imported %d memories into collection %s", total, collection)
+        op.count("record.count", total)
+        telemetry.MEMORIES_WRITTEN.add(total)
+        return total
 
 
 async def prepare(

@@ -33,6 +33,7 @@ ADMIN_MAY_IMPORT = (
     "pgmemory.store",
     "pgmemory.errors",
     "pgmemory.settings",
+    "pgmemory.telemetry",
     "pgmemory.text",
     "pgmemory.vocabulary",
     "pgmemory.extras",

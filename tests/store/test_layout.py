@@ -15,13 +15,14 @@ from pgmemory.store.embedded import EmbeddedServer
 
 STORE = Path(pgmemory.store.__file__).parent
 #: What a store module may import when it is imported (beyond the standard library).
-ALLOWED_AT_IMPORT = {"sqlalchemy", "psycopg", "pgvector", "numpy"}
+ALLOWED_AT_IMPORT = {"sqlalchemy", "psycopg", "pgvector", "numpy", "opentelemetry"}
 ALLOWED_PGMEMORY = {
     "pgmemory.errors",
     "pgmemory.extras",
     "pgmemory.vocabulary",
     "pgmemory.text",
     "pgmemory.settings",
+    "pgmemory.telemetry",
     "pgmemory.store",
 }
 #: May be imported inside functions (or for type checking) only.

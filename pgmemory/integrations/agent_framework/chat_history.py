@@ -20,8 +20,6 @@ The provider creates its collection on first use, with the store's embedder's si
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -30,6 +28,7 @@ from typing import Annotated, Any
 
 from agent_framework import AgentSession, ContextProvider, FunctionTool, Message, SessionContext
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.integrations.agent_framework.binding import (
     UserId,
@@ -209,9 +208,9 @@ class ChatHistoryMemoryProvider(ContextProvider):
         if self._collection is None:
             # In a task of its own, with a context of its own, so that the creation commits at
             # once even when called inside a shared transaction (which it must not join: the
-            # catalogue reads the new entry back on another connection).
-            creation = self.store.create_collection(self.collection_name)
-            self._collection = await asyncio.create_task(creation, context=contextvars.Context())
+            # catalogue reads the new entry back on another connection); in the caller's trace.
+            name = self.collection_name
+            self._collection = await telemetry.apart(lambda: self.store.create_collection(name))
         return self._collection
 
     # --- hooks -----------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from agent_framework import AgentSession, ContextProvider, Message, SessionContext
 from pydantic import BaseModel
 
+import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.integrations.agent_framework.binding import (
     UserId,
@@ -388,21 +389,26 @@ class FactMemoryProvider(ContextProvider):
         Raises whatever the chat client raises, or :class:`InvalidInputError` when the reply is
         not a JSON object.
         """
-        reply = await self.chat_client.get_response(
-            [Message("system", [self.extraction_prompt]), *messages],
-            options={**self.extraction_options, "response_format": self.response_format},
-        )
-        try:
-            value = json.loads(reply.text or "null")
-        except ValueError:
-            raise InvalidInputError("the extraction reply is not JSON") from None
-        if isinstance(value, Mapping):
-            raw = dict(value)
-        else:
-            raise InvalidInputError(
-                f"the extraction reply held {type(value).__name__}, not an object of facts"
+        with telemetry.operation(
+            telemetry.UPDATE_MEMORY, settings=self.store.settings, kind="facts"
+        ) as op:
+            reply = await self.chat_client.get_response(
+                [Message("system", [self.extraction_prompt]), *messages],
+                options={**self.extraction_options, "response_format": self.response_format},
             )
-        return self.validate_facts(raw)
+            try:
+                value = json.loads(reply.text or "null")
+            except ValueError:
+                raise InvalidInputError("the extraction reply is not JSON") from None
+            if isinstance(value, Mapping):
+                raw = dict(value)
+            else:
+                raise InvalidInputError(
+                    f"the extraction reply held {type(value).__name__}, not an object of facts"
+                )
+            facts = self.validate_facts(raw)
+            op.count("facts.extracted", len(facts))
+            return facts
 
     def validate_facts(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Validate each extracted value through the model's own field (constraints and field

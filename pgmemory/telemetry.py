@@ -156,6 +156,42 @@ def operation(
         kind: What is operated on: ``memory``, ``history``, ``facts``, ``audit``.
         sensitive: The call's own sensitive-data switch (a provider's).
     """
+    began = time.perf_counter()
+    op = Operation(trace.INVALID_SPAN, sensitive=False, mode=mode)
+    try:
+        if not _tracing():  # no SDK configured: no span to fill (the metrics still count)
+            yield op
+            return
+        with _tracer.start_as_current_span(
+            f"{name} {collection}" if collection else f"{name} {kind}",
+            kind=trace.SpanKind.CLIENT,
+            attributes=_attributes(name, settings, collection, scope, user_id, mode, kind),
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            op.span, op.sensitive = span, sensitive or settings.telemetry_sensitive_data
+            try:
+                yield op
+            except BaseException as exc:
+                _failed(span, exc)
+                raise
+    finally:
+        if name == SEARCH_MEMORY and kind == "memory":
+            RECALL_DURATION.record(
+                time.perf_counter() - began, {"pgmemory.retrieval.mode": op.mode or ""}
+            )
+
+
+def _attributes(
+    name: str,
+    settings: Settings,
+    collection: str | None,
+    scope: MemoryScope | None,
+    user_id: str | None,
+    mode: str | None,
+    kind: str,
+) -> dict[str, Any]:
+    """An operation span's attributes at its start (see :func:`operation`)."""
     attributes: dict[str, Any] = {"gen_ai.operation.name": name, "pgmemory.kind": kind}
     if collection is not None:
         attributes["gen_ai.memory.store.id"] = collection
@@ -168,31 +204,15 @@ def operation(
     pseudonym = _pseudonym(settings, user_id)
     if pseudonym is not None:
         attributes["pgmemory.user.pseudonym"] = pseudonym
-    title = f"{name} {collection}" if collection else f"{name} {kind}"
-    began = time.perf_counter()
-    with _tracer.start_as_current_span(
-        title,
-        kind=trace.SpanKind.CLIENT,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        op = Operation(span, sensitive=sensitive or settings.telemetry_sensitive_data, mode=mode)
-        try:
-            yield op
-        except BaseException as exc:
-            _failed(span, exc)
-            raise
-        finally:
-            if name == SEARCH_MEMORY and kind == "memory":
-                RECALL_DURATION.record(
-                    time.perf_counter() - began, {"pgmemory.retrieval.mode": op.mode or ""}
-                )
+    return attributes
 
 
 @contextmanager
 def embedding(model: str, texts: int) -> Iterator[None]:
     """A child span for one embedding call of ``texts`` texts with ``model``."""
+    if not _tracing():
+        yield
+        return
     with _tracer.start_as_current_span(
         f"{EMBEDDINGS} {model}",
         kind=trace.SpanKind.CLIENT,
@@ -214,6 +234,9 @@ def embedding(model: str, texts: int) -> Iterator[None]:
 @contextmanager
 def sql(what: str) -> Iterator[None]:
     """A child span for SQL: ``what`` is ``statement`` (one round trip) or ``transaction``."""
+    if not _tracing():
+        yield
+        return
     with _tracer.start_as_current_span(
         f"pgmemory.sql {what}",
         kind=trace.SpanKind.CLIENT,
@@ -226,6 +249,12 @@ def sql(what: str) -> Iterator[None]:
         except BaseException as exc:
             _failed(span, exc)
             raise
+
+
+def _tracing() -> bool:
+    """Whether the application configured a tracer provider (the API's default is a proxy
+    that makes no span until one is set)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def _failed(span: trace.Span, exc: BaseException) -> None:

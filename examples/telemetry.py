@@ -53,7 +53,9 @@ async def main() -> None:
     scope = MemoryScope(user_id="alice", session_id="s1")
     async with MemoryStore() as store:
         await store.create_collection("telemetry_example")
-        await store.add("telemetry_example", [MemoryRecord(content="I can't eat spicy food", scope=scope)])
+        await store.add(
+            "telemetry_example", [MemoryRecord(content="I can't eat spicy food", scope=scope)]
+        )
         for said in ("order me dinner", "and a dessert"):  # the second turn's is printed
             exporter.clear()
             with tracer.start_as_current_span("turn"):

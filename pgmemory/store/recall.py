@@ -311,5 +311,6 @@ async def insert(db: Database, params: dict[str, Any]) -> None:
     """
     shared = db.in_unit_of_work
     statement = q.record_recall(relax_commit=not (db.settings.durable_recall_audit or shared))
-    user = params.get("audit_user_id")
+    # The row is written under the user: it holds their erasure lock, as an audited search does.
+    user = params["user_id"]
     await db.fetch(statement, params, users=(user,) if user else ())

@@ -129,6 +129,43 @@ async def test_a_write_starting_during_the_erasure_waits_and_stays_whole(
     assert _invariants(database_url, small, user) == (2, 2)
 
 
+async def test_a_recorded_recall_waits_for_the_erasures_lock(
+    store: MemoryStore, small: str
+) -> None:
+    """A recall audit row written apart from its search (``record_recall``, and the audit of a
+    search served by a replica) holds the user's erasure lock too: an erasure running now
+    sees it, or it waits until the erasure is done."""
+    user = unique("u")
+    [memory_id] = await store.add(small, [_record(user, 0)])
+    hold = asyncio.Event()
+    started = asyncio.Event()
+
+    async def held_erasure() -> None:
+        async with store.shared_transaction(), store.database.write() as conn:
+            await conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(x'70676d65'::int, hashtext(:u))"),
+                {"u": user},
+            )
+            started.set()
+            await hold.wait()
+
+    holder = asyncio.create_task(held_erasure())
+    await started.wait()
+    recorded = asyncio.create_task(
+        store.record_recall(
+            small, MemoryScope(user_id=user), memory_ids=[memory_id], scores=[1.0], query="q"
+        )
+    )
+    try:
+        await asyncio.sleep(0.3)
+        waited = not recorded.done()
+    finally:
+        hold.set()
+        await holder
+        await recorded
+    assert waited, "a recorded recall of the user did not wait for the erasure's lock"
+
+
 @pytest.mark.parametrize(
     ("seed", "rows", "writers"), [(1, 50, 2), (2, 500, 4), (3, 2_000, 4)], ids=str
 )

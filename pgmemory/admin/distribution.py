@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgmemory.admin import statements as s
 from pgmemory.errors import DatabaseNotReadyError
+from pgmemory.store import queries as q
 from pgmemory.store.database import Database
 from pgmemory.store.routing import (
     DISTRIBUTION_COLUMN,
@@ -106,7 +107,7 @@ async def distribute(db: Database) -> Distribution:
     """
     async with db.ddl() as conn:
         database = (await conn.execute(text(s.CURRENT_DATABASE))).scalar_one()
-        if not (await conn.execute(text(s.CITUS_INSTALLED))).scalar():
+        if not (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
             raise DatabaseNotReadyError(
                 f"the citus extension is not installed in database {database!r}, so "
                 "pgmemory's tables cannot be distributed; nothing was changed. Install "

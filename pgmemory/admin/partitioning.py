@@ -96,7 +96,7 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
 
     count = check_partitions(partitions)
     async with db.write() as conn:
-        if (await conn.execute(text(s.CITUS_INSTALLED))).scalar():
+        if (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
             raise DatabaseNotReadyError(
                 "this database has the citus extension: on Citus pgmemory's tables are "
                 "distributed by user_id (`pgmemory db distribute`), which splits a heavy user's "

@@ -646,10 +646,9 @@ SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('pgmemory_memorie
 #: The database connected to (for messages).
 CURRENT_DATABASE = "SELECT current_database()"
 
-#: Whether the citus extension is installed in this database.
-CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
-#: The same, as a row (``installed``), for the read helpers.
-CITUS_INSTALLED_AS_ROW = f"{CITUS_INSTALLED} AS installed"
+#: Whether the citus extension is installed (q.CITUS_INSTALLED), as a row (``installed``), for
+#: the read helpers.
+CITUS_INSTALLED_AS_ROW = f"{q.CITUS_INSTALLED} AS installed"
 
 #: How Citus manages a table already ('distributed', 'reference'; NULL: not at all).
 CITUS_TABLE_TYPE = """

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
+from pgmemory.store import queries as q
 
 #: Alembic's version table for pgmemory's own migrations (the host app keeps its own).
 VERSION_TABLE = "pgmemory_alembic_version"
@@ -194,3 +195,11 @@ async def check_database(engine: AsyncEngine, *, expected_revision: str | None) 
                 f"version of pgmemory needs {expected_revision!r}. Run `pgmemory db upgrade` "
                 f"(or `await store.migrate()`, or open the store with migrate=True)."
             )
+
+
+async def is_distributed(engine: AsyncEngine) -> bool:
+    """Whether pgmemory's memories table is distributed by Citus in this database."""
+    async with engine.connect() as conn:
+        if not (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
+            return False
+        return bool((await conn.execute(text(q.MEMORIES_DISTRIBUTED))).scalar())

@@ -57,7 +57,7 @@ import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
 from pgmemory.settings import Settings
 from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries as q
-from pgmemory.store.connector import adopt_engine, check_database, make_engine
+from pgmemory.store.connector import adopt_engine, check_database, is_distributed, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
 
@@ -114,6 +114,8 @@ class Database:
         self._read_urls = tuple(read_urls)
         self._replicas: ReplicaSet | None = None
         self._closed = False
+        #: Whether the memories table is distributed by Citus (read when the store opens).
+        self.distributed = False
         #: The process the pools were made in: a forked child makes its own (see _usable).
         self._pid = os.getpid()
         #: A forked child's start of its own use of the embedded server (see _after_fork).
@@ -159,6 +161,7 @@ class Database:
             else:
                 self._engine = make_engine(url, self.settings)
             await check_database(self._engine, expected_revision=migrations.head_revision())
+            self.distributed = await is_distributed(self._engine)
             if self._read_urls:
                 self._replicas = ReplicaSet(self._read_urls, self.settings)
         except BaseException:

@@ -1220,6 +1220,18 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
   AND session_id = :session_id AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
 """
 
+# --- Citus ---------------------------------------------------------------------------------
+
+#: Whether the citus extension is installed in this database.
+CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+
+#: Whether the memories table is distributed by Citus (run only where citus is installed).
+MEMORIES_DISTRIBUTED = """
+SELECT EXISTS (
+    SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass('pgmemory_memories')
+)"""
+
+
 # --- recall audit --------------------------------------------------------------------------
 
 
@@ -1229,15 +1241,17 @@ def record_recall(*, relax_commit: bool) -> str:
     each memory's reason and signals when given (NULL otherwise); with
     ``relax_commit`` the statement lets its transaction commit without waiting for the disk
     flush, as :func:`search_memories` does (a SELECT without FROM: its WHERE runs once)."""
-    where = f"\nWHERE {_RELAX_COMMIT}" if relax_commit else ""
+    # Without the relaxed commit, a VALUES row: Citus routes it to the user's shard as one
+    # INSERT (a SELECT without FROM it would insert through the coordinator, by COPY).
+    head, tail = ("SELECT", f"\nWHERE {_RELAX_COMMIT}") if relax_commit else ("VALUES (", ")")
     return f"""
 INSERT INTO pgmemory_recall_audit
     (user_id, collection, application_id, agent_id, session_id, provider, mode,
      requesting_session_id, query_sha256, query_text, memory_ids, scores, reasons, signals)
-SELECT :user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
+{head} :user_id, :collection, :application_id, :agent_id, :session_id, :provider, :mode,
        :requesting_session_id, pgmemory_keyed_sha256(:user_id, :query_sha256), :query_text,
        CAST(:memory_ids AS uuid[]), CAST(:scores AS real[]), CAST(:reasons AS text[]),
-       CAST(:signals AS jsonb){where}
+       CAST(:signals AS jsonb){tail}
 """
 
 

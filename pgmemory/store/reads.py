@@ -167,12 +167,16 @@ async def search(
 
         # With replicas, the search statement only reads; its audit row is inserted separately.
         replicated = db.replicas is not None
+        # On Citus the exact search's audit row is a statement of its own in the search's
+        # transaction: Citus runs a search-and-insert statement in steps (intermediate results
+        # on every worker, the insert through the coordinator, two-phase commit).
+        apart = audit and db.distributed and not replicated
 
         def statement(on: AnnPath | None) -> str:
             return q.search_memories(
                 tuple(scope.as_dict()),
                 covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
-                audit=audit and not replicated,
+                audit=audit and not replicated and not (apart and on is None),
                 mode=mode,
                 fusion=weights.fusion if mode == "hybrid" else "score",
                 neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
@@ -225,24 +229,17 @@ async def search(
                     type(exc).__name__,
                 )
             path = None
+        if rows is None and apart and path is None:
+            rows = await _run_audited_apart(
+                db, statement(None), params, collection=collection, explain=explain, scope=scope
+            )
         if rows is None:
             rows = await run(
                 db, statement(path), params, audit=audit, path=path, wanted=0, scope=scope
             )
         if audit and replicated:
             await insert_recall(
-                db,
-                {
-                    **{name: params[f"audit_{name}"] for name in MemoryScope.DIMENSIONS},
-                    **{name: params[name] for name in _AUDIT_TRACE},
-                    "collection": collection,
-                    "memory_ids": [row["id"] for row in rows],
-                    "scores": [float(row["score"]) for row in rows],
-                    "reasons": [row["reason"] for row in rows] if explain else None,
-                    "signals": jsonb([_signals(row).as_dict() for row in rows])
-                    if explain
-                    else None,
-                },
+                db, _audit_row(params, rows, collection=collection, explain=explain)
             )
         hits = _hits(rows, explain=explain)
         op.results([h.score for h in hits], [h.memory.content for h in hits])
@@ -299,6 +296,42 @@ async def _run(
         return await db.fetch(statement, params, users=users)
     async with db.write(users=()) as conn:
         return await _execute(conn, statement, params, path=path, wanted=wanted)
+
+
+async def _run_audited_apart(
+    db: Database,
+    statement: str,
+    params: dict[str, Any],
+    *,
+    collection: str,
+    explain: bool,
+    scope: MemoryScope,
+) -> Sequence[Any]:
+    """The exact search without its audit part, then its audit row, in one transaction that
+    holds the user's erasure lock from the start (Citus: see :func:`search`)."""
+    users = (scope.user_id,) if scope.user_id else ()
+    async with db.write(users=users) as conn:
+        rows = (await conn.execute(text(statement), params)).mappings().all()
+        row = _audit_row(params, rows, collection=collection, explain=explain)
+        # Not relaxed: the setting would not reach the worker that commits the row.
+        await conn.execute(text(q.record_recall(relax_commit=False)), row)
+    return rows
+
+
+def _audit_row(
+    params: dict[str, Any], rows: Sequence[Any], *, collection: str, explain: bool
+) -> dict[str, Any]:
+    """A search's recall audit row (:func:`~pgmemory.store.queries.record_recall`'s
+    parameters) for the ``rows`` it returned, when it is written apart from the search."""
+    return {
+        **{name: params[f"audit_{name}"] for name in MemoryScope.DIMENSIONS},
+        **{name: params[name] for name in _AUDIT_TRACE},
+        "collection": collection,
+        "memory_ids": [row["id"] for row in rows],
+        "scores": [float(row["score"]) for row in rows],
+        "reasons": [row["reason"] for row in rows] if explain else None,
+        "signals": jsonb([_signals(row).as_dict() for row in rows]) if explain else None,
+    }
 
 
 async def _run_replicated(

@@ -37,6 +37,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import text
+
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q, recall_text
@@ -170,6 +172,9 @@ async def recall(
                     "query_text": cleaned if trace.include_query_text and cleaned else None,
                 }
             )
+        # On Citus the audit row is a statement of its own in the recall's transaction (as
+        # for a search: see pgmemory.store.reads.search).
+        apart = audit and db.distributed and db.replicas is None
         statement = q.recall_memories(
             tuple(scope.as_dict()),
             covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
@@ -177,16 +182,48 @@ async def recall(
             fusion=weights.fusion if mode == "hybrid" else "score",
             neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
             max_results=max_results,
-            audit=audit,
+            audit=audit and not apart,
             # A shared transaction holds the turn's writes: its commit stays durable.
             relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
         )
         # The audit row is written under the user: the recall holds their erasure lock.
         users = (scope.user_id,) if audit and scope.user_id else ()
-        rows = await db.fetch(statement, params, users=users)
+        rows: Sequence[Any]
+        if apart:
+            async with db.write(users=users) as conn:
+                rows = (await conn.execute(text(statement), params)).mappings().all()
+                await conn.execute(
+                    text(q.record_recall(relax_commit=False)), _audit_row(params, rows)
+                )
+        else:
+            rows = await db.fetch(statement, params, users=users)
         recalled = _assemble(rows, heading=heading, bounded=max_tokens is not None, mode=used_mode)
         op.results([i.score for i in recalled.items], [i.memory.content for i in recalled.items])
         return recalled
+
+
+def _audit_row(params: dict[str, Any], rows: Sequence[Any]) -> dict[str, Any]:
+    """The recall's audit row (:func:`~pgmemory.store.queries.record_recall`'s parameters) for
+    the shown ``rows``, when it is written apart from the recall: what the statement's own
+    audit part records (signals rounded to 4 places, none for recent turns)."""
+
+    def signals(row: Any) -> dict[str, float | None] | None:
+        if row["reason"] == "recent":
+            return None
+        names = ("similarity", "keywords", "recency", "neighbour")
+        return {n: None if row[n] is None else round(float(row[n]), 4) for n in names}
+
+    return {
+        **{name: params[f"audit_{name}"] for name in MemoryScope.DIMENSIONS},
+        **{name: params[name] for name in ("provider", "mode", "requesting_session_id")},
+        "query_sha256": params["query_sha256"],
+        "query_text": params["query_text"],
+        "collection": params["collection"],
+        "memory_ids": [row["id"] for row in rows],
+        "scores": [float(row["score"]) for row in rows],
+        "reasons": [row["reason"] for row in rows],
+        "signals": jsonb([signals(row) for row in rows]),
+    }
 
 
 def _count(value: object, what: str, maximum: int) -> int:

@@ -36,6 +36,11 @@ NOT_APPLICABLE: dict[str, str] = {
         "distributed plan (one task to the user's shard) instead, and the same test asserts "
         "every read of the memories table names the user, which is what routes it there"
     ),
+    "tests/store/test_fastpath.py::test_search_is_one_prepared_statement_that_writes_its_audit_row": (
+        "on Citus a search's audit row is a statement of its own in the search's transaction "
+        "(Citus would run the one-statement form in steps, with two-phase commit); "
+        "tests/citus/test_recall_routed.py checks that both statements are routed"
+    ),
     "tests/store/test_embedded.py::test_two_processes_share_one_server_and_it_stops": _EMBEDDED,
     "tests/reliability/test_server.py::test_closing_one_of_two_stores_leaves_the_server_to_the_other": _EMBEDDED,
     "tests/reliability/test_server.py::test_a_reopened_store_keeps_the_server_after_another_process_exits": _EMBEDDED,

@@ -1,9 +1,10 @@
-"""On Citus, a recall is one statement that reads and writes only its user's shard.
+"""On Citus, a recall reads and writes only its user's shard, each statement one router task.
 
-Without its audit row the statement is one router task. With it (an INSERT ... SELECT in a
-CTE, as in every audited search), Citus plans each CTE that reads a table as a subplan of its
-own: each is one task on the user's shard, and the statement is still one round trip for the
-client. Runs under ``PGMEMORY_TEST_CITUS`` (``make test-citus``); skipped otherwise.
+The recall is one statement; with its audit row, that row is a second statement of the same
+transaction (an ``INSERT ... VALUES`` Citus routes to the user's shard), because Citus would
+run a recall-and-insert statement in steps: the CTEs as subplans whose results it copies to
+every worker, the insert through the coordinator, then two-phase commit. Runs under
+``PGMEMORY_TEST_CITUS`` (``make test-citus``); skipped otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore
 from tests.citus import cluster
@@ -65,16 +66,30 @@ async def test_a_recall_is_one_statement_on_its_users_shard(
         ran.append((statement, params))
         return await fetch(statement, params, **options)
 
+    executed: list[tuple[str, Mapping[str, Any]]] = []
+
+    def on_execute(*args: Any) -> None:  # (conn, cursor, statement, parameters, ...)
+        if "pgmemory_" in args[2] and "pg_advisory" not in args[2]:
+            executed.append((args[2], args[3]))
+
     monkeypatch.setattr(store.database, "fetch", recorded)
-    got = await store.recall(
-        collection,
-        scope,
-        query="does Bob have allergies?" if mode else None,
-        mode=mode or "hybrid",  # type: ignore[arg-type]
-        audit=audit,
-    )
-    monkeypatch.undo()
-    assert len(ran) == 1, "a recall is one statement"
+    event.listen(store.engine.sync_engine, "before_cursor_execute", on_execute)
+    try:
+        got = await store.recall(
+            collection,
+            scope,
+            query="does Bob have allergies?" if mode else None,
+            mode=mode or "hybrid",  # type: ignore[arg-type]
+            audit=audit,
+        )
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", on_execute)
+        monkeypatch.undo()
+    statements = [(s, p, False) for s, p in ran] + [(s, p, True) for s, p in executed]
+    assert len(statements) == (2 if audit else 1), [s[:60] for s, _, _ in statements]
+    assert "INSERT" not in statements[0][0]  # the recall itself writes nothing ...
+    if audit:  # ... its audit row is the second statement
+        assert statements[1][0].lstrip().startswith("INSERT INTO pgmemory_recall_audit")
     assert got.items and {i.memory.scope.user_id for i in got.items} == {scope.user_id}
     if mode:
         assert got.items[0].memory.content == "Bob has a severe peanut allergy"
@@ -91,14 +106,18 @@ async def test_a_recall_is_one_statement_on_its_users_shard(
             assert list(row.reasons) == [i.reason for i in got.items]
         else:
             assert audited == []
-        statement, params = ran[0]
-        plan = "\n".join(
-            r[0] for r in await conn.execute(text("EXPLAIN (COSTS OFF) " + statement), dict(params))
-        )
+        plans = []
+        for statement, params, raw in statements:
+            explain = "EXPLAIN (COSTS OFF) " + statement
+            result = (
+                await conn.exec_driver_sql(explain, dict(params))
+                if raw
+                else await conn.execute(text(explain), dict(params))
+            )
+            plans.append("\n".join(r[0] for r in result))
         await conn.rollback()
-    counts = [int(n) for n in re.findall(r"Task Count: (\d+)", plan)]
-    assert counts and set(counts) == {1}, plan  # every task on one shard ...
-    shards = set(re.findall(r"pgmemory_memories_(\d+)", plan))
-    assert len(shards) == 1, plan  # ... the same one, the user's
-    if not audit:
-        assert counts == [1] and "Distributed Subplan" not in plan, plan  # a router plan
+    for plan, table in zip(plans, ["pgmemory_memories", "pgmemory_recall_audit"], strict=False):
+        # one router task, on one shard of its table (the user's)
+        assert re.findall(r"Task Count: (\d+)", plan) == ["1"], plan
+        assert "Distributed Subplan" not in plan, plan
+        assert len(set(re.findall(rf"{table}_(\d+)", plan))) == 1, plan

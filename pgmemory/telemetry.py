@@ -162,19 +162,12 @@ def operation(
         if not _tracing():  # no SDK configured: no span to fill (the metrics still count)
             yield op
             return
-        with _tracer.start_as_current_span(
+        with _span(
             f"{name} {collection}" if collection else f"{name} {kind}",
-            kind=trace.SpanKind.CLIENT,
-            attributes=_attributes(name, settings, collection, scope, user_id, mode, kind),
-            record_exception=False,
-            set_status_on_exception=False,
+            _attributes(name, settings, collection, scope, user_id, mode, kind),
         ) as span:
             op.span, op.sensitive = span, sensitive or settings.telemetry_sensitive_data
-            try:
-                yield op
-            except BaseException as exc:
-                _failed(span, exc)
-                raise
+            yield op
     finally:
         if name == SEARCH_MEMORY and kind == "memory":
             RECALL_DURATION.record(
@@ -213,22 +206,13 @@ def embedding(model: str, texts: int) -> Iterator[None]:
     if not _tracing():
         yield
         return
-    with _tracer.start_as_current_span(
-        f"{EMBEDDINGS} {model}",
-        kind=trace.SpanKind.CLIENT,
-        attributes={
-            "gen_ai.operation.name": EMBEDDINGS,
-            "gen_ai.request.model": model,
-            "pgmemory.embedding.texts": texts,
-        },
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield
-        except BaseException as exc:
-            _failed(span, exc)
-            raise
+    attributes = {
+        "gen_ai.operation.name": EMBEDDINGS,
+        "gen_ai.request.model": model,
+        "pgmemory.embedding.texts": texts,
+    }
+    with _span(f"{EMBEDDINGS} {model}", attributes):
+        yield
 
 
 @contextmanager
@@ -237,15 +221,23 @@ def sql(what: str) -> Iterator[None]:
     if not _tracing():
         yield
         return
+    with _span(f"pgmemory.sql {what}", {"db.system.name": "postgresql"}):
+        yield
+
+
+@contextmanager
+def _span(title: str, attributes: dict[str, Any]) -> Iterator[trace.Span]:
+    """A client span, the current span its parent; a failure inside it marks it failed with
+    the exception's class only (no exception event: its message may quote stored data)."""
     with _tracer.start_as_current_span(
-        f"pgmemory.sql {what}",
+        title,
         kind=trace.SpanKind.CLIENT,
-        attributes={"db.system.name": "postgresql"},
+        attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
         try:
-            yield
+            yield span
         except BaseException as exc:
             _failed(span, exc)
             raise

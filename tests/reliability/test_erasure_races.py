@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections.abc import Awaitable, Callable
 
 import pytest
 import sqlalchemy as sa
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore
+from pgmemory.store import queries as q
 from tests.conftest import unique
 
 DIMENSIONS = 3
@@ -97,34 +99,40 @@ async def test_a_write_running_when_the_erasure_starts_is_erased_with_the_user(
     assert _invariants(database_url, small, user) == (0, 0)
 
 
-async def test_a_write_starting_during_the_erasure_waits_and_stays_whole(
-    store: MemoryStore, small: str, database_url: str
-) -> None:
-    user = unique("u")
-    await store.add(small, [_record(user, 0)])
+async def _waits_for_the_erasure_lock(
+    store: MemoryStore, user: str, call: Callable[[], Awaitable[object]]
+) -> bool:
+    """Whether ``call()`` waits while the user's erasure lock is held (by a transaction of
+    the owner's, as a long erasure holds it); it then runs to its end once the lock is gone."""
     hold = asyncio.Event()
     started = asyncio.Event()
 
     async def held_erasure() -> None:
-        # the erasure's lock, held by a transaction of the owner's, as a long erasure holds it
         async with store.shared_transaction(), store.database.write() as conn:
-            await conn.execute(
-                sa.text("SELECT pg_advisory_xact_lock(x'70676d65'::int, hashtext(:u))"),
-                {"u": user},
-            )
+            await conn.execute(sa.text(q.LOCK_USER_FOR_ERASURE), {"user_id": user})
             started.set()
             await hold.wait()
 
     holder = asyncio.create_task(held_erasure())
     await started.wait()
-    write = asyncio.create_task(store.add(small, [_record(user, 1)]))
+    running = asyncio.create_task(call())
     try:
         await asyncio.sleep(0.3)
-        waited = not write.done()
+        return not running.done()
     finally:
         hold.set()
         await holder
-        await write
+        await running
+
+
+async def test_a_write_starting_during_the_erasure_waits_and_stays_whole(
+    store: MemoryStore, small: str, database_url: str
+) -> None:
+    user = unique("u")
+    await store.add(small, [_record(user, 0)])
+    waited = await _waits_for_the_erasure_lock(
+        store, user, lambda: store.add(small, [_record(user, 1)])
+    )
     assert waited, "a write of the user did not wait for the erasure's lock"
     assert _invariants(database_url, small, user) == (2, 2)
 
@@ -137,32 +145,13 @@ async def test_a_recorded_recall_waits_for_the_erasures_lock(
     sees it, or it waits until the erasure is done."""
     user = unique("u")
     [memory_id] = await store.add(small, [_record(user, 0)])
-    hold = asyncio.Event()
-    started = asyncio.Event()
-
-    async def held_erasure() -> None:
-        async with store.shared_transaction(), store.database.write() as conn:
-            await conn.execute(
-                sa.text("SELECT pg_advisory_xact_lock(x'70676d65'::int, hashtext(:u))"),
-                {"u": user},
-            )
-            started.set()
-            await hold.wait()
-
-    holder = asyncio.create_task(held_erasure())
-    await started.wait()
-    recorded = asyncio.create_task(
-        store.record_recall(
+    waited = await _waits_for_the_erasure_lock(
+        store,
+        user,
+        lambda: store.record_recall(
             small, MemoryScope(user_id=user), memory_ids=[memory_id], scores=[1.0], query="q"
-        )
+        ),
     )
-    try:
-        await asyncio.sleep(0.3)
-        waited = not recorded.done()
-    finally:
-        hold.set()
-        await holder
-        await recorded
     assert waited, "a recorded recall of the user did not wait for the erasure's lock"
 
 

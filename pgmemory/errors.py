@@ -47,3 +47,8 @@ class MissingExtraError(PgMemoryError, ImportError):
 class StoreClosedError(PgMemoryError):
     """The store was closed: by a call to ``close()`` before this call, or while it ran (it
     was then cancelled, and a write it made may or may not have taken effect)."""
+
+
+class TurnWriteFailedError(PgMemoryError):
+    """A write inside a shared transaction failed, so the block can only roll back: nothing of
+    it is committed, and later writes in the block are refused with this error."""

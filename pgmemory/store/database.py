@@ -15,9 +15,9 @@ verb                   transaction                      retry                   
                        round trip, its own commit;                                  row is a write)
                        joins the unit of work if one
                        is open
-:meth:`write`          one transaction (a savepoint of  never: a lost commit may    primary; notes the
-                       the unit of work if one is       have taken effect           WAL position for
-                       open)                                                        read-your-writes
+:meth:`write`          one transaction (joins the unit  never: a lost commit may    primary; notes the
+                       of work if one is open)          have taken effect           WAL position for
+                                                                                    read-your-writes
 :meth:`unit_of_work`   makes the task's writes one      never                       primary
                        transaction, committed at the
                        end of the block
@@ -51,7 +51,7 @@ from typing import Any, ParamSpec, TypeVar
 import psycopg
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncTransaction
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
@@ -60,6 +60,7 @@ from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries a
 from pgmemory.store.connector import adopt_engine, check_database, is_distributed, make_engine
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
+from pgmemory.store.unit_of_work import SharedTransaction, lock
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class Database:
         #: The connections handed out, so that close() can wait for those in flight.
         self._leases: weakref.WeakSet[AsyncConnection] = weakref.WeakSet()
         #: The shared transaction the current task's writes join, if any.
-        self._shared: contextvars.ContextVar[_SharedTransaction | None] = contextvars.ContextVar(
+        self._shared: contextvars.ContextVar[SharedTransaction | None] = contextvars.ContextVar(
             f"pgmemory_shared_transaction_{id(self)}", default=None
         )
 
@@ -233,29 +234,36 @@ class Database:
         return self._replicas
 
     def write(
-        self, *, users: Iterable[str] | None = None
+        self,
+        *,
+        users: Iterable[str] | None = None,
+        sessions: Iterable[tuple[str, str]] = (),
     ) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
         """The write verb: a connection in one transaction on the primary, committed when the
         block ends, rolled back on error; never retried.
 
-        Inside a :meth:`unit_of_work` block it is a savepoint of the unit's transaction
-        instead: its work commits (or rolls back) with the rest of the block.
+        Inside a :meth:`unit_of_work` block it joins the unit's transaction instead: its work
+        commits (or rolls back) with the rest of the block.
 
         Args:
-            users: The users whose data the transaction writes, for read-your-writes on
-                replicas (``()`` for writes no read needs to see at once, such as recall
-                audit rows). None, the safe default: it may write anyone's, so every read
-                waits for it.
+            users: The users whose data the transaction writes: it holds their erasure lock,
+                shared, and notes them for read-your-writes on replicas (``()`` for writes no
+                read needs to see at once, such as recall audit rows). None, the safe
+                default: it may write anyone's, so every read waits for it.
+            sessions: The ``(user_id, session_id)`` chat-history sessions it appends to: it
+                holds their append lock, exclusively, taken in the same statement as the
+                erasure locks (:data:`~pgmemory.store.queries.LOCK_FOR_WRITE`).
         """
         named = None if users is None else frozenset(users)
+        appended = frozenset(sessions)
         shared = self._shared.get()
         if shared is not None:
-            return shared.join(named)
-        return self._own_transaction(named)
+            return shared.join(named, appended)
+        return self._own_transaction(named, appended)
 
     @contextlib.asynccontextmanager
     async def _own_transaction(
-        self, users: frozenset[str] | None
+        self, users: frozenset[str] | None, sessions: frozenset[tuple[str, str]]
     ) -> AsyncIterator[AsyncConnection]:
         """A connection of its own in one transaction (see :meth:`write`)."""
         async with contextlib.AsyncExitStack() as stack:
@@ -265,7 +273,7 @@ class Database:
             committing = False
             try:
                 async with conn.begin():
-                    await _lock_users(conn, users)
+                    await lock(conn, users or frozenset(), sessions)
                     yield conn
                     committing = True
             except DBAPIError as exc:
@@ -331,9 +339,10 @@ class Database:
         """The unit-of-work verb: make the writes of the current task join ONE transaction
         until the block ends.
 
-        Every :meth:`write` (and :meth:`fetch`) started in this task (or in tasks it starts) while the block
-        runs becomes a savepoint of one transaction on one connection: when the block ends
-        normally everything commits at once; when it raises, everything rolls back. The
+        Every :meth:`write` (and :meth:`fetch`) started in this task (or in tasks it starts)
+        while the block runs joins one transaction on one connection: when the block ends
+        normally everything commits at once; when it raises, or one of its writes failed,
+        everything rolls back (see :class:`~pgmemory.store.unit_of_work.SharedTransaction`). The
         connection is taken, and the transaction begun, at the first write, so a block that
         writes nothing costs nothing. A block inside another one joins the outer one.
 
@@ -343,11 +352,13 @@ class Database:
 
         Raises:
             Whatever the block raises, after rolling back; or the COMMIT's error.
+            TurnWriteFailedError: A write of the block failed and the block caught its error
+                (it rolled back).
         """
         if self._shared.get() is not None:
             yield
             return
-        shared = _SharedTransaction(self)
+        shared = SharedTransaction(self)
         token = self._shared.set(shared)
         try:
             yield
@@ -511,83 +522,3 @@ class Database:
             conn = await self.engine.connect()
         self._leases.add(conn)
         return conn
-
-
-async def _lock_users(conn: AsyncConnection, users: frozenset[str] | None) -> None:
-    """Hold the erasure lock of the users a write names, shared, until its transaction ends
-    (:data:`pgmemory.store.queries.LOCK_USERS_FOR_WRITE`); a write naming no user takes none."""
-    if users:
-        await conn.execute(text(q.LOCK_USERS_FOR_WRITE), {"users": sorted(users)})
-
-
-class _SharedTransaction:
-    """One connection and transaction that the writes of a :meth:`Database.unit_of_work`
-    block join, each as a savepoint; writers from concurrent tasks take turns."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-        #: The users the joined writes named (None once one named none: everyone).
-        self._users: frozenset[str] | None = frozenset()
-        self._conn: AsyncConnection | None = None
-        self._outer: AsyncTransaction | None = None
-        self._lock = asyncio.Lock()
-        self._owner: asyncio.Task[object] | None = None
-        self._closed = False
-
-    @contextlib.asynccontextmanager
-    async def join(self, users: frozenset[str] | None) -> AsyncIterator[AsyncConnection]:
-        """The shared connection inside a savepoint (released on success, rolled back on error).
-
-        ``users`` as for :meth:`Database.write`: noted for read-your-writes at the commit.
-        """
-        if self._users is not None:
-            self._users = None if users is None else self._users | users
-        task = asyncio.current_task()
-        if task is not None and task is self._owner:  # a write nested in this task's write
-            assert self._conn is not None
-            async with self._conn.begin_nested():
-                await _lock_users(self._conn, users)
-                yield self._conn
-            return
-        async with self._lock:
-            if self._closed:
-                raise RuntimeError(
-                    "the shared transaction has ended; a task started inside the block wrote after it"
-                )
-            if self._conn is None:
-                self._conn = await self._db._connect()
-                self._outer = await self._conn.begin()
-            self._owner = task
-            try:
-                async with self._conn.begin_nested():
-                    await _lock_users(self._conn, users)
-                    yield self._conn
-            finally:
-                self._owner = None
-
-    async def finish(self, *, commit: bool) -> None:
-        """Commit or roll back the shared transaction (if it began), and return the connection.
-
-        Raises:
-            The COMMIT's error. A failed ROLLBACK is not raised: the block's own error is the one
-            that matters, and a transaction whose connection failed is not committed.
-        """
-        async with self._lock:
-            self._closed = True
-            conn, outer = self._conn, self._outer
-            self._conn = self._outer = None
-            if conn is None or outer is None:
-                return
-            try:
-                if commit:
-                    # A recall audit joined here may have relaxed synchronous_commit for the
-                    # transaction; the memories committed with it must be durable.
-                    await conn.execute(text("SET LOCAL synchronous_commit TO DEFAULT"))
-                    await outer.commit()
-                    await self._db.note_write(conn, self._users)
-                else:
-                    with contextlib.suppress(Exception):
-                        await outer.rollback()
-            finally:
-                with contextlib.suppress(Exception):
-                    await conn.close()

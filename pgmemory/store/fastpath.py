@@ -29,7 +29,8 @@ from psycopg.rows import dict_row
 from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 
-from pgmemory.store.queries import LOCK_USERS_FOR_WRITE
+from pgmemory.store.queries import LOCK_FOR_WRITE
+from pgmemory.store.unit_of_work import lock_parameters
 
 _DIALECT = PGDialectAsync_psycopg()
 
@@ -72,7 +73,7 @@ async def run(
     # holds until the statement's commit (and the statement's snapshot is taken after it).
     async with conn.pipeline():
         await conn.cursor().execute(
-            driver_statement(LOCK_USERS_FOR_WRITE), {"users": sorted(lock_users)}, prepare=True
+            driver_statement(LOCK_FOR_WRITE), lock_parameters(lock_users), prepare=True
         )
         await cursor.execute(driver_statement(statement), params, prepare=True)
     return await cursor.fetchall() if cursor.description is not None else []

@@ -85,8 +85,7 @@ async def append(
         if not ids:
             return 0
         params = {"session_id": session_id, "user_id": user_id}
-        async with db.write(users=(user_id,)) as conn:
-            await conn.execute(text(q.LOCK_HISTORY), params)
+        async with db.write(users=(user_id,), sessions=((user_id, session_id),)) as conn:
             result = await conn.execute(
                 text(q.APPEND_HISTORY),
                 {**params, "message_ids": ids, "roles": roles, "messages": payloads},

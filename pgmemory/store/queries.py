@@ -1134,17 +1134,23 @@ LIMIT :samples
 _ERASURE_LOCK_CLASS = 0x70676D65
 
 #: A write takes the erasure lock of each user it names, shared (in sorted order): a running
-#: erasure of one of them makes it wait, and an erasure waits for it.
-LOCK_USERS_FOR_WRITE = f"""
-SELECT pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(u))
-FROM unnest(CAST(:users AS text[])) WITH ORDINALITY AS x(u, i) ORDER BY i
+#: erasure of one of them makes it wait, and an erasure waits for it. In the same statement it
+#: takes the append lock of each chat-history session it appends to, exclusively (appends to one
+#: session take turns, so two never pick the same ``seq``); erasure locks first.
+LOCK_FOR_WRITE = f"""
+SELECT locks.held FROM (
+    SELECT 1 AS step, x.i, pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(x.u)) AS held
+    FROM unnest(CAST(:users AS text[])) WITH ORDINALITY AS x(u, i)
+    UNION ALL
+    SELECT 2, y.i, pg_advisory_xact_lock(hashtextextended(y.s, hashtext(y.u)))
+    FROM unnest(CAST(:session_users AS text[]), CAST(:sessions AS text[]))
+        WITH ORDINALITY AS y(u, s, i)
+) AS locks ORDER BY locks.step, locks.i
 """
 
 #: An erasure takes its user's lock exclusively: writes of the user already running finish
 #: first (and are erased with the user), later ones wait for the erasure to commit.
 LOCK_USER_FOR_ERASURE = f"SELECT pg_advisory_xact_lock({_ERASURE_LOCK_CLASS}, hashtext(:user_id))"
-
-LOCK_HISTORY = "SELECT pg_advisory_xact_lock(hashtextextended(:session_id, hashtext(:user_id)))"
 
 #: Append messages after the session's last seq; a message id already stored is skipped.
 APPEND_HISTORY = """

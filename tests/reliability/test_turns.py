@@ -27,6 +27,7 @@ from pgmemory import (
     MemoryStore,
     PostgresHistoryProvider,
 )
+from pgmemory.errors import TurnWriteFailedError
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, json_reply, text
 
@@ -217,19 +218,53 @@ async def test_shared_transaction_rolls_back_everything_on_error(
     assert await store.count(collection, MemoryScope(user_id=user)) == 0
 
 
-async def test_a_failed_write_inside_the_block_leaves_the_others_usable(
+async def test_a_failed_write_fails_the_block_even_when_its_error_is_caught(
     store: MemoryStore, collection: str
 ) -> None:
-    """Each joined write is a savepoint: a caller may catch a write's error and go on."""
+    """A joined write has no savepoint of its own: once one fails, later writes are refused
+    and the block commits nothing, whatever the caller caught."""
     user = unique("u")
-    async with store.shared_transaction():
-        await store.add(collection, _records(user, "kept"))
-        with pytest.raises(sa.exc.DataError):  # division by zero, inside a joined write
-            async with store._db.write() as conn:
-                await conn.execute(sa.text("SELECT 1 / 0"))
-        await store.append_history("s2", [{"message_id": "m1", "role": "user"}], user_id=user)
-    assert await store.count(collection, MemoryScope(user_id=user)) == 1
+    with pytest.raises(TurnWriteFailedError, match="DataError"):
+        async with store.shared_transaction():
+            await store.add(collection, _records(user, "written before"))
+            with pytest.raises(sa.exc.DataError):  # division by zero, inside a joined write
+                async with store._db.write() as conn:
+                    await conn.execute(sa.text("SELECT 1 / 0"))
+            with pytest.raises(TurnWriteFailedError, match="earlier write"):
+                await store.append_history(
+                    "s2", [{"message_id": "m1", "role": "user"}], user_id=user
+                )
+    assert await store.count(collection, MemoryScope(user_id=user)) == 0
+    assert await store.count_history("s2", user_id=user) == 0
+    # The store is usable afterwards.
+    await store.append_history("s2", [{"message_id": "m1", "role": "user"}], user_id=user)
     assert await store.count_history("s2", user_id=user) == 1
+
+
+async def test_a_block_takes_each_lock_once_and_no_savepoints(
+    store: MemoryStore, collection: str
+) -> None:
+    """A turn's writes to one user and session: one lock statement, no SAVEPOINT, no SET."""
+    user = unique("u")
+    sent: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append(" ".join(statement.split()).split(" ", 1)[0].upper())
+
+    sa.event.listen(store.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        async with store.shared_transaction():
+            await store.append_history("s1", [{"message_id": "m1", "role": "user"}], user_id=user)
+            await store.add(collection, _records(user, "one"))
+            await store.append_history(
+                "s1", [{"message_id": "m2", "role": "assistant"}], user_id=user
+            )
+    finally:
+        sa.event.remove(store.engine.sync_engine, "before_cursor_execute", seen)
+    assert sent.count("SELECT") == 1, sent  # the erasure and append locks, once
+    assert "SAVEPOINT" not in sent and "SET" not in sent, sent
+    assert await store.count_history("s1", user_id=user) == 2
+    assert await store.count(collection, MemoryScope(user_id=user)) == 1
 
 
 async def test_concurrent_writers_share_the_block(store: MemoryStore, collection: str) -> None:

@@ -1,0 +1,151 @@
+"""A unit of work's one transaction, and the locks a write holds.
+
+:class:`SharedTransaction` is what :meth:`pgmemory.store.database.Database.unit_of_work` makes
+the current task's writes join; :func:`lock` takes a write's erasure and append locks in one
+statement (:data:`pgmemory.store.queries.LOCK_FOR_WRITE`), and :func:`lock_parameters` is its
+parameters, also for the fast path's pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
+
+from pgmemory.errors import TurnWriteFailedError
+from pgmemory.store import queries as q
+
+if TYPE_CHECKING:
+    from pgmemory.store.database import Database
+
+
+async def lock(
+    conn: AsyncConnection, users: frozenset[str], sessions: frozenset[tuple[str, str]]
+) -> None:
+    """Hold the erasure lock of ``users`` (shared) and the append lock of ``sessions``
+    (exclusive) until the transaction ends, in one statement
+    (:data:`pgmemory.store.queries.LOCK_FOR_WRITE`); a write naming neither takes none."""
+    if users or sessions:
+        await conn.execute(text(q.LOCK_FOR_WRITE), lock_parameters(users, sessions))
+
+
+def lock_parameters(
+    users: Iterable[str], sessions: Iterable[tuple[str, str]] = ()
+) -> dict[str, list[str]]:
+    """:data:`~pgmemory.store.queries.LOCK_FOR_WRITE`'s parameters, each kind in sorted order
+    (so two writes naming the same users or sessions never wait for each other in a cycle)."""
+    ordered = sorted(sessions)
+    return {
+        "users": sorted(users),
+        "session_users": [user for user, _ in ordered],
+        "sessions": [session for _, session in ordered],
+    }
+
+
+class SharedTransaction:
+    """One connection and transaction that the writes of a :meth:`Database.unit_of_work`
+    block join; writers from concurrent tasks take turns.
+
+    A joined write runs in the transaction itself, with no savepoint around it (a savepoint
+    costs two round trips): a lock it takes is held until the end, so each user's erasure
+    lock and each session's append lock is taken once per block. A write that fails therefore
+    fails the block: later writes are refused and the block rolls back
+    (:class:`~pgmemory.errors.TurnWriteFailedError`). Only a write nested in another write of
+    the same task is a savepoint of its own.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        #: The users the joined writes named (None once one named none: everyone).
+        self._users: frozenset[str] | None = frozenset()
+        #: The users and sessions whose locks the transaction holds.
+        self._locked_users: set[str] = set()
+        self._locked_sessions: set[tuple[str, str]] = set()
+        self._conn: AsyncConnection | None = None
+        self._outer: AsyncTransaction | None = None
+        self._lock = asyncio.Lock()
+        self._owner: asyncio.Task[object] | None = None
+        self._closed = False
+        #: Why the block can only roll back (a joined write failed), or None.
+        self._failed: str | None = None
+
+    @contextlib.asynccontextmanager
+    async def join(
+        self, users: frozenset[str] | None, sessions: frozenset[tuple[str, str]]
+    ) -> AsyncIterator[AsyncConnection]:
+        """The shared connection, its needed locks held (see :meth:`Database.write`).
+
+        Raises:
+            TurnWriteFailedError: An earlier write of the block failed.
+        """
+        if self._users is not None:
+            self._users = None if users is None else self._users | users
+        task = asyncio.current_task()
+        if task is not None and task is self._owner:  # a write nested in this task's write
+            assert self._conn is not None
+            async with self._conn.begin_nested():
+                await lock(self._conn, users or frozenset(), sessions)
+                yield self._conn
+            return
+        async with self._lock:
+            if self._closed:
+                raise RuntimeError(
+                    "the shared transaction has ended; a task started inside the block wrote after it"
+                )
+            self._refuse_if_failed()
+            if self._conn is None:
+                self._conn = await self._db._connect()
+                self._outer = await self._conn.begin()
+            self._owner = task
+            try:
+                new_users = (users or frozenset()) - self._locked_users
+                new_sessions = sessions - self._locked_sessions
+                await lock(self._conn, frozenset(new_users), frozenset(new_sessions))
+                self._locked_users |= new_users
+                self._locked_sessions |= new_sessions
+                yield self._conn
+            except BaseException as exc:
+                self._failed = type(exc).__name__
+                raise
+            finally:
+                self._owner = None
+
+    def _refuse_if_failed(self) -> None:
+        if self._failed is not None:
+            raise TurnWriteFailedError(
+                f"an earlier write in this shared transaction failed ({self._failed}); "
+                "the block rolls back and writes nothing"
+            )
+
+    async def finish(self, *, commit: bool) -> None:
+        """Commit or roll back the shared transaction (if it began), and return the connection.
+
+        Raises:
+            TurnWriteFailedError: Asked to commit after a joined write failed (it rolls back).
+            The COMMIT's error. A failed ROLLBACK is not raised: the block's own error is the one
+                that matters, and a transaction whose connection failed is not committed.
+        """
+        async with self._lock:
+            self._closed = True
+            conn, outer = self._conn, self._outer
+            self._conn = self._outer = None
+            if conn is None or outer is None:
+                return
+            try:
+                if commit and self._failed is None:
+                    # Statements joined here keep the server's synchronous_commit: none relaxes
+                    # its own commit inside a unit of work (see Database.in_unit_of_work).
+                    await outer.commit()
+                    await self._db.note_write(conn, self._users)
+                else:
+                    with contextlib.suppress(Exception):
+                        await outer.rollback()
+                    if commit:
+                        self._refuse_if_failed()
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.close()

@@ -382,10 +382,13 @@ def _keyword_ranking(
     """The ``by_text`` CTEs: BM25 (k1 1.2, b 0.75) of ``:terms`` over the scope, best
     ``:pool`` rows.
 
-    The rows matching any query term come through the GIN index; document frequencies are
-    counted among them (a row without a term never matches it), N is the scope's size (counted
-    from ``candidates`` when the statement has them), and a row's length is its number of
-    distinct terms, against the average over the matching rows.
+    The rows matching any query term come through the GIN index, each with only its query
+    terms cut out of its vector (``hits``: marked with weight A, then kept by weight; stored
+    vectors carry the default weight D), so neither the whole vector is kept nor its other
+    terms unnested. Document frequencies are counted among them (a row without a term never
+    matches it), N is the scope's size (counted from ``candidates`` when the statement has
+    them), and a row's length is its number of distinct terms, against the average over the
+    matching rows.
     """
     where, window = _scope_filter(dimensions, windowed=windowed)
     scope_size = (
@@ -394,7 +397,8 @@ def _keyword_ranking(
         else f"SELECT count(*) AS n FROM pgmemory_memories AS m WHERE {where} AND {_LIVE}{window}"
     )
     return f"""matched AS MATERIALIZED (
-    SELECT m.id, m.user_id, m.search_vector, length(m.search_vector) AS dl
+    SELECT m.id, m.user_id, length(m.search_vector) AS dl,
+           ts_filter(setweight(m.search_vector, 'A', CAST(:term_list AS text[])), '{{a}}') AS hits
     FROM pgmemory_memories AS m
     WHERE {where}
       AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
@@ -403,8 +407,7 @@ def _keyword_ranking(
 term_hits AS (
     SELECT d.id, d.user_id, d.dl, t.lexeme,
            CAST(COALESCE(cardinality(t.positions), 1) AS float8) AS tf
-    FROM matched AS d CROSS JOIN LATERAL unnest(d.search_vector) AS t
-    WHERE t.lexeme = ANY(CAST(:term_list AS text[]))
+    FROM matched AS d CROSS JOIN LATERAL unnest(d.hits) AS t
 ),
 doc_freq AS (
     SELECT lexeme, CAST(count(*) AS float8) AS df FROM term_hits GROUP BY lexeme

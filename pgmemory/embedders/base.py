@@ -53,9 +53,15 @@ def as_matrix(vectors: object, *, rows: int, dimensions: int, model_id: str) -> 
         The vectors as a ``(rows, dimensions)`` C-contiguous float32 array.
 
     Raises:
-        EmbeddingError: the shape is wrong or a value is NaN or infinite.
+        EmbeddingError: the shape is wrong, a value is not a number, or one is NaN or infinite.
     """
-    matrix = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
+    try:
+        matrix = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
+    except (TypeError, ValueError):  # ragged rows, strings, objects
+        raise EmbeddingError(
+            f"embedder {model_id!r} returned something other than {rows} vectors of "
+            f"{dimensions} numbers"
+        ) from None
     if matrix.ndim != 2 or matrix.shape != (rows, dimensions):
         raise EmbeddingError(
             f"embedder {model_id!r} returned shape {matrix.shape}, expected ({rows}, {dimensions})"

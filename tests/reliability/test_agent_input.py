@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from agent_framework import Agent
+from agent_framework.exceptions import AgentFrameworkException
 
 from pgmemory import (
     ChatHistoryMemoryProvider,
@@ -17,7 +18,7 @@ from pgmemory import (
     PostgresHistoryProvider,
 )
 from tests.conftest import unique
-from tests.openai_server import OpenAIServer, text
+from tests.openai_server import OpenAIServer, page, text
 
 
 def sent(server: OpenAIServer) -> list[tuple[str, Any]]:
@@ -121,3 +122,25 @@ async def test_a_lone_surrogate_leaves_nothing_half_written(
         assert all("\ud800" not in m.content for m in stored)
     else:
         assert stored == [] and kept == []
+
+
+async def test_a_model_endpoint_answering_with_a_page_leaves_nothing_half_written(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer, chat_client: Any
+) -> None:
+    """The chat endpoint answers 200 with an HTML page (a proxy, a captive portal): the
+    framework's client fails the run with its own error, and nothing of the turn is stored;
+    the next turn, answered properly, is stored whole."""
+    user = unique("u")
+    memory = ChatHistoryMemoryProvider(store, collection, user_id=user)
+    history = PostgresHistoryProvider(store, user_id=user)
+    agent = Agent(chat_client, context_providers=[history, memory])
+    session = agent.create_session()
+    openai_server.queue(page())
+    with pytest.raises(AgentFrameworkException):  # the framework's own error
+        await agent.run("I like tea", session=session)
+    assert await store.list(collection, MemoryScope(user_id=user)) == []
+    assert await store.read_history(session.session_id, user_id=user) == []
+    openai_server.queue(text("noted"))
+    await agent.run("I like tea", session=session)
+    assert len(await store.list(collection, MemoryScope(user_id=user))) == 2
+    assert len(await store.read_history(session.session_id, user_id=user)) == 2

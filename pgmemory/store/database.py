@@ -358,7 +358,7 @@ class Database:
         if self._shared.get() is not None:
             yield
             return
-        shared = SharedTransaction(self)
+        shared = SharedTransaction(self._connect, self.note_write)
         token = self._shared.set(shared)
         try:
             yield

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from pgmemory.errors import TurnWriteFailedError
 from pgmemory.store import queries as q
-
-if TYPE_CHECKING:
-    from pgmemory.store.database import Database
 
 
 async def lock(
@@ -47,7 +43,7 @@ def lock_parameters(
 
 
 class SharedTransaction:
-    """One connection and transaction that the writes of a :meth:`Database.unit_of_work`
+    """One connection and transaction that the writes of a ``Database.unit_of_work``
     block join; writers from concurrent tasks take turns.
 
     A joined write runs in the transaction itself, with no savepoint around it (a savepoint
@@ -56,10 +52,20 @@ class SharedTransaction:
     fails the block: later writes are refused and the block rolls back
     (:class:`~pgmemory.errors.TurnWriteFailedError`). Only a write nested in another write of
     the same task is a savepoint of its own.
+
+    Args:
+        connect: Hands out a pooled primary connection (the database's own).
+        note_write: Called after the commit with the users the block wrote (for
+            read-your-writes on replicas).
     """
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[AsyncConnection]],
+        note_write: Callable[[AsyncConnection, frozenset[str] | None], Awaitable[None]],
+    ) -> None:
+        self._connect = connect
+        self._note_write = note_write
         #: The users the joined writes named (None once one named none: everyone).
         self._users: frozenset[str] | None = frozenset()
         #: The users and sessions whose locks the transaction holds.
@@ -77,7 +83,7 @@ class SharedTransaction:
     async def join(
         self, users: frozenset[str] | None, sessions: frozenset[tuple[str, str]]
     ) -> AsyncIterator[AsyncConnection]:
-        """The shared connection, its needed locks held (see :meth:`Database.write`).
+        """The shared connection, its needed locks held (see ``Database.write``).
 
         Raises:
             TurnWriteFailedError: An earlier write of the block failed.
@@ -98,7 +104,7 @@ class SharedTransaction:
                 )
             self._refuse_if_failed()
             if self._conn is None:
-                self._conn = await self._db._connect()
+                self._conn = await self._connect()
                 self._outer = await self._conn.begin()
             self._owner = task
             try:
@@ -140,7 +146,7 @@ class SharedTransaction:
                     # Statements joined here keep the server's synchronous_commit: none relaxes
                     # its own commit inside a unit of work (see Database.in_unit_of_work).
                     await outer.commit()
-                    await self._db.note_write(conn, self._users)
+                    await self._note_write(conn, self._users)
                 else:
                     with contextlib.suppress(Exception):
                         await outer.rollback()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from pgmemory.admin import reembedding
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW
 from pgmemory.admin.tokens import DEFAULT_LIFETIME
 from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS, ANN_RECALL_FLOOR
@@ -643,6 +644,31 @@ class SyncAdminMethods:
         """Blocking :meth:`Admin.partition_memories`: hash-partition the EMPTY memories table by
         ``user_id`` into ``partitions`` partitions."""
         return self._portal.run(self.async_admin.partition_memories(partitions=partitions))
+
+    def reembed(
+        self,
+        collection: str,
+        embedder: Embedder,
+        *,
+        batch_size: int = reembedding.DEFAULT_BATCH,
+        switch: bool = True,
+        restart: bool = False,
+        progress: reembedding.Progress | None = None,
+    ) -> reembedding.Reembedding:
+        """Blocking :meth:`Admin.reembed`: re-embed every memory of ``collection`` with
+        ``embedder``'s model: staged in batches beside the vectors searches use (resumable), then
+        switched over in one transaction (see :mod:`pgmemory.admin.reembedding`). Restart the
+        application's processes with the new embedder after the switch."""
+        return self._portal.run(
+            self.async_admin.reembed(
+                collection,
+                embedder,
+                batch_size=batch_size,
+                switch=switch,
+                restart=restart,
+                progress=progress,
+            )
+        )
 
     def distribute(self) -> distribution.Distribution:
         """Blocking :meth:`Admin.distribute`: on a Citus coordinator: make the catalogue a reference

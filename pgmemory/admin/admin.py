@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from pgmemory.admin import (
     distribution,
@@ -22,6 +23,7 @@ from pgmemory.admin import (
     memories,
     partitioning,
     recalls,
+    reembedding,
     retention,
     roles,
     tokens,
@@ -45,6 +47,9 @@ from pgmemory.store.database import Database
 from pgmemory.store.records import Memory
 from pgmemory.store.retry import retried_read
 from pgmemory.store.store import MemoryStore
+
+if TYPE_CHECKING:
+    from pgmemory.embedders.base import Embedder
 
 
 class Admin:
@@ -350,6 +355,37 @@ class Admin:
                 the database has Citus (nothing is changed).
         """
         return await partitioning.partition_memories(self._db, partitions)
+
+    async def reembed(
+        self,
+        collection: str,
+        embedder: Embedder,
+        *,
+        batch_size: int = reembedding.DEFAULT_BATCH,
+        switch: bool = True,
+        restart: bool = False,
+        progress: reembedding.Progress | None = None,
+    ) -> reembedding.Reembedding:
+        """Re-embed every memory of ``collection`` with ``embedder``'s model: staged in batches
+        beside the vectors searches use (resumable), then switched over in one transaction
+        (see :mod:`pgmemory.admin.reembedding`). Restart the application's processes with the
+        new embedder after the switch.
+
+        Raises:
+            CollectionError: No such collection; another model is being staged (pass
+                ``restart``); or an approximate index stands in the way of a new size.
+            InvalidInputError: A bad batch size or embedder identity.
+            EmbeddingError: The embedder failed (what was staged stays: run again).
+        """
+        return await reembedding.reembed(
+            self._db,
+            collection,
+            embedder,
+            batch_size=batch_size,
+            switch=switch,
+            restart=restart,
+            progress=progress,
+        )
 
     async def distribute(self) -> distribution.Distribution:
         """On a Citus coordinator: make the catalogue a reference table and distribute every

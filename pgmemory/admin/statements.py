@@ -641,6 +641,79 @@ SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('pgmemory_memorie
 """
 
 
+# --- re-embedding a collection (see pgmemory.admin.reembedding) ---------------------------
+
+#: A collection's model and size, and those of the re-embedding being staged (if any).
+REEMBED_STATE = """
+SELECT dimensions, embedding_model, next_embedding_model, next_dimensions
+FROM pgmemory_collections WHERE name = :collection
+"""
+
+#: Name the model being staged (a rerun for the same one resumes; another one is refused).
+REEMBED_BEGIN = """
+UPDATE pgmemory_collections
+SET next_embedding_model = :model, next_dimensions = :dimensions
+WHERE name = :collection
+  AND (next_embedding_model IS NULL
+       OR (next_embedding_model = :model AND next_dimensions = :dimensions))
+RETURNING name
+"""
+
+#: No model is being staged any more (``--restart``, before naming the new one).
+REEMBED_FORGET = """
+UPDATE pgmemory_collections SET next_embedding_model = NULL, next_dimensions = NULL
+WHERE name = :collection
+"""
+
+#: Forget the vectors staged for another model (``--restart``).
+REEMBED_CLEAR = """
+UPDATE pgmemory_memories SET embedding_next = NULL
+WHERE collection = :collection AND embedding_next IS NOT NULL
+"""
+
+#: How many memories of the collection there are, and how many still need the new vector.
+REEMBED_COUNTS = """
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE embedding_model <> :model AND embedding_next IS NULL) AS todo
+FROM pgmemory_memories WHERE collection = :collection
+"""
+
+#: The next memories without the new model's vector, in primary-key order after a keyset.
+REEMBED_TODO = """
+SELECT id, user_id, content FROM pgmemory_memories
+WHERE collection = :collection AND embedding_model <> :model AND embedding_next IS NULL
+  AND (id, user_id) > (CAST(:after_id AS uuid), CAST(:after_user AS text))
+ORDER BY id, user_id
+LIMIT :batch
+"""
+
+#: Stage one user's new vectors beside the ones searches use.
+REEMBED_STAGE = """
+UPDATE pgmemory_memories AS m SET embedding_next = v.embedding
+FROM unnest(CAST(:ids AS uuid[]), CAST(:embeddings AS vector[])) AS v(id, embedding)
+WHERE m.user_id = :user_id AND m.collection = :collection AND m.id = v.id
+"""
+
+#: Hold the collection's catalogue row: new memories of the collection (whose foreign key
+#: reads it) wait until the switch commits.
+REEMBED_LOCK = "SELECT name FROM pgmemory_collections WHERE name = :collection FOR UPDATE"
+
+#: The switch: every staged vector replaces the one searches used.
+REEMBED_SWAP = """
+UPDATE pgmemory_memories
+SET embedding = embedding_next, embedding_model = :model, embedding_next = NULL
+WHERE collection = :collection AND embedding_next IS NOT NULL
+"""
+
+#: The switch of the catalogue entry to the staged model.
+REEMBED_SWITCH = """
+UPDATE pgmemory_collections
+SET embedding_model = next_embedding_model, dimensions = next_dimensions,
+    next_embedding_model = NULL, next_dimensions = NULL
+WHERE name = :collection AND next_embedding_model = :model
+"""
+
+
 # --- distribution over Citus (see pgmemory.admin.distribution) ----------------------------------
 
 #: The database connected to (for messages).
@@ -761,6 +834,10 @@ FAN_OUT: dict[str, str] = {
     "audit_guard_probe": "pgmemory audit verify's rolled-back UPDATE of an audit table's newest row",
     "UNRECORDED_PSEUDONYMS": "pgmemory audit verify: erased users' pseudonyms across all audits",
     "AUDIT_MISUSE": "pgmemory audit verify: misplaced records and erased live users, all users",
+    "REEMBED_CLEAR": "pgmemory db reembed --restart: a collection's staged vectors, every user",
+    "REEMBED_COUNTS": "pgmemory db reembed: progress over a whole collection, every user",
+    "REEMBED_TODO": "pgmemory db reembed: the next batch of a whole collection, in key order",
+    "REEMBED_SWAP": "pgmemory db reembed: the switch of a whole collection, every user",
 }
 
 #: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.

@@ -25,6 +25,7 @@ from pgmemory.cli.common import (
     settings_of,
     with_store,
 )
+from pgmemory.cli.reembed import add_reembed_parser
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -128,6 +129,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 
     add_distribute_parser(sub, common)
     add_partition_parser(sub, common)
+    add_reembed_parser(sub, common)
 
 
 # --- revisions ------------------------------------------------------------------------------

@@ -2,10 +2,16 @@
 
 A collection's vectors all come from one model, so the catalogue is also where a text becomes a
 vector: :meth:`Catalogue.embed` refuses an embedder of another model.
+
+A collection's model changes only when ``pgmemory db reembed`` switches it over
+(:mod:`pgmemory.admin.reembedding`); an entry read here is read again after
+:data:`RECHECK_S`, so a process still running the old embedder is refused within that time
+instead of searching new vectors with old queries.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -22,9 +28,13 @@ from pgmemory.store.validation import check_dimensions, check_name
 if TYPE_CHECKING:
     from pgmemory.embedders.base import Embedder
 
+#: Seconds a catalogue entry is used before it is read again (a re-embedding may have switched
+#: the collection to another model).
+RECHECK_S = 10.0
+
 
 class Catalogue:
-    """The collections of one database, cached once read (a collection's definition is fixed).
+    """The collections of one database, each entry cached for :data:`RECHECK_S` once read.
 
     Args:
         db: The database.
@@ -35,7 +45,8 @@ class Catalogue:
     def __init__(self, db: Database, embedder: Callable[[], Embedder]) -> None:
         self._db = db
         self._embedder = embedder
-        self._cache: dict[str, CollectionInfo] = {}
+        #: name -> (entry, monotonic time it was read)
+        self._cache: dict[str, tuple[CollectionInfo, float]] = {}
 
     async def create(
         self, name: str, *, dimensions: int | None, embedding_model: str | None
@@ -77,8 +88,9 @@ class Catalogue:
             CollectionError: No such collection.
         """
         cached = self._cache.get(name)
-        if cached is not None:
-            return cached
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < RECHECK_S:
+            return cached[0]
         async with self._db.read(None) as conn:
             row = (await conn.execute(text(q.GET_COLLECTION), {"name": name})).mappings().first()
         if row is None:
@@ -87,8 +99,12 @@ class Catalogue:
                 f"`await store.create_collection({name!r})`"
             )
         info = CollectionInfo(**row)
-        self._cache[name] = info
+        self._cache[name] = (info, now)
         return info
+
+    def forget(self, name: str) -> None:
+        """Read ``name``'s entry again on its next use (after this process changed it)."""
+        self._cache.pop(name, None)
 
     async def entries(self) -> list[CollectionInfo]:
         """Every collection in the catalogue, by name."""
@@ -109,7 +125,7 @@ class Catalogue:
                 )
                 count = len(deleted.all())
                 await conn.execute(text(q.DELETE_COLLECTION), {"name": name})
-            self._cache.pop(name, None)
+            self.forget(name)
             op.count("record.count", count)
             return count
 

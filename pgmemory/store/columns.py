@@ -119,6 +119,10 @@ GENERATED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("embedding_code", "varbit"),
 )
 
+#: Columns no insert writes and no read returns: a re-embedding's staged vector (migration
+#: 0015), which only :mod:`pgmemory.admin.reembedding` writes and swaps in.
+STAGED_COLUMNS: tuple[tuple[str, str], ...] = (("embedding_next", "vector"),)
+
 #: Not a column: a row's position in its batch (add) or import (0, 1, ...), sent with it.
 POSITION = MemoryColumn("position", "bigint", "positions", memory=None)
 #: The values sent per row, in COPY order: the columns sent, then the position.

@@ -76,9 +76,16 @@ class CollectionRow(Base):
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
+    #: The model (and its size) whose vectors ``pgmemory db reembed`` is staging in
+    #: ``pgmemory_memories.embedding_next``; NULL when none is (0015).
+    next_embedding_model: Mapped[str | None] = mapped_column(Text)
+    next_dimensions: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         CheckConstraint(f"dimensions BETWEEN 1 AND {MAX_DIMENSIONS}", name="dimensions_range"),
+        CheckConstraint(
+            f"next_dimensions BETWEEN 1 AND {MAX_DIMENSIONS}", name="next_dimensions_range"
+        ),
         CheckConstraint("name <> ''", name="name_not_blank"),
     )
 
@@ -118,6 +125,8 @@ class MemoryRow(Base):
         Computed("CAST(binary_quantize(embedding) AS bit varying)", persisted=True),
     )
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
+    #: The vector from the model a re-embedding is staging (see CollectionRow); NULL otherwise.
+    embedding_next: Mapped[Any] = mapped_column(Vector())
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )

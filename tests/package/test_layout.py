@@ -31,6 +31,7 @@ ABOVE_THE_STORE = (
 ADMIN_MAY_IMPORT = (
     "pgmemory.admin",
     "pgmemory.store",
+    "pgmemory.embedders.base",  # the Embedder protocol: a re-embedding takes one
     "pgmemory.errors",
     "pgmemory.settings",
     "pgmemory.telemetry",

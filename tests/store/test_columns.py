@@ -17,6 +17,7 @@ from pgmemory.store.columns import (
     GENERATED_COLUMNS,
     MEMORY_COLUMNS,
     READ_COLUMNS,
+    STAGED_COLUMNS,
     STAGING_COLUMNS,
     STAGING_TYPES,
     copy_fields,
@@ -44,8 +45,16 @@ _UDT = {
 def test_the_columns_are_the_models_in_order_and_type() -> None:
     dialect = postgresql.dialect()
     columns = MemoryRow.__table__.columns
-    model = [(c.name, _UDT[c.type.compile(dialect=dialect)]) for c in columns if c.computed is None]
+    staged = dict(STAGED_COLUMNS)
+    model = [
+        (c.name, _UDT[c.type.compile(dialect=dialect)])
+        for c in columns
+        if c.computed is None and c.name not in staged
+    ]
     assert [(c.name, c.sql_type) for c in MEMORY_COLUMNS] == model
+    assert {c.name: _UDT[c.type.compile(dialect=dialect)] for c in columns if c.name in staged} == (
+        staged
+    )
     generated = [(c.name, _UDT[c.type.compile(dialect=dialect)]) for c in columns if c.computed]
     assert list(GENERATED_COLUMNS) == generated
 
@@ -62,8 +71,9 @@ async def test_the_columns_are_the_migrated_tables(store: MemoryStore) -> None:
                 )
             )
         ).all()
-    assert {c.name: c.sql_type for c in MEMORY_COLUMNS} | dict(GENERATED_COLUMNS) == dict(rows)
-    assert len(rows) == len(MEMORY_COLUMNS) + len(GENERATED_COLUMNS)
+    every = {c.name: c.sql_type for c in MEMORY_COLUMNS} | dict(GENERATED_COLUMNS)
+    assert every | dict(STAGED_COLUMNS) == dict(rows)
+    assert len(rows) == len(MEMORY_COLUMNS) + len(GENERATED_COLUMNS) + len(STAGED_COLUMNS)
 
 
 async def test_the_staging_table_is_what_copy_sends(store: MemoryStore) -> None:

@@ -126,7 +126,7 @@ class MemoryRow(Base):
     )
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
     #: The vector from the model a re-embedding is staging (see CollectionRow); NULL otherwise.
-    embedding_next: Mapped[Any] = mapped_column(Vector())
+    embedding_next: Mapped[Any] = mapped_column(Vector(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )

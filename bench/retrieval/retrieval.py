@@ -591,7 +591,7 @@ async def provider_rankings(
         t = time.perf_counter()
         memories = (await provider._recall(state, session, q.text, heading=None)).memories
         times.append((time.perf_counter() - t) * 1000)
-        ranked = list(dict.fromkeys(key_of_message[m.message_id or ""] for m, _ in memories))
+        ranked = list(dict.fromkeys(key_of_message[m.message_id or ""] for m in memories))
         out.append(ranked)
     return out, times
 

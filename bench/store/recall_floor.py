@@ -11,7 +11,11 @@ process and connection pool:
 * ``pool checkout + return``: ``Database.driver_autocommit`` with nothing run in it;
 * ``raw: audited statement``, ``raw: search statement, no audit``, ``raw: SELECT 1``: the same
   statements on a psycopg connection of their own (prepared, autocommit), with nothing of
-  pgmemory around them: the floor any implementation of this audit has on this machine.
+  pgmemory around them: the floor any implementation of this audit has on this machine;
+* ``raw: lock + audited statement``: what ``search`` sends exactly, on that connection: the
+  user's erasure lock and the audited statement in one pipeline (one round trip, one
+  implicit transaction; the lock makes an erasure running meanwhile either see the audit row
+  or precede it), the floor of ``search`` itself.
 
 The audited statement and its parameters are the very ones ``search`` sent (captured once from
 the fast path). Rounds interleave the steps, each round starting one step later, so machine
@@ -44,6 +48,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore
     from pgmemory.store import fastpath, queries as q
+    from pgmemory.store.unit_of_work import lock_parameters
 
     sent: dict[str, Any] = {}
     run_one = fastpath.run
@@ -87,6 +92,15 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             await cursor.execute(statement, params, prepare=True)
             await cursor.fetchall()
 
+        lock = fastpath.driver_statement(q.LOCK_FOR_WRITE)
+
+        async def raw_locked() -> None:
+            cursor = raw.cursor(row_factory=dict_row)
+            async with raw.pipeline():
+                await raw.cursor().execute(lock, lock_parameters([scope.user_id]), prepare=True)
+                await cursor.execute(audited, params, prepare=True)
+            await cursor.fetchall()
+
         async def pool_only() -> None:
             async with db.driver_autocommit():
                 pass
@@ -98,6 +112,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             ),
             "db.fetch": lambda: db.fetch(sent["statement"], params),
             "pool checkout + return": pool_only,
+            "raw: lock + audited statement": raw_locked,
             "raw: audited statement": lambda: raw_run(audited),
             "raw: search statement, no audit": lambda: raw_run(plain),
             "raw: SELECT 1": lambda: raw_run("SELECT 1"),
@@ -140,6 +155,9 @@ def main() -> None:
     print(f"{'step':<34} {'p50':>7} {'p95':>7} {'p99':>7}")
     for name, f in figures.items():
         print(f"{name:<34} {f['p50_ms']:>7.3f} {f['p95_ms']:>7.3f} {f['p99_ms']:>7.3f}")
+    search = figures["search"]["p50_ms"]
+    for floor in ("raw: lock + audited statement", "raw: audited statement"):
+        print(f"search / {floor}: {search / figures[floor]['p50_ms']:.2f}x at p50")
     if args.json:
         args.json.write_text(json.dumps({"rows": args.rows, "rounds": args.rounds, **figures}))
         print(f"figures written to {args.json}")

@@ -11,7 +11,9 @@ model means every memory needs a new vector. :func:`reembed` does it in two phas
 2. **The switch**, in ONE transaction: the collection's catalogue row is locked (new memories
    of the collection wait), the memories written meanwhile are staged, every staged vector
    replaces the old one and the catalogue names the new model and size. It commits whole or
-   not at all.
+   not at all. It reads the collection once more (to find memories written meanwhile) and
+   rewrites every row: on a large collection that takes a while, and the collection's new
+   memories wait for it.
 
 After the switch, processes still running the old embedder are refused with a
 :class:`~pgmemory.errors.CollectionError` once their catalogue entry is read again (within

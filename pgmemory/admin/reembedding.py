@@ -141,7 +141,9 @@ async def reembed(
                     f"{dimensions}: disable it first (store.disable_ann({collection!r}, "
                     "drop_index=True)), re-embed, then enable it again"
                 )
-        await conn.execute(text(s.REEMBED_BEGIN), params)
+        begun = (await conn.execute(text(s.REEMBED_BEGIN), params)).all()
+        if not begun:  # another run named its model between the read and here
+            raise _pending_elsewhere(collection, model)
     embedded = await _stage(db, embedder, params, batch_size=batch_size, progress=progress)
     if switch:
         embedded += await _switch(db, embedder, params, batch_size=batch_size)
@@ -201,6 +203,12 @@ async def _switch(
         await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
         await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
         await conn.execute(text(s.REEMBED_LOCK), params)
+        state = (await conn.execute(text(s.REEMBED_STATE), params)).mappings().one()
+        if (state["next_embedding_model"], state["next_dimensions"]) != (
+            params["model"],
+            params["dimensions"],
+        ):  # a run with --restart took over meanwhile: its vectors are not ours to swap in
+            raise _pending_elsewhere(params["collection"], params["model"])
         after = _START
         while rows := await _todo(conn, params, after, batch_size):
             vectors = await _embed(embedder, rows, params["dimensions"])
@@ -210,6 +218,14 @@ async def _switch(
         await conn.execute(text(s.REEMBED_SWAP), params)
         await conn.execute(text(s.REEMBED_SWITCH), params)
     return embedded
+
+
+def _pending_elsewhere(collection: str, model: str) -> CollectionError:
+    return CollectionError(
+        f"another run is re-embedding collection {collection!r} with another model than "
+        f"{model!r}; nothing of this run was switched in (run again, with restart if it "
+        "should replace the other one)"
+    )
 
 
 async def _todo(

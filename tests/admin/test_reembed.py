@@ -179,3 +179,34 @@ async def test_the_cli_reembeds_with_progress_and_json(store_url: str) -> None:
     assert report["collection"] == name and report["switched"] is True
     assert report["embedded"] == 5 and report["dimensions"] == 384
     assert "5/5" in done.stderr  # progress, on stderr
+
+
+async def test_a_switch_never_swaps_in_vectors_of_a_run_that_was_replaced(
+    store_url: str, owner_engine: object
+) -> None:
+    """Run B staged, then a run for C restarted over it: B's switch (racing C's run) is refused
+    and swaps nothing in."""
+    from pgmemory.admin import reembedding
+
+    users = [unique("u")]
+    name, old = await _seed(store_url, users, 4)
+    async with MemoryStore(store_url, embedder=old) as store:  # type: ignore[arg-type]
+        await Admin(store).reembed(name, Bag(12), switch=False)  # type: ignore[arg-type]
+        await Admin(store).reembed(name, Bag(16), switch=False, restart=True)  # type: ignore[arg-type]
+        params = {"collection": name, "model": "test-bag@12", "dimensions": 12}
+        with pytest.raises(CollectionError, match="another run"):
+            await reembedding._switch(store.database, Bag(12), params, batch_size=8)  # type: ignore[arg-type]
+    async with owner_engine.connect() as conn:  # type: ignore[attr-defined]
+        models = (
+            (
+                await conn.execute(
+                    text(
+                        "SELECT DISTINCT embedding_model FROM pgmemory_memories WHERE collection = :c"
+                    ),
+                    {"c": name},
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert models == ["test-bag@8"]

@@ -32,7 +32,7 @@ from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import DEFAULT_MODE, SEARCH_MODES
-from pgmemory.store.recall import insert as insert_recall
+from pgmemory.store.recall import insert as insert_recall, run_audited_apart
 from pgmemory.store.records import (
     Memory,
     MemoryHit,
@@ -230,8 +230,14 @@ async def search(
                 )
             path = None
         if rows is None and apart and path is None:
-            rows = await _run_audited_apart(
-                db, statement(None), params, collection=collection, explain=explain, scope=scope
+            rows = await run_audited_apart(
+                db,
+                statement(None),
+                params,
+                users=(scope.user_id,) if scope.user_id else (),
+                audit_row=lambda got: _audit_row(
+                    params, got, collection=collection, explain=explain
+                ),
             )
         if rows is None:
             rows = await run(
@@ -296,26 +302,6 @@ async def _run(
         return await db.fetch(statement, params, users=users)
     async with db.write(users=()) as conn:
         return await _execute(conn, statement, params, path=path, wanted=wanted)
-
-
-async def _run_audited_apart(
-    db: Database,
-    statement: str,
-    params: dict[str, Any],
-    *,
-    collection: str,
-    explain: bool,
-    scope: MemoryScope,
-) -> Sequence[Any]:
-    """The exact search without its audit part, then its audit row, in one transaction that
-    holds the user's erasure lock from the start (Citus: see :func:`search`)."""
-    users = (scope.user_id,) if scope.user_id else ()
-    async with db.write(users=users) as conn:
-        rows = (await conn.execute(text(statement), params)).mappings().all()
-        row = _audit_row(params, rows, collection=collection, explain=explain)
-        # Not relaxed: the setting would not reach the worker that commits the row.
-        await conn.execute(text(q.record_recall(relax_commit=False)), row)
-    return rows
 
 
 def _audit_row(

@@ -34,7 +34,7 @@ trace asks for the text; either is of the query as search uses it (cleaned and c
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import text
@@ -190,16 +190,33 @@ async def recall(
         users = (scope.user_id,) if audit and scope.user_id else ()
         rows: Sequence[Any]
         if apart:
-            async with db.write(users=users) as conn:
-                rows = (await conn.execute(text(statement), params)).mappings().all()
-                await conn.execute(
-                    text(q.record_recall(relax_commit=False)), _audit_row(params, rows)
-                )
+            rows = await run_audited_apart(
+                db, statement, params, users=users, audit_row=lambda got: _audit_row(params, got)
+            )
         else:
             rows = await db.fetch(statement, params, users=users)
         recalled = _assemble(rows, heading=heading, bounded=max_tokens is not None, mode=used_mode)
         op.results([i.score for i in recalled.items], [i.memory.content for i in recalled.items])
         return recalled
+
+
+async def run_audited_apart(
+    db: Database,
+    statement: str,
+    params: dict[str, Any],
+    *,
+    users: Sequence[str],
+    audit_row: Callable[[Sequence[Any]], dict[str, Any]],
+) -> Sequence[Any]:
+    """Run a search or recall ``statement`` built without its audit part, then insert the
+    audit row ``audit_row`` makes of its rows, in one transaction that holds ``users``'
+    erasure lock from the start: how Citus audits (it would run the one-statement form in
+    steps, through the coordinator, with two-phase commit)."""
+    async with db.write(users=users) as conn:
+        rows = (await conn.execute(text(statement), params)).mappings().all()
+        # Not relaxed: the setting would not reach the worker that commits the row.
+        await conn.execute(text(q.record_recall(relax_commit=False)), audit_row(rows))
+    return rows
 
 
 def _audit_row(params: dict[str, Any], rows: Sequence[Any]) -> dict[str, Any]:

@@ -387,11 +387,12 @@ class SyncMemoryStoreMethods:
         updates: Mapping[str, Any],
         *,
         actor: str | None = None,
+        sources: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Blocking :meth:`MemoryStore.merge_facts`: merge ``updates`` into the scope's facts in ONE
         transaction; returns the result."""
         return self._portal.run(
-            self.async_store.merge_facts(namespace, scope, updates, actor=actor)
+            self.async_store.merge_facts(namespace, scope, updates, actor=actor, sources=sources)
         )
 
     def delete_facts(self, scope: MemoryScope, *, namespace: str | None = None) -> int:
@@ -412,7 +413,8 @@ class SyncMemoryStoreMethods:
         allow_unscoped: bool = False,
     ) -> list[Memory]:
         """Blocking :meth:`MemoryStore.list`: live memories of a scope in time order (newest first
-        by default), one page."""
+        by default), one page: ``limit``/``offset`` page through them; ``since`` (inclusive),
+        ``until`` bound the time."""
         return self._portal.run(
             self.async_store.list(
                 collection,

@@ -114,11 +114,19 @@ async def distribute(db: Database) -> Distribution:
                 "Citus on every node, run CREATE EXTENSION citus on the coordinator and "
                 "add the workers (citus_add_node), then run `pgmemory db distribute` again"
             )
-    tables = list(REFERENCE_TABLES + PER_USER_TABLES)
     done = Distribution()
     step = "the check of how Citus manages the tables"
     try:
         async with db.write() as conn:
+            # A table of a later migration than the database's (distributed at an older
+            # revision) is left to that migration, which distributes it like the memories.
+            tables = list(
+                (
+                    await conn.execute(
+                        text(s.EXISTING_TABLES), {"tables": [*REFERENCE_TABLES, *PER_USER_TABLES]}
+                    )
+                ).scalars()
+            )
             found: dict[str, tuple[str, str]] = {
                 name: (kind, column)
                 for name, kind, column in await conn.execute(
@@ -134,7 +142,7 @@ async def distribute(db: Database) -> Distribution:
                 )
             for setting in s.DISTRIBUTE_SETTINGS:
                 await conn.execute(text(setting))
-            for table in REFERENCE_TABLES:
+            for table in (t for t in REFERENCE_TABLES if t in tables):
                 if found.get(table, ("", ""))[0] == "reference":
                     done.unchanged.append(table)
                     continue
@@ -142,7 +150,7 @@ async def distribute(db: Database) -> Distribution:
                 await conn.execute(text(s.CITUS_REFERENCE_TABLE), {"table": table})
                 done.reference.append(table)
             first = PER_USER_TABLES[0]
-            for table in PER_USER_TABLES:
+            for table in (t for t in PER_USER_TABLES if t in tables):
                 if found.get(table, ("", ""))[0] == "distributed":
                     done.unchanged.append(table)
                     continue

@@ -560,7 +560,9 @@ ALTER_APP_ROLE = (
     "PASSWORD '{verifier}'"
 )
 
-_DATA_TABLES = "pgmemory_collections, pgmemory_memories, pgmemory_chat_messages, pgmemory_facts"
+_DATA_TABLES = (
+    "pgmemory_collections, pgmemory_memories, pgmemory_chat_messages, pgmemory_facts, pgmemory_jobs"
+)
 _AUDIT_TABLE_LIST = ", ".join(AUDIT_TABLES)
 
 #: The application role's privileges, in order: first anything a re-run must take back.
@@ -757,6 +759,12 @@ DISTRIBUTE_SETTINGS = (
 )
 
 #: How Citus manages each of some tables now: ``{table: (type, distribution column)}``.
+#: Which of these tables exist (in the search path), in the order given.
+EXISTING_TABLES = """
+SELECT t FROM unnest(CAST(:tables AS text[])) WITH ORDINALITY AS u(t, n)
+WHERE to_regclass(t) IS NOT NULL ORDER BY n
+"""
+
 CITUS_TABLES = """
 SELECT CAST(table_name AS text), CAST(citus_table_type AS text), distribution_column
 FROM citus_tables WHERE CAST(table_name AS text) = ANY(:tables)

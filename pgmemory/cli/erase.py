@@ -41,7 +41,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "forget", parents=[common],
         help="erase everything stored about a user (memories, facts, chat history); asks first",
         description="Erase everything stored about a user in ONE transaction: memories in "
-        "every collection (each deletion audited by content hash), facts and chat history; "
+        "every collection (each deletion audited by content hash), facts, chat history and "
+        "pending derivation jobs; "
         "in the audits the user id becomes a pseudonym, kept values are blanked and the key of "
         "the audit hashes is destroyed. Asks for confirmation on a terminal; "
         "needs --yes otherwise.",
@@ -53,7 +54,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     add_yes(forget)
     add_json(
         forget,
-        '{"user_id", "erased": {"memories", "facts", "history_messages", '
+        '{"user_id", "erased": {"memories", "facts", "history_messages", "derivation_jobs", '
         '"memory_audit_rows_pseudonymised", "recall_audit_rows_pseudonymised", '
         '"fact_audit_rows_pseudonymised"}}',
     )

@@ -130,7 +130,7 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
     """Erase everything stored about a user in ONE transaction; returns counts per kind.
 
     One call of ``pgmemory_erase_user`` (the owner's, SECURITY DEFINER) does it all: memories
-    (each deletion audited), facts and chat history are deleted; then every audit row of the
+    (each deletion audited), facts, chat history and pending derivation jobs are deleted; then every audit row of the
     user moves to a pseudonym (``erased:`` + a hash keyed with the user's secret: a copy under
     it with the same id and time, and the original deleted, because on Citus ``user_id`` is
     the distribution column and cannot be updated), the fact values and query texts the audits
@@ -163,6 +163,7 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
             "memories": int(erased["memories"]),
             "facts": int(erased["facts"]),
             "history_messages": int(erased["history_messages"]),
+            "derivation_jobs": int(erased["jobs"]),
             "memory_audit_rows_pseudonymised": int(audit["memory_audit"]),
             "recall_audit_rows_pseudonymised": int(audit["recall_audit"]),
             "fact_audit_rows_pseudonymised": int(audit["fact_audit"]),

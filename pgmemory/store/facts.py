@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 async def get(db: Database, namespace: str, scope: MemoryScope) -> dict[str, Any]:
     """The facts stored for exactly this scope in ``namespace`` (empty when none)."""
-    params = _params(namespace, scope)
+    params = scope_key(namespace, scope)
     async with db.read(params["user_id"]) as conn:
         facts = (await conn.execute(text(q.GET_FACTS), params)).scalar()
     return dict(facts or {})
@@ -45,15 +45,19 @@ async def merge(
     updates: Mapping[str, Any],
     *,
     actor: str | None,
+    sources: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Merge ``updates`` into the scope's facts in ONE transaction (a None value removes the
     key); returns the merged facts.
 
-    ``updates`` is cleaned like all JSON the store keeps (:mod:`pgmemory.text.clean`).
+    ``updates`` is cleaned like all JSON the store keeps (:mod:`pgmemory.text.clean`);
+    ``sources``, what the values were derived from (e.g. ``{"message_ids": [...]}``), goes into
+    every audit row of the change.
     """
     check_optional_name(actor, what="actor")
     clean = check_metadata(updates, what="fact updates")
-    params = _params(namespace, scope)
+    recorded = None if sources is None else jsonb(check_metadata(sources, what="fact sources"))
+    params = scope_key(namespace, scope)
     async with db.write(users=(params["user_id"],)) as conn:
         await conn.execute(text(q.ENSURE_FACTS), params)
         current = dict((await conn.execute(text(q.GET_FACTS_FOR_UPDATE), params)).scalar() or {})
@@ -75,6 +79,7 @@ async def merge(
                 {
                     **params,
                     "actor": actor or "",
+                    "sources": recorded,
                     "keys": [c[0] for c in changes],
                     "old_values": [None if c[1] is None else jsonb(c[1]) for c in changes],
                     "new_values": [None if c[2] is None else jsonb(c[2]) for c in changes],
@@ -87,14 +92,14 @@ async def merge(
 
 async def delete(db: Database, scope: MemoryScope, *, namespace: str | None) -> int:
     """Erase the scope's facts in one namespace, or in all (None); returns the rows deleted."""
-    params: dict[str, Any] = _params(namespace or "-", scope)
+    params: dict[str, Any] = scope_key(namespace or "-", scope)
     params["namespace"] = namespace
     async with db.write(users=(params["user_id"],)) as conn:
         return int((await conn.execute(text(q.DELETE_FACTS), params)).rowcount)
 
 
-def _params(namespace: str, scope: MemoryScope) -> dict[str, Any]:
-    """The key of a scope's facts row, checked: the four ids and the namespace must fit one
+def scope_key(namespace: str, scope: MemoryScope) -> dict[str, Any]:
+    """The key of a scope's facts row (and of its derivation jobs), checked: the four ids and the namespace must fit one
     index entry together (2,704 bytes of UTF-8)."""
     check_name(namespace, what="namespace")
     if not isinstance(scope, MemoryScope):

@@ -352,8 +352,45 @@ class FactAuditRow(Base):
     actor: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
     #: Hex sha256 of the whole row (set by the guard trigger; ``pgmemory audit verify`` checks it).
     row_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    #: What the change was derived from (``{"message_ids": [...]}``), NULL when not recorded.
+    sources: Mapped[Any] = mapped_column(JSONB, nullable=True)
 
     __table_args__ = (Index("ix_pgmemory_fact_audit_scope", "user_id", "namespace", "at"),)
+
+
+class JobRow(Base):
+    """Derivation work a turn left for a worker (e.g. extracting the user's facts), durable.
+
+    Inserted in the turn's transaction; leased by a worker (``lease_id`` until ``leased_until``;
+    ``attempts`` counts the leases);
+    deleted in the transaction that writes what the worker derived, or by the user's erasure.
+    ``payload`` holds the messages to derive from; ``last_error`` an exception type only.
+    """
+
+    __tablename__ = "pgmemory_jobs"
+
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text, nullable=False)
+    application_id: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    agent_id: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    session_id: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    run_after: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    lease_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    leased_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("ix_pgmemory_jobs_due", "namespace", "run_after"),
+        CheckConstraint("namespace <> ''", name="namespace_not_blank"),
+    )
 
 
 class AccessTokenRow(Base):
@@ -399,6 +436,7 @@ __all__ = [
     "CollectionRow",
     "FactAuditRow",
     "FactsRow",
+    "JobRow",
     "MemoryAuditRow",
     "MemoryRow",
     "RecallAuditRow",

@@ -1212,12 +1212,13 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
   AND session_id = :session_id AND namespace = :namespace
 """
 
-#: Record changed facts (old and new value per key).
+#: Record changed facts (old and new value per key, and what they were derived from).
 AUDIT_FACTS = """
 INSERT INTO pgmemory_fact_audit
-    (user_id, application_id, agent_id, session_id, namespace, key, old_value, new_value, actor)
+    (user_id, application_id, agent_id, session_id, namespace, key, old_value, new_value, actor,
+     sources)
 SELECT :user_id, :application_id, :agent_id, :session_id, :namespace, c.key, c.old_value,
-       c.new_value, :actor
+       c.new_value, :actor, CAST(:sources AS jsonb)
 FROM unnest(CAST(:keys AS text[]), CAST(:old_values AS jsonb[]), CAST(:new_values AS jsonb[]))
     AS c(key, old_value, new_value)
 """
@@ -1227,6 +1228,56 @@ DELETE_FACTS = """
 DELETE FROM pgmemory_facts
 WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :agent_id
   AND session_id = :session_id AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
+"""
+
+# --- the derivation queue ------------------------------------------------------------------
+# A job is due when its time has come, it has attempts left, and no live lease holds it. A
+# worker leases all of one user's due jobs at once (one UPDATE, which re-checks the condition
+# on rows another worker just leased), calls the model with no transaction open, then deletes
+# them by its lease in the transaction that writes what it derived.
+
+_DUE = """namespace = ANY(CAST(:namespaces AS text[])) AND run_after <= now()
+  AND attempts < :max_attempts AND (leased_until IS NULL OR leased_until <= now())"""
+
+#: Queue one job (in the caller's transaction: a turn that rolls back queues nothing).
+ENQUEUE_JOB = """
+INSERT INTO pgmemory_jobs (user_id, id, namespace, application_id, agent_id, session_id, payload)
+VALUES (:user_id, :id, :namespace, :application_id, :agent_id, :session_id, :payload)
+"""
+
+#: The users with due jobs in these namespaces, the longest-waiting first.
+JOBS_DUE_USERS = f"""
+SELECT user_id FROM pgmemory_jobs WHERE {_DUE}
+GROUP BY user_id ORDER BY min(run_after) LIMIT :limit
+"""
+
+#: Lease every due job of one user in these namespaces; returns what they hold.
+LEASE_JOBS = f"""
+UPDATE pgmemory_jobs
+SET lease_id = :lease_id, leased_until = now() + make_interval(secs => :lease_s),
+    attempts = attempts + 1
+WHERE user_id = :user_id AND {_DUE}
+RETURNING id, namespace, application_id, agent_id, session_id, payload, attempts, created_at
+"""
+
+#: Delete the jobs of a lease (done); returns their ids: fewer than leased means the rest were
+#: taken over after the lease ran out, or cancelled by the user's erasure.
+COMPLETE_JOBS = """
+DELETE FROM pgmemory_jobs WHERE user_id = :user_id AND lease_id = :lease_id RETURNING id
+"""
+
+#: Give a lease's jobs back after a failure, due again after a back-off; the error's type only.
+RELEASE_JOBS = """
+UPDATE pgmemory_jobs
+SET lease_id = NULL, leased_until = NULL, last_error = :error,
+    run_after = now() + make_interval(secs => :retry_in_s)
+WHERE user_id = :user_id AND lease_id = :lease_id
+"""
+
+#: How many jobs in these namespaces still have attempts left (due, waiting or leased).
+JOBS_PENDING = """
+SELECT count(*) FROM pgmemory_jobs
+WHERE namespace = ANY(CAST(:namespaces AS text[])) AND attempts < :max_attempts
 """
 
 # --- Citus ---------------------------------------------------------------------------------
@@ -1268,10 +1319,10 @@ INSERT INTO pgmemory_recall_audit
 
 #: Erase everything stored about a user, as one call of a SECURITY DEFINER function (migration
 #: 0014): audit and delete their memories in every collection, delete their facts and chat
-#: history, then move their audit rows to a pseudonym (personal values blanked), destroy their
+#: history and cancel their pending derivation jobs (migration 0016), then move their audit rows to a pseudonym (personal values blanked), destroy their
 #: secret and record the erasure. The owner does it all, so Citus never sees the application
 #: role and the owner change the same shards in one transaction. Returns {"pseudonym",
-#: "pseudonymised": {table: rows}, "erased": {"memories", "facts", "history_messages"}}.
+#: "pseudonymised": {table: rows}, "erased": {"memories", "facts", "history_messages", "jobs"}}.
 ERASE_USER = "SELECT pgmemory_erase_user(:user_id, :actor)"
 
 

@@ -28,6 +28,7 @@ PER_USER_TABLES = (
     "pgmemory_chat_messages",
     "pgmemory_facts",
     "pgmemory_fact_audit",
+    "pgmemory_jobs",
     "pgmemory_user_secrets",
 )
 
@@ -81,6 +82,8 @@ FAN_OUT: dict[str, str] = {
     "ANN_LARGE_USERS": "the approximate-index probe: which users' scopes are large (all users)",
     "ANN_PROBE_USERS": "the approximate-index probe: the largest of those users' scopes",
     "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",
+    "JOBS_DUE_USERS": "a worker's scan for the users whose derivation jobs are due (all users)",
+    "JOBS_PENDING": "how many derivation jobs are pending, for flush() and the worker's report",
 }
 
 #: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.

@@ -506,15 +506,12 @@ class MemoryStore:
         """Erase everything stored about a user, in ONE transaction (right to erasure).
 
         Deletes the user's memories in every collection (each deletion audited, by keyed
-        content hash only), facts and chat history; in every audit row the user id becomes a
-        pseudonym (``erased:`` + hex), kept fact values and query texts are blanked, and the
-        user's audit secret is destroyed, so nothing left can be linked to the user or confirm
-        a guessed text (docs/security.md, "What stays after erasure").
-
-        Returns:
-            Counts per kind: ``memories``, ``facts``, ``history_messages``,
-            ``memory_audit_rows_pseudonymised``, ``recall_audit_rows_pseudonymised``,
-            ``fact_audit_rows_pseudonymised``.
+        content hash only), facts, chat history and pending derivation jobs; in every audit row
+        the user id becomes a pseudonym (``erased:`` + hex), kept fact values and query texts
+        are blanked, and the user's audit secret is destroyed, so nothing left can be linked to
+        the user or confirm a guessed text (docs/security.md, "What stays after erasure").
+        Returns counts per kind: ``memories``, ``facts``, ``history_messages``,
+        ``derivation_jobs``, and ``{memory,recall,fact}_audit_rows_pseudonymised``.
         """
         return await erasure.erase_user(self._db, user_id, actor=actor)
 
@@ -559,13 +556,15 @@ class MemoryStore:
         updates: Mapping[str, Any],
         *,
         actor: str | None = None,
+        sources: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Merge ``updates`` into the scope's facts in ONE transaction; returns the result.
 
         A key whose value is ``None`` is removed; any other value sets or overwrites the key.
-        Each key that actually changes gets an audit row with its old and new value.
+        Each key that actually changes gets an audit row with its old and new value, and
+        ``sources`` (what they came from, e.g. ``{"message_ids": [...]}``) when given.
         """
-        return await facts.merge(self._db, namespace, scope, updates, actor=actor)
+        return await facts.merge(self._db, namespace, scope, updates, actor=actor, sources=sources)
 
     async def delete_facts(self, scope: MemoryScope, *, namespace: str | None = None) -> int:
         """Erase the scope's facts (one namespace, or all); returns rows deleted."""
@@ -586,10 +585,8 @@ class MemoryStore:
         until: datetime | None = None,
         allow_unscoped: bool = False,
     ) -> list[Memory]:
-        """Live memories of a scope in time order (newest first by default), one page.
-
-        ``limit``/``offset`` page through them; ``since`` (inclusive) and ``until`` bound
-        ``created_at``.
+        """Live memories of a scope in time order (newest first by default), one page:
+        ``limit``/``offset`` page through them; ``since`` (inclusive), ``until`` bound the time.
         """
         return await reads.page(
             self._db, self._catalogue, collection, scope, limit=limit, offset=offset,

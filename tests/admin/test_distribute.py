@@ -176,7 +176,7 @@ async def test_partitioning_is_refused_on_a_citus_database(migrated: str) -> Non
 
 #: The revisions after 0008, in order: each must apply to an already distributed schema (a
 #: database distributed at 0008, as a user moving to Citus then would have it).
-AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015"]
+AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015", "0016"]
 
 
 async def test_each_migration_after_0008_applies_to_a_distributed_database(
@@ -200,6 +200,7 @@ async def test_each_migration_after_0008_applies_to_a_distributed_database(
             migrate.upgrade(url, revision)  # raises with Citus's error if it cannot apply
             assert migrate.current(url) == revision
         assert _layout(url)["pgmemory_memories"][:2] == ("distributed", "user_id")
+        assert _layout(url)["pgmemory_jobs"][:2] == ("distributed", "user_id")  # by 0016
         # The migrated cluster serves the library: a write and a recall of one user.
         async with MemoryStore(url) as store:
             await store.create_collection("c", dimensions=3, embedding_model="test")

@@ -257,7 +257,7 @@ async def test_an_erasure_moves_each_audit_row_whole_to_the_pseudonym(
         assert [r[3] for r in after["pgmemory_memory_audit"]][-1] == "delete"
         assert after["pgmemory_recall_audit"] == before["pgmemory_recall_audit"]
         assert after["pgmemory_fact_audit"] == before["pgmemory_fact_audit"]
-        assert summary["erased"] == {"memories": 1, "facts": 1, "history_messages": 0}
+        assert summary["erased"] == {"memories": 1, "facts": 1, "history_messages": 0, "jobs": 0}
         with engine.connect() as conn:
             kept = conn.execute(
                 sa.text(

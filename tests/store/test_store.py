@@ -615,6 +615,7 @@ async def test_erase_user_removes_everything_personal_in_one_go(store: MemorySto
         "memories": 2,
         "facts": 2,
         "history_messages": 1,
+        "derivation_jobs": 0,
         "memory_audit_rows_pseudonymised": 4,
         "recall_audit_rows_pseudonymised": 1,
         "fact_audit_rows_pseudonymised": 2,

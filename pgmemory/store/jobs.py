@@ -1,0 +1,190 @@
+"""The derivation queue: durable work a turn leaves for later, in ``pgmemory_jobs``.
+
+A turn queues a job in its own transaction (:meth:`JobQueue.enqueue` joins the store's shared
+transaction), so a turn that fails queues nothing. A worker asks which users have due jobs,
+leases all of one user's due jobs in one statement, does the slow part (a model call) with no
+transaction open, and then, in the transaction that writes what it derived,
+:meth:`JobQueue.complete` deletes them by the lease: a lease that ran out and was taken over,
+or jobs cancelled by the user's erasure meanwhile, complete nothing, and the worker writes
+nothing. A failed attempt gives the jobs back with a back-off; a job out of attempts stays in
+the table, with the type of its last error, until it is deleted or its user erased.
+
+The queue is framework-neutral: a job is a namespace, a scope and a JSON payload. What a
+namespace's jobs mean is up to the worker that leases them
+(:class:`pgmemory.integrations.agent_framework.FactWorker` for fact memory).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+
+from pgmemory.errors import InvalidInputError
+from pgmemory.store import queries as q
+from pgmemory.store.database import Database
+from pgmemory.store.facts import scope_key
+from pgmemory.store.jsonb import jsonb
+from pgmemory.store.records import MemoryScope
+from pgmemory.store.uuid7 import uuid7
+from pgmemory.store.validation import check_metadata, check_name, describe
+
+#: Leases a worker's due jobs are taken with by default (seconds): longer than a model call.
+DEFAULT_LEASE_S = 120.0
+#: Attempts a job gets before it is left alone (its last error's type kept).
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One queued piece of work, as a lease returned it."""
+
+    id: uuid.UUID
+    namespace: str
+    scope: MemoryScope
+    payload: dict[str, Any]
+    #: Leases taken of it so far, this one included.
+    attempts: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's hold on one user's due jobs, oldest first, until it completes or releases."""
+
+    user_id: str
+    lease_id: uuid.UUID
+    jobs: tuple[Job, ...]
+
+
+def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
+    if isinstance(namespaces, str) or not namespaces:
+        raise InvalidInputError(
+            f"namespaces must be a non-empty list of names, got {describe(namespaces)}"
+        )
+    return [check_name(n, what="namespace") for n in namespaces]
+
+
+def _check_positive(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidInputError(f"{what} must be a positive number, got {describe(value)}")
+    return float(value)
+
+
+class JobQueue:
+    """The queue's few verbs over a store's database (``JobQueue(store.database)``).
+
+    Args:
+        db: the store's :class:`~pgmemory.store.database.Database`.
+        max_attempts: leases a job gets before it is left alone
+            (:data:`DEFAULT_MAX_ATTEMPTS`).
+    """
+
+    def __init__(self, db: Database, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidInputError(
+                f"max_attempts must be an int >= 1, got {describe(max_attempts)}"
+            )
+        self._db = db
+        self.max_attempts = max_attempts
+
+    async def enqueue(
+        self, namespace: str, scope: MemoryScope, payload: Mapping[str, Any]
+    ) -> uuid.UUID:
+        """Queue one job for ``scope`` (which must name a user); returns its id.
+
+        Inside :meth:`pgmemory.MemoryStore.shared_transaction` it is part of that transaction.
+        """
+        params = scope_key(namespace, scope)
+        if not params["user_id"]:
+            raise InvalidInputError("a job's scope must name a user (MemoryScope(user_id=...))")
+        job_id = uuid7()
+        body = jsonb(check_metadata(payload, what="job payload"))
+        async with self._db.write(users=(params["user_id"],)) as conn:
+            await conn.execute(text(q.ENQUEUE_JOB), {**params, "id": job_id, "payload": body})
+        return job_id
+
+    async def due_users(self, namespaces: Sequence[str], *, limit: int = 32) -> list[str]:
+        """Users with due jobs in ``namespaces``, the longest-waiting first (at most ``limit``)."""
+        params = {"namespaces": _check_namespaces(namespaces), "limit": int(limit)}
+        async with self._db.write(users=()) as conn:
+            rows = await conn.execute(
+                text(q.JOBS_DUE_USERS), {**params, "max_attempts": self.max_attempts}
+            )
+            return [row[0] for row in rows]
+
+    async def lease(
+        self, user_id: str, namespaces: Sequence[str], *, lease_s: float = DEFAULT_LEASE_S
+    ) -> Lease | None:
+        """Lease every due job of ``user_id`` in ``namespaces`` for ``lease_s`` seconds; None
+        when another worker got them first (or none is due)."""
+        lease_id = uuid.uuid4()
+        params = {
+            "user_id": check_name(user_id, what="user_id"),
+            "namespaces": _check_namespaces(namespaces),
+            "lease_s": _check_positive(lease_s, "lease_s"),
+            "lease_id": lease_id,
+            "max_attempts": self.max_attempts,
+        }
+        async with self._db.write(users=(user_id,)) as conn:
+            rows = (await conn.execute(text(q.LEASE_JOBS), params)).mappings().all()
+        if not rows:
+            return None
+        jobs = sorted(
+            (
+                Job(
+                    id=row["id"],
+                    namespace=row["namespace"],
+                    scope=MemoryScope(
+                        user_id=user_id,
+                        application_id=row["application_id"] or None,
+                        agent_id=row["agent_id"] or None,
+                        session_id=row["session_id"] or None,
+                    ),
+                    payload=dict(row["payload"]),
+                    attempts=int(row["attempts"]),
+                    created_at=row["created_at"],
+                )
+                for row in rows
+            ),
+            key=lambda job: (job.created_at, job.id),
+        )
+        return Lease(user_id=user_id, lease_id=lease_id, jobs=tuple(jobs))
+
+    async def complete(self, lease: Lease) -> bool:
+        """Delete the lease's jobs; whether all of them were still held by it.
+
+        Call it inside the transaction that writes what the jobs derived
+        (:meth:`pgmemory.MemoryStore.shared_transaction`) and write nothing when it returns
+        False: the jobs were taken over after the lease ran out, or the user was erased.
+        """
+        async with self._db.write(users=(lease.user_id,)) as conn:
+            done = await conn.execute(
+                text(q.COMPLETE_JOBS), {"user_id": lease.user_id, "lease_id": lease.lease_id}
+            )
+            return len(done.all()) == len(lease.jobs)
+
+    async def release(self, lease: Lease, *, error: str, retry_in_s: float) -> None:
+        """Give the lease's jobs back, due again in ``retry_in_s`` seconds; ``error`` is the
+        failure's type name (never its message, which may quote the user)."""
+        params = {
+            "user_id": lease.user_id,
+            "lease_id": lease.lease_id,
+            "error": check_name(error, what="error"),
+            "retry_in_s": _check_positive(retry_in_s, "retry_in_s"),
+        }
+        async with self._db.write(users=(lease.user_id,)) as conn:
+            await conn.execute(text(q.RELEASE_JOBS), params)
+
+    async def pending(self, namespaces: Sequence[str]) -> int:
+        """Jobs in ``namespaces`` that still have attempts left (due, waiting or leased)."""
+        params = {"namespaces": _check_namespaces(namespaces), "max_attempts": self.max_attempts}
+        async with self._db.write(users=()) as conn:
+            return int((await conn.execute(text(q.JOBS_PENDING), params)).scalar_one())
+
+
+__all__ = ["DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "Job", "JobQueue", "Lease"]

@@ -11,6 +11,7 @@ embedded server under ``PGMEMORY_DATA_DIR``. Commands, one module per group:
 * :mod:`pgmemory.cli.erase` - ``forget``, ``prune-audit``;
 * :mod:`pgmemory.cli.tokens` - ``token create|list|revoke`` (access tokens);
 * :mod:`pgmemory.cli.mcp` - ``mcp`` (the MCP server);
+* :mod:`pgmemory.cli.worker` - ``worker`` (queued fact extraction);
 * :mod:`pgmemory.ui.cli` - ``ui`` (the audit web page).
 
 Failures pgmemory can explain print ONE line (``pgmemory: error: ...``, see
@@ -29,7 +30,7 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from pgmemory.cli import db, erase, listing, mcp, tokens, transfer
+from pgmemory.cli import db, erase, listing, mcp, tokens, transfer, worker
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     erase.add_parsers(commands, common)
     tokens.add_parsers(commands, common)
     mcp.add_parser(commands, common)
+    worker.add_parser(commands, common)
     ui_cli.add_parser(commands)
     return parser
 

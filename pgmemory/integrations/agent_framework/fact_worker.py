@@ -1,0 +1,229 @@
+"""The worker that extracts queued facts off the turn path (``extraction="queued"``).
+
+:class:`FactWorker` serves one or more fact providers of one store
+(``FactMemoryProvider(..., extraction="queued")``), each by its namespace. One pass
+(:meth:`FactWorker.run_once`) takes the users with due jobs and, for each, leases all of that
+user's due jobs (:class:`pgmemory.store.jobs.JobQueue`), then for each scope among them makes
+ONE model call over all of its queued messages, oldest first, shown the facts (and profile)
+known so far. What it derived is written in one transaction that first completes the lease:
+if the lease was taken over or the user was erased meanwhile, nothing is written. A failed
+model call gives the jobs back with a growing back-off; a failed write is retried the same way.
+
+Three ways to run it, one implementation:
+
+* ``pgmemory worker --app module:factory`` (:mod:`pgmemory.cli.worker`), a process of its own;
+* ``async with FactWorker([facts]).running(): ...``, a task inside a small application;
+* :meth:`FactMemoryProvider.process_now` and :meth:`FactMemoryProvider.flush` (tests, scripts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any, Protocol
+
+from agent_framework import Message
+
+from pgmemory.errors import InvalidInputError
+from pgmemory.integrations.agent_framework.fact_prompts import PROFILE_KEY
+from pgmemory.store.jobs import DEFAULT_LEASE_S, Job, JobQueue, Lease
+from pgmemory.store.store import MemoryStore
+from pgmemory.store.validation import describe
+
+logger = logging.getLogger(__name__)
+
+#: The first retry's delay after a failure (seconds); each further attempt doubles it.
+RETRY_BASE_S = 5.0
+#: The longest delay between two attempts (seconds).
+RETRY_MAX_S = 600.0
+
+
+class QueuedFacts(Protocol):
+    """What the worker uses of a fact provider built with ``extraction="queued"``
+    (:class:`~pgmemory.integrations.agent_framework.facts.FactMemoryProvider`)."""
+
+    source_id: str
+    namespace: str
+    store: MemoryStore
+    queue: JobQueue | None
+
+    async def extract(
+        self, messages: Sequence[Message], *, known: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The facts (and profile) the messages state, given what is known."""
+        ...
+
+
+class _LeaseLost(Exception):
+    """The lease's jobs were taken over or cancelled (erasure): write nothing."""
+
+
+class FactWorker:
+    """Extracts the queued facts of ``providers`` (``extraction="queued"``, one store).
+
+    Args:
+        providers: the fact providers whose namespaces it serves (distinct namespaces).
+        lease_s: how long a lease holds a user's jobs (longer than a model call).
+        poll_s: how long :meth:`run` waits when nothing was due.
+        users_per_pass: users taken per scan of the queue.
+
+    Raises:
+        InvalidInputError: no provider, one not queued, two stores, or a namespace twice.
+    """
+
+    def __init__(
+        self,
+        providers: Sequence[QueuedFacts],
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        poll_s: float = 1.0,
+        users_per_pass: int = 16,
+    ) -> None:
+        providers = list(providers)
+        if not providers:
+            raise InvalidInputError("FactWorker needs at least one FactMemoryProvider")
+        by_namespace: dict[str, QueuedFacts] = {}
+        for provider in providers:
+            if getattr(provider, "queue", None) is None:
+                raise InvalidInputError(
+                    f"{describe(provider)} does not queue its extraction; build it with "
+                    "FactMemoryProvider(..., extraction='queued')"
+                )
+            if provider.store is not providers[0].store:
+                raise InvalidInputError("FactWorker's providers must share one MemoryStore")
+            if provider.namespace in by_namespace:
+                raise InvalidInputError(
+                    f"two providers use the namespace {provider.namespace!r}; give each its own"
+                )
+            by_namespace[provider.namespace] = provider
+        self.providers = by_namespace
+        self.store = providers[0].store
+        self.queue: JobQueue = providers[0].queue  # type: ignore[assignment]
+        self.lease_s = lease_s
+        self.poll_s = poll_s
+        self.users_per_pass = users_per_pass
+
+    # --- the three faces --------------------------------------------------------------------
+
+    async def run_once(self) -> int:
+        """Process every job due now (until none is); returns the jobs done."""
+        done = 0
+        namespaces = list(self.providers)
+        while users := await self.queue.due_users(namespaces, limit=self.users_per_pass):
+            for user_id in users:
+                lease = await self.queue.lease(user_id, namespaces, lease_s=self.lease_s)
+                if lease is not None:
+                    done += await self.process(lease)
+        return done
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Process due jobs until ``stop`` is set (or the task is cancelled), waiting
+        ``poll_s`` whenever none was due. A database error is logged and retried."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                done = await self.run_once()
+            except Exception as exc:  # the database went away: log, wait, try again
+                logger.warning("fact worker: pass failed (%s); retrying", type(exc).__name__)
+                done = 0
+            if not done:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.poll_s)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[FactWorker]:
+        """Run :meth:`run` as a task of this process while the block runs (the in-process mode
+        for small applications); stopped when the block ends."""
+        stop = asyncio.Event()
+        task = asyncio.create_task(self.run(stop), name="pgmemory-fact-worker")
+        try:
+            yield self
+        finally:
+            stop.set()
+            await task
+
+    async def flush(self, timeout: float = 30.0) -> None:
+        """Return once no job of the served namespaces is pending, processing due ones here.
+
+        Raises:
+            TimeoutError: jobs are still pending after ``timeout`` seconds (the message says
+                how many: due later after a failure, or leased by a worker elsewhere).
+        """
+        deadline = time.monotonic() + timeout
+        namespaces = list(self.providers)
+        while True:
+            await self.run_once()
+            left = await self.queue.pending(namespaces)
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{left} fact job(s) still pending after {timeout:g} s (failed and due "
+                    "again later, or leased by another worker)"
+                )
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    # --- one lease --------------------------------------------------------------------------
+
+    async def process(self, lease: Lease) -> int:
+        """Derive and write what ``lease``'s jobs hold; returns how many were done (0 when the
+        attempt failed and the jobs were given back, or the lease was lost)."""
+        groups: dict[tuple[str, Any], list[Job]] = {}
+        for job in lease.jobs:
+            groups.setdefault((job.namespace, job.scope), []).append(job)
+        try:
+            derived = [
+                (self.providers[namespace], scope, *await self._derive(namespace, scope, jobs))
+                for (namespace, scope), jobs in groups.items()
+            ]
+            async with self.store.shared_transaction():
+                if not await self.queue.complete(lease):
+                    raise _LeaseLost
+                for provider, scope, updates, sources in derived:
+                    if updates:
+                        await self.store.merge_facts(
+                            provider.namespace,
+                            scope,
+                            updates,
+                            actor=provider.source_id,
+                            sources=sources,
+                        )
+        except _LeaseLost:
+            logger.info("fact worker: a lease was lost (taken over, or its user erased)")
+            return 0
+        except Exception as exc:
+            attempt = max(job.attempts for job in lease.jobs)
+            delay = min(RETRY_BASE_S * 2 ** (attempt - 1), RETRY_MAX_S)
+            logger.warning(
+                "fact worker: %d job(s) failed on attempt %d (%s); retrying in %g s",
+                len(lease.jobs),
+                attempt,
+                type(exc).__name__,
+                delay,
+            )
+            await self.queue.release(lease, error=type(exc).__name__, retry_in_s=delay)
+            return 0
+        logger.info("fact worker: %d job(s) done", len(lease.jobs))
+        return len(lease.jobs)
+
+    async def _derive(
+        self, namespace: str, scope: Any, jobs: Sequence[Job]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One model call over the jobs' messages; returns the updates and their sources."""
+        provider = self.providers[namespace]
+        texts = [m for job in jobs for m in job.payload.get("messages", ())]
+        messages = [Message("user", [str(m.get("text", ""))]) for m in texts if m.get("text")]
+        sources = {"message_ids": [m["message_id"] for m in texts if m.get("message_id")]}
+        if not messages:
+            return {}, sources
+        known = await self.store.get_facts(namespace, scope)
+        updates = await provider.extract(messages, known=known)
+        if PROFILE_KEY in updates and updates[PROFILE_KEY] == known.get(PROFILE_KEY):
+            del updates[PROFILE_KEY]
+        return updates, sources
+
+
+__all__ = ["RETRY_BASE_S", "RETRY_MAX_S", "FactWorker", "QueuedFacts"]

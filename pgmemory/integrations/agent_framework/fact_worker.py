@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -113,6 +114,7 @@ class FactWorker:
         done = 0
         namespaces = list(self.providers)
         while users := await self.queue.due_users(namespaces, limit=self.users_per_pass):
+            random.shuffle(users)  # concurrent workers start on different users
             for user_id in users:
                 lease = await self.queue.lease(user_id, namespaces, lease_s=self.lease_s)
                 if lease is not None:

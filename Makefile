@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	@# The UI's browser tests drive Debian's chromium (playwright never downloads a browser).
-	if [ "$$(id -u)" = 0 ] && ! command -v chromium >/dev/null; then apt-get update -qq && apt-get install -y -qq chromium; fi
+	@# The UI's browser tests drive Debian's chromium (playwright never downloads a browser);
+	@# tests/store/test_pooler.py starts Debian's pgbouncer in front of the test server.
+	if [ "$$(id -u)" = 0 ] && ! { command -v chromium && command -v pgbouncer; } >/dev/null; then apt-get update -qq && apt-get install -y -qq chromium pgbouncer; fi
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -173,6 +173,15 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = Field(
         default=30_000, ge=0, description="Server-side limit per statement (0 = none)."
     )
+    prepared_statements: bool = Field(
+        default=True,
+        description=(
+            "Prepare statements on each server connection (a repeated statement skips parsing "
+            "and planning). Set false behind a pooler in transaction mode (PgBouncer before "
+            "1.21, or without max_prepared_statements), where the next statement may run on a "
+            "server connection that never saw the prepare."
+        ),
+    )
     durable_recall_audit: bool = Field(
         default=False,
         description=(

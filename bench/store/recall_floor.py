@@ -12,6 +12,9 @@ process and connection pool:
 * ``raw: audited statement``, ``raw: search statement, no audit``, ``raw: SELECT 1``: the same
   statements on a psycopg connection of their own (prepared, autocommit), with nothing of
   pgmemory around them: the floor any implementation of this audit has on this machine;
+* ``search, prepared_statements=False``, ``raw: the same, unprepared``: both again without
+  prepared statements, as behind a pooler in transaction mode (PgBouncer): the cost of
+  parsing and planning the statement on every run;
 * ``raw: lock + audited statement``: what ``search`` sends exactly, on that connection: the
   user's erasure lock and the audited statement in one pipeline (one round trip, one
   implicit transaction; the lock makes an erasure running meanwhile either see the audit row
@@ -46,7 +49,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
     from pgvector.psycopg import register_vector_async
     from psycopg.rows import dict_row
 
-    from pgmemory import MemoryRecord, MemoryScope, MemoryStore
+    from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
     from pgmemory.store import fastpath, queries as q
     from pgmemory.store.unit_of_work import lock_parameters
 
@@ -86,6 +89,8 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
         )
         await register_vector_async(raw)
+        # Behind a pooler in transaction mode (PgBouncer) nothing may be prepared.
+        unprepared = await MemoryStore(url, settings=Settings(prepared_statements=False)).open()
 
         async def raw_run(statement: str) -> None:
             cursor = raw.cursor(row_factory=dict_row)
@@ -94,11 +99,11 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
 
         lock = fastpath.driver_statement(q.LOCK_FOR_WRITE)
 
-        async def raw_locked() -> None:
+        async def raw_locked(prepare: bool = True) -> None:
             cursor = raw.cursor(row_factory=dict_row)
             async with raw.pipeline():
-                await raw.cursor().execute(lock, lock_parameters([scope.user_id]), prepare=True)
-                await cursor.execute(audited, params, prepare=True)
+                await raw.cursor().execute(lock, lock_parameters([scope.user_id]), prepare=prepare)
+                await cursor.execute(audited, params, prepare=prepare)
             await cursor.fetchall()
 
         async def pool_only() -> None:
@@ -110,9 +115,13 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             "search (audit off)": lambda: store.search(
                 "floor", scope, vector=query, limit=3, audit=False
             ),
+            "search, prepared_statements=False": lambda: unprepared.search(
+                "floor", scope, vector=query, limit=3
+            ),
             "db.fetch": lambda: db.fetch(sent["statement"], params),
             "pool checkout + return": pool_only,
             "raw: lock + audited statement": raw_locked,
+            "raw: the same, unprepared": lambda: raw_locked(prepare=False),
             "raw: audited statement": lambda: raw_run(audited),
             "raw: search statement, no audit": lambda: raw_run(plain),
             "raw: SELECT 1": lambda: raw_run("SELECT 1"),
@@ -132,6 +141,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
                             lat[name].append((time.perf_counter() - t) * 1000)
         finally:
             await raw.close()
+            await unprepared.close()
     return {
         name: {f"p{p}_ms": float(np.percentile(v, p)) for p in (50, 95, 99)}
         for name, v in lat.items()
@@ -158,6 +168,8 @@ def main() -> None:
     search = figures["search"]["p50_ms"]
     for floor in ("raw: lock + audited statement", "raw: audited statement"):
         print(f"search / {floor}: {search / figures[floor]['p50_ms']:.2f}x at p50")
+    unprepared = figures["search, prepared_statements=False"]["p50_ms"]
+    print(f"search unprepared / prepared: {unprepared / search:.2f}x at p50")
     if args.json:
         args.json.write_text(json.dumps({"rows": args.rows, "rounds": args.rounds, **figures}))
         print(f"figures written to {args.json}")

@@ -73,10 +73,11 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
     )
     event.listen(engine.sync_engine, "connect", _register_vector)
     event.listen(engine.sync_engine, "checkout", _replace_if_gone)
+    _prepare_as_configured(engine, settings)
     return engine
 
 
-def adopt_engine(engine: AsyncEngine) -> AsyncEngine:
+def adopt_engine(engine: AsyncEngine, settings: Settings) -> AsyncEngine:
     """Prepare an application's own engine for pgmemory, as :func:`make_engine` prepares its own.
 
     Every new connection learns pgvector's types, checkouts replace connections whose server
@@ -85,6 +86,7 @@ def adopt_engine(engine: AsyncEngine) -> AsyncEngine:
 
     Args:
         engine: an async engine on the ``postgresql+psycopg`` dialect, not connected yet.
+        settings: whether statements are prepared (``prepared_statements``).
 
     Returns:
         The same engine.
@@ -101,7 +103,52 @@ def adopt_engine(engine: AsyncEngine) -> AsyncEngine:
     for name, hook in (("connect", _register_vector), ("checkout", _replace_if_gone)):
         if not event.contains(engine.sync_engine, name, hook):
             event.listen(engine.sync_engine, name, hook)
+    _prepare_as_configured(engine, settings)
     return engine
+
+
+#: What a lost prepared statement means, and the fix.
+POOLER_HINT = (
+    "a prepared statement was missing on the server connection (or there twice): a pooler in "
+    "transaction mode (e.g. PgBouncer) sits between pgmemory and PostgreSQL and moves "
+    "statements between server connections. Set PGMEMORY_PREPARED_STATEMENTS=false "
+    "(Settings(prepared_statements=False)), or let the pooler keep prepared statements "
+    "(PgBouncer >= 1.21: max_prepared_statements)"
+)
+
+
+def lost_prepared_statement(exc: BaseException) -> DatabaseNotReadyError | None:
+    """The error to raise instead of ``exc`` when it says a prepared statement went missing
+    (or was already there), which only a transaction-mode pooler does; else None."""
+    if isinstance(
+        exc, (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
+    ) or (  # another client's statement of the same name, bound with this one's parameters
+        isinstance(exc, psycopg.errors.ProtocolViolation) and "prepared statement" in str(exc)
+    ):
+        return DatabaseNotReadyError(POOLER_HINT)
+    return None
+
+
+def _prepare_as_configured(engine: AsyncEngine, settings: Settings) -> None:
+    """Without ``prepared_statements``, no connection ever prepares (psycopg would after five
+    runs of a statement); with or without, a lost prepared statement is explained."""
+    hooks: list[tuple[str, Any]] = [("handle_error", _explain_lost_prepared_statement)]
+    if not settings.prepared_statements:
+        hooks.append(("connect", _never_prepare))
+    for name, hook in hooks:
+        if not event.contains(engine.sync_engine, name, hook):
+            event.listen(engine.sync_engine, name, hook)
+
+
+def _never_prepare(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.driver_connection.prepare_threshold = None
+
+
+def _explain_lost_prepared_statement(context: Any) -> None:
+    """``handle_error`` hook: a lost prepared statement raises :data:`POOLER_HINT`'s error."""
+    explained = lost_prepared_statement(context.original_exception)
+    if explained is not None:
+        raise explained from context.sqlalchemy_exception
 
 
 def _replace_if_gone(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

@@ -57,7 +57,13 @@ import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
 from pgmemory.settings import Settings
 from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries as q
-from pgmemory.store.connector import adopt_engine, check_database, is_distributed, make_engine
+from pgmemory.store.connector import (
+    adopt_engine,
+    check_database,
+    is_distributed,
+    lost_prepared_statement,
+    make_engine,
+)
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
 from pgmemory.store.unit_of_work import SharedTransaction, lock
@@ -158,7 +164,7 @@ class Database:
             if self._migrate:
                 await asyncio.to_thread(migrations.upgrade, url)
             if self._given_engine is not None:
-                self._engine = adopt_engine(self._given_engine)
+                self._engine = adopt_engine(self._given_engine, self.settings)
             else:
                 self._engine = make_engine(url, self.settings)
             await check_database(self._engine, expected_revision=migrations.head_revision())
@@ -403,6 +409,9 @@ class Database:
             try:
                 yield driver
             except psycopg.Error as exc:
+                explained = lost_prepared_statement(exc)
+                if explained is not None:
+                    raise explained from exc
                 lost = driver.broken or driver.closed
                 if lost and not conn.invalidated:
                     await conn.invalidate()
@@ -440,7 +449,13 @@ class Database:
                 return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
         async with self.driver_autocommit() as conn:
             with telemetry.sql("statement"):
-                return await fastpath.run(conn, statement, params, lock_users=users)
+                return await fastpath.run(
+                    conn,
+                    statement,
+                    params,
+                    lock_users=users,
+                    prepare=self.settings.prepared_statements,
+                )
 
     async def retried(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run a read; once more, on a fresh connection, if it lost its connection midway.

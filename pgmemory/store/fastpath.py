@@ -48,6 +48,7 @@ async def run(
     params: Mapping[str, Any],
     *,
     lock_users: Sequence[str] = (),
+    prepare: bool = True,
 ) -> list[dict[str, Any]]:
     """Run ``statement`` (``:name`` parameters) on ``conn`` as one prepared round trip.
 
@@ -61,19 +62,21 @@ async def run(
             at the same time must either see and pseudonymise, or precede). The lock and the
             statement go in one pipeline, one implicit transaction: still one round trip, and
             the statement's snapshot is taken after the lock is held.
+        prepare: prepare it on the connection (``Settings.prepared_statements``); unprepared,
+            it is parsed and planned on every run, as a transaction-mode pooler needs.
 
     Returns:
         Its rows, as dicts by column name (none for a statement that returns no rows).
     """
     cursor = conn.cursor(row_factory=dict_row)
     if not lock_users:
-        await cursor.execute(driver_statement(statement), params, prepare=True)
+        await cursor.execute(driver_statement(statement), params, prepare=prepare)
         return await cursor.fetchall() if cursor.description is not None else []
     # Both go before one Sync: the server runs them as one implicit transaction, so the lock
     # holds until the statement's commit (and the statement's snapshot is taken after it).
     async with conn.pipeline():
         await conn.cursor().execute(
-            driver_statement(LOCK_FOR_WRITE), lock_parameters(lock_users), prepare=True
+            driver_statement(LOCK_FOR_WRITE), lock_parameters(lock_users), prepare=prepare
         )
-        await cursor.execute(driver_statement(statement), params, prepare=True)
+        await cursor.execute(driver_statement(statement), params, prepare=prepare)
     return await cursor.fetchall() if cursor.description is not None else []

@@ -13,8 +13,9 @@ stay small at every size a collection may have (250 bytes at 2,000 dimensions), 
 above the covering index's 512 dimensions get an index-only first pass too.
 
 Adding a stored generated column rewrites the memories table and builds one index over it: on a
-large table run this migration in a maintenance window. Needs pgvector >= 0.7
-(``binary_quantize``).
+large table run this migration in a maintenance window. It needs pgvector >= 0.7
+(``binary_quantize``); on an older pgvector it adds neither, and every search stays exact (the
+store says so when it opens; docs/scaling.md shows how to add them after upgrading pgvector).
 
 Revision ID: 0013
 Revises: 0012
@@ -35,22 +36,25 @@ depends_on: str | Sequence[str] | None = None
 _INDEX = "ix_pgmemory_memories_user_codes"
 
 
+#: The code column and its index, as one statement (also what docs/scaling.md has an operator
+#: run after upgrading an older pgvector).
+ADD_CODES = f"""
+ALTER TABLE pgmemory_memories ADD COLUMN embedding_code bit varying
+    GENERATED ALWAYS AS (CAST(binary_quantize(embedding) AS bit varying)) STORED;
+CREATE INDEX {_INDEX} ON pgmemory_memories (collection, user_id)
+    INCLUDE (id, expires_at, embedding_code)
+"""
+
+
 def upgrade() -> None:
-    """Add the generated code column and its covering index."""
-    op.execute(
-        "ALTER TABLE pgmemory_memories ADD COLUMN embedding_code bit varying "
-        "GENERATED ALWAYS AS (CAST(binary_quantize(embedding) AS bit varying)) STORED"
-    )
-    op.create_index(
-        _INDEX,
-        "pgmemory_memories",
-        ["collection", "user_id"],
-        unique=False,
-        postgresql_include=["id", "expires_at", "embedding_code"],
-    )
+    """Add the generated code column and its covering index, where pgvector can compute it."""
+    conn = op.get_bind()
+    if conn.exec_driver_sql("SELECT to_regprocedure('binary_quantize(vector)')").scalar():
+        for statement in ADD_CODES.split(";"):
+            op.execute(statement)
 
 
 def downgrade() -> None:
-    """Drop the index and the column."""
-    op.drop_index(_INDEX, table_name="pgmemory_memories")
-    op.drop_column("pgmemory_memories", "embedding_code")
+    """Drop the index and the column (if they were added)."""
+    op.execute(f"DROP INDEX IF EXISTS {_INDEX}")
+    op.execute("ALTER TABLE pgmemory_memories DROP COLUMN IF EXISTS embedding_code")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import select
 from typing import Any
 
@@ -16,6 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import queries as q
+
+logger = logging.getLogger(__name__)
 
 #: Alembic's version table for pgmemory's own migrations (the host app keeps its own).
 VERSION_TABLE = "pgmemory_alembic_version"
@@ -242,6 +245,21 @@ async def check_database(engine: AsyncEngine, *, expected_revision: str | None) 
                 f"version of pgmemory needs {expected_revision!r}. Run `pgmemory db upgrade` "
                 f"(or `await store.migrate()`, or open the store with migrate=True)."
             )
+
+
+async def has_binary_codes(engine: AsyncEngine) -> bool:
+    """Whether the memories keep binary codes (the two-phase path's first pass); says once, at
+    WARNING, when they do not (pgvector before 0.7 when migration 0013 ran)."""
+    async with engine.connect() as conn:
+        row = (await conn.execute(text(q.BINARY_CODES))).one()
+    if not row.codes:
+        logger.warning(
+            "pgvector %s keeps no binary codes of the memories (binary_quantize needs pgvector "
+            ">= 0.7, or they were not added after an upgrade: docs/scaling.md): every search "
+            "of a large scope is exact, none takes the two-phase path",
+            row.pgvector,
+        )
+    return bool(row.codes)
 
 
 async def is_distributed(engine: AsyncEngine) -> bool:

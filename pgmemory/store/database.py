@@ -60,6 +60,7 @@ from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries a
 from pgmemory.store.connector import (
     adopt_engine,
     check_database,
+    has_binary_codes,
     is_distributed,
     lost_prepared_statement,
     make_engine,
@@ -123,6 +124,8 @@ class Database:
         self._closed = False
         #: Whether the memories table is distributed by Citus (read when the store opens).
         self.distributed = False
+        #: Whether the memories keep binary codes (pgvector >= 0.7; read when the store opens).
+        self.binary_codes = False
         #: The process the pools were made in: a forked child makes its own (see _usable).
         self._pid = os.getpid()
         #: A forked child's start of its own use of the embedded server (see _after_fork).
@@ -169,6 +172,7 @@ class Database:
                 self._engine = make_engine(url, self.settings)
             await check_database(self._engine, expected_revision=migrations.head_revision())
             self.distributed = await is_distributed(self._engine)
+            self.binary_codes = await has_binary_codes(self._engine)
             if self._read_urls:
                 self._replicas = ReplicaSet(self._read_urls, self.settings)
         except BaseException:

@@ -1280,6 +1280,16 @@ SELECT count(*) FROM pgmemory_jobs
 WHERE namespace = ANY(CAST(:namespaces AS text[])) AND attempts < :max_attempts
 """
 
+#: Whether the memories keep binary codes (migration 0013 adds them where pgvector >= 0.7),
+#: and the installed pgvector's version.
+BINARY_CODES = """
+SELECT EXISTS (
+    SELECT 1 FROM pg_attribute
+    WHERE attrelid = to_regclass('pgmemory_memories') AND attname = 'embedding_code'
+      AND NOT attisdropped
+) AS codes, (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector
+"""
+
 # --- Citus ---------------------------------------------------------------------------------
 
 #: Whether the citus extension is installed in this database.

@@ -18,8 +18,9 @@ gated, per collection and process, by a recall probe on the collection's own sto
 ``samples`` stored rows of the largest scopes are searched both ways (their own row left out
 of the comparison), and the path is used only while recall@``PROBE_LIMIT`` >= the floor.
 
-Which scopes take it: a vector search (no ``since``/``until`` window) whose scope is exactly
-one user, whose rows numbered more than ``min_scope_rows`` at the last probe; every other
+Which scopes take it (only where the memories keep codes: pgvector >= 0.7, see
+:func:`pgmemory.store.connector.has_binary_codes`): a vector search (no ``since``/``until``
+window) whose scope is exactly one user, whose rows numbered more than ``min_scope_rows`` at the last probe; every other
 search stays exact. The sizes come from one aggregate over the collection's codes index (all
 its users, a fan-out on Citus), run with each probe: at the collection's 100th vector search in
 the process (before, every search is exact), then after every ``probe_every`` searches of it,
@@ -135,7 +136,7 @@ class Shortlists:
         """How many rows a vector search of ``scope`` re-ranks on the two-phase path, or None
         (exact). Counts the search; probes at the collection's ``first_probe``-th search in
         this process and after every ``probe_every`` searches then. Never raises."""
-        if set(scope.as_dict()) != {"user_id"}:
+        if set(scope.as_dict()) != {"user_id"} or not self._db.binary_codes:
             return None
         state = self.state(collection)
         state.searches += 1

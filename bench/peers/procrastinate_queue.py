@@ -70,7 +70,9 @@ async def main() -> None:
             )[0]
         for defer in (False, True, False, True):  # interleaved, twice
             key = "turn_with_enqueue_ms" if defer else "turn_alone_ms"
-            result.setdefault(key, []).extend(await turn_ms(args.url, args.turns // 2, defer, derive))
+            result.setdefault(key, []).extend(
+                await turn_ms(args.url, args.turns // 2, defer, derive)
+            )
         for key in ("turn_alone_ms", "turn_with_enqueue_ms"):
             result[key] = round(statistics.median(result[key]), 3)
         async with await psycopg.AsyncConnection.connect(args.url, autocommit=True) as conn:

@@ -7,8 +7,11 @@ Injected values follow their header JSON-encoded, so a value cannot break out of
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 #: Where fact extraction runs: in the turn (a model call in ``after_run``) or queued for a worker.
-EXTRACTION = ("turn", "queued")
+Extraction = Literal["turn", "queued"]
+EXTRACTION: tuple[str, ...] = get_args(Extraction)
 #: The key under which the profile summary is kept in the facts object (not a field name).
 PROFILE_KEY = "pgmemory:profile"
 
@@ -64,4 +67,5 @@ __all__ = [
     "KNOWN_FACTS_PROMPT",
     "PROFILE_INSTRUCTION",
     "PROFILE_KEY",
+    "Extraction",
 ]

@@ -67,6 +67,7 @@ from pgmemory.integrations.agent_framework.fact_prompts import (
     KNOWN_FACTS_PROMPT,
     PROFILE_INSTRUCTION,
     PROFILE_KEY,
+    Extraction,
 )
 from pgmemory.integrations.agent_framework.fact_schema import (
     PROFILE_FIELD,
@@ -192,7 +193,7 @@ class FactMemoryProvider(ContextProvider):
         extraction_options: Mapping[str, Any] | None = None,
         store_input_filter: MessageFilter = external_only,
         extract_when: ExtractWhen = "likely",
-        extraction: str = "turn",
+        extraction: Extraction = "turn",
         profile: bool = False,
         profile_max_chars: int = 600,
         profile_prompt: str = DEFAULT_PROFILE_PROMPT,
@@ -276,7 +277,7 @@ class FactMemoryProvider(ContextProvider):
         self.required: tuple[str, ...] = tuple(dict.fromkeys(required_fields))
         self.facts_prompt = facts_prompt
         self.missing_prompt = missing_prompt
-        self.extraction: str = extraction
+        self.extraction: Extraction = extraction
         self.profile = bool(profile)
         self.profile_max_chars = profile_max_chars
         self.profile_prompt = profile_prompt
@@ -584,12 +585,4 @@ class FactMemoryProvider(ContextProvider):
             return None
 
 
-__all__ = [
-    "DEFAULT_EXTRACTION_PROMPT",
-    "DEFAULT_FACTS_PROMPT",
-    "DEFAULT_MISSING_PROMPT",
-    "DEFAULT_PROFILE_PROMPT",
-    "EXTRACTION",
-    "PROFILE_KEY",
-    "FactMemoryProvider",
-]
+__all__ = ["FactMemoryProvider"]  # its prompts and keys: fact_prompts

@@ -37,6 +37,8 @@ from pgmemory.store.validation import check_metadata, check_name, describe
 DEFAULT_LEASE_S = 120.0
 #: Attempts a job gets before it is left alone (its last error's type kept).
 DEFAULT_MAX_ATTEMPTS = 5
+#: The longest a job may wait before it is due (seconds).
+MAX_DELAY_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,20 @@ def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
     return [check_name(n, what="namespace") for n in namespaces]
 
 
+def check_delay(value: object) -> float:
+    """A job's delay: a number of seconds from 0 to :data:`MAX_DELAY_S`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 <= value <= MAX_DELAY_S)
+    ):
+        raise InvalidInputError(
+            f"the delay must be a number of seconds from 0 to {MAX_DELAY_S:g}, got "
+            f"{describe(value)}"
+        )
+    return float(value)
+
+
 def _check_positive(value: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise InvalidInputError(f"{what} must be a positive number, got {describe(value)}")
@@ -93,24 +109,41 @@ class JobQueue:
         self.max_attempts = max_attempts
 
     async def enqueue(
-        self, namespace: str, scope: MemoryScope, payload: Mapping[str, Any]
+        self,
+        namespace: str,
+        scope: MemoryScope,
+        payload: Mapping[str, Any],
+        *,
+        delay_s: float = 0.0,
     ) -> uuid.UUID:
-        """Queue one job for ``scope`` (which must name a user); returns its id.
+        """Queue one job for ``scope`` (which must name a user), due in ``delay_s`` seconds;
+        returns its id.
 
         Inside :meth:`pgmemory.MemoryStore.shared_transaction` it is part of that transaction.
         """
+        delay_s = check_delay(delay_s)
         params = scope_key(namespace, scope)
         if not params["user_id"]:
             raise InvalidInputError("a job's scope must name a user (MemoryScope(user_id=...))")
         job_id = uuid7()
         body = jsonb(check_metadata(payload, what="job payload"))
         async with self._db.write(users=(params["user_id"],)) as conn:
-            await conn.execute(text(q.ENQUEUE_JOB), {**params, "id": job_id, "payload": body})
+            await conn.execute(
+                text(q.ENQUEUE_JOB),
+                {**params, "id": job_id, "payload": body, "delay_s": delay_s},
+            )
         return job_id
 
-    async def due_users(self, namespaces: Sequence[str], *, limit: int = 32) -> list[str]:
-        """Users with due jobs in ``namespaces``, the longest-waiting first (at most ``limit``)."""
-        params = {"namespaces": _check_namespaces(namespaces), "limit": int(limit)}
+    async def due_users(
+        self, namespaces: Sequence[str], *, limit: int = 32, early: bool = False
+    ) -> list[str]:
+        """Users with due jobs in ``namespaces``, the longest-waiting first (at most ``limit``);
+        ``early``: a job never tried counts as due before its time (``process_now``)."""
+        params = {
+            "namespaces": _check_namespaces(namespaces),
+            "limit": int(limit),
+            "early": bool(early),
+        }
         async with self._db.write(users=()) as conn:
             rows = await conn.execute(
                 text(q.JOBS_DUE_USERS), {**params, "max_attempts": self.max_attempts}
@@ -120,8 +153,9 @@ class JobQueue:
     async def lease(
         self, user_id: str, namespaces: Sequence[str], *, lease_s: float = DEFAULT_LEASE_S
     ) -> Lease | None:
-        """Lease every due job of ``user_id`` in ``namespaces`` for ``lease_s`` seconds; None
-        when another worker got them first (or none is due)."""
+        """Lease every due job of ``user_id`` in ``namespaces`` for ``lease_s`` seconds, with
+        the user's jobs never tried even before their time (so a user's turns are extracted
+        together); None when another worker got them first (or none is due)."""
         lease_id = uuid.uuid4()
         params = {
             "user_id": check_name(user_id, what="user_id"),
@@ -129,6 +163,7 @@ class JobQueue:
             "lease_s": _check_positive(lease_s, "lease_s"),
             "lease_id": lease_id,
             "max_attempts": self.max_attempts,
+            "early": True,
         }
         async with self._db.write(users=(user_id,)) as conn:
             rows = (await conn.execute(text(q.LEASE_JOBS), params)).mappings().all()
@@ -187,4 +222,12 @@ class JobQueue:
             return int((await conn.execute(text(q.JOBS_PENDING), params)).scalar_one())
 
 
-__all__ = ["DEFAULT_LEASE_S", "DEFAULT_MAX_ATTEMPTS", "Job", "JobQueue", "Lease"]
+__all__ = [
+    "DEFAULT_LEASE_S",
+    "DEFAULT_MAX_ATTEMPTS",
+    "MAX_DELAY_S",
+    "Job",
+    "JobQueue",
+    "Lease",
+    "check_delay",
+]

@@ -1231,18 +1231,24 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
 """
 
 # --- the derivation queue ------------------------------------------------------------------
-# A job is due when its time has come, it has attempts left, and no live lease holds it. A
-# worker leases all of one user's due jobs at once (one UPDATE, which re-checks the condition
-# on rows another worker just leased), calls the model with no transaction open, then deletes
-# them by its lease in the transaction that writes what it derived.
+# A job is due when its time has come, it has attempts left, and no live lease holds it; with
+# :early, a job never tried is due at once (what process_now and flush ask for). A worker
+# leases all of one user's due jobs, and their jobs never tried, at once (one UPDATE, which
+# re-checks the condition on rows another worker just leased), calls the model with no
+# transaction open, then deletes them by its lease in the transaction that writes what it
+# derived.
 
-_DUE = """namespace = ANY(CAST(:namespaces AS text[])) AND run_after <= now()
-  AND attempts < :max_attempts AND (leased_until IS NULL OR leased_until <= now())"""
+_DUE = """namespace = ANY(CAST(:namespaces AS text[])) AND attempts < :max_attempts
+  AND (leased_until IS NULL OR leased_until <= now())
+  AND (run_after <= now() OR (attempts = 0 AND CAST(:early AS boolean)))"""
 
-#: Queue one job (in the caller's transaction: a turn that rolls back queues nothing).
+#: Queue one job (in the caller's transaction: a turn that rolls back queues nothing), due in
+#: :delay_s seconds (a user's turns meanwhile are extracted with it).
 ENQUEUE_JOB = """
-INSERT INTO pgmemory_jobs (user_id, id, namespace, application_id, agent_id, session_id, payload)
-VALUES (:user_id, :id, :namespace, :application_id, :agent_id, :session_id, :payload)
+INSERT INTO pgmemory_jobs
+    (user_id, id, namespace, application_id, agent_id, session_id, payload, run_after)
+VALUES (:user_id, :id, :namespace, :application_id, :agent_id, :session_id, :payload,
+        now() + make_interval(secs => :delay_s))
 """
 
 #: The users with due jobs in these namespaces, the longest-waiting first.
@@ -1251,7 +1257,8 @@ SELECT user_id FROM pgmemory_jobs WHERE {_DUE}
 GROUP BY user_id ORDER BY min(run_after) LIMIT :limit
 """
 
-#: Lease every due job of one user in these namespaces; returns what they hold.
+#: Lease every due job of one user in these namespaces, and those never tried (:early true);
+#: returns what they hold.
 LEASE_JOBS = f"""
 UPDATE pgmemory_jobs
 SET lease_id = :lease_id, leased_until = now() + make_interval(secs => :lease_s),

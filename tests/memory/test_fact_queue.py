@@ -341,3 +341,40 @@ async def test_unusable_queue_settings_are_refused_with_the_fix(
         FactWorker([turn_mode])
     with pytest.raises(InvalidInputError, match="namespace 'same'"):
         FactWorker([queued(store, chat_client, "u", namespace="same")] * 2)
+
+
+async def test_a_delay_gathers_a_users_turns_into_one_call(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
+) -> None:
+    user = unique("ned")
+    facts = queued(store, chat_client, user, extraction_delay_s=600)
+    agent = Agent(chat_client, context_providers=[facts])
+    for message in ("I'm Ned.", "I live in Oslo."):
+        openai_server.queue(text("Noted."))
+        await turn(agent, message)
+    worker = FactWorker([facts])
+    assert await worker.run_once() == 0  # not due for ten minutes
+    assert [job["waiting"] for job in await jobs_of(store, user)] == [True, True]
+
+    async with store.engine.begin() as conn:  # the first one's time has come
+        await conn.execute(
+            sa.text(
+                "UPDATE pgmemory_jobs SET run_after = now() WHERE user_id = :u AND id = "
+                "(SELECT id FROM pgmemory_jobs WHERE user_id = :u ORDER BY created_at LIMIT 1)"
+            ),
+            {"u": user},
+        )
+    openai_server.queue(json_reply({"name": "Ned", "city": "Oslo"}))
+    assert await worker.run_once() == 2  # the waiting one joins it: one call for both
+    (request,) = extraction_requests(openai_server)
+    assert user_texts(request) == ["I'm Ned.", "I live in Oslo."]
+    assert await store.get_facts(facts.namespace, MemoryScope(user_id=user)) == {
+        "name": "Ned",
+        "city": "Oslo",
+    }
+
+    openai_server.queue(text("Noted."), json_reply({"city": "Bergen"}))
+    await turn(agent, "Moved to Bergen.")
+    assert await facts.process_now() == 1  # process_now does not wait for the delay
+    with pytest.raises(InvalidInputError, match="from 0 to 3600"):
+        queued(store, chat_client, user, extraction_delay_s=-1)

@@ -109,11 +109,14 @@ class FactWorker:
 
     # --- the three faces --------------------------------------------------------------------
 
-    async def run_once(self) -> int:
-        """Process every job due now (until none is); returns the jobs done."""
+    async def run_once(self, *, early: bool = False) -> int:
+        """Process every job due now (until none is); returns the jobs done. ``early``: jobs
+        still waiting for their provider's ``extraction_delay_s`` too."""
         done = 0
         namespaces = list(self.providers)
-        while users := await self.queue.due_users(namespaces, limit=self.users_per_pass):
+        while users := await self.queue.due_users(
+            namespaces, limit=self.users_per_pass, early=early
+        ):
             random.shuffle(users)  # concurrent workers start on different users
             for user_id in users:
                 lease = await self.queue.lease(user_id, namespaces, lease_s=self.lease_s)
@@ -157,7 +160,7 @@ class FactWorker:
         deadline = time.monotonic() + timeout
         namespaces = list(self.providers)
         while True:
-            await self.run_once()
+            await self.run_once(early=True)
             left = await self.queue.pending(namespaces)
             if not left:
                 return

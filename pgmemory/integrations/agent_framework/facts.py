@@ -88,7 +88,7 @@ from pgmemory.integrations.agent_framework.messages import (
     external_only,
 )
 from pgmemory.integrations.agent_framework.turn import after_run_together
-from pgmemory.store.jobs import JobQueue
+from pgmemory.store.jobs import JobQueue, check_delay
 from pgmemory.store.recall_text import json_text
 from pgmemory.store.records import MemoryScope
 
@@ -147,6 +147,8 @@ class FactMemoryProvider(ContextProvider):
         extraction: ``"turn"`` (default): the model is called as the after-run phase begins;
             ``"queued"``: the turn queues a job instead (in its own transaction) and a worker
             extracts later (see the module's docs; :meth:`process_now`, :meth:`flush`).
+        extraction_delay_s: ``"queued"``: how long a turn's job waits before a worker takes
+            it (default 0); the user's turns meanwhile join it, in one model call.
         profile: also keep a summary of the user (``"queued"`` only), at most
             ``profile_max_chars`` characters, injected under ``profile_prompt``
             (:data:`DEFAULT_PROFILE_PROMPT`).
@@ -197,6 +199,7 @@ class FactMemoryProvider(ContextProvider):
         profile: bool = False,
         profile_max_chars: int = 600,
         profile_prompt: str = DEFAULT_PROFILE_PROMPT,
+        extraction_delay_s: float = 0.0,
     ) -> None:
         super().__init__(source_id)
         self._user_id = check_user_id(user_id)
@@ -245,6 +248,8 @@ class FactMemoryProvider(ContextProvider):
             raise InvalidInputError(
                 "profile=True needs extraction='queued' (the profile is kept off the turn)"
             )
+        if extraction_delay_s and extraction != "queued":
+            raise InvalidInputError("extraction_delay_s needs extraction='queued'")
         if PROFILE_FIELD in model.model_fields:
             raise InvalidInputError(
                 f"{model.__name__} has a field named {PROFILE_FIELD!r}, which the extraction "
@@ -281,6 +286,7 @@ class FactMemoryProvider(ContextProvider):
         self.profile = bool(profile)
         self.profile_max_chars = profile_max_chars
         self.profile_prompt = profile_prompt
+        self.extraction_delay_s = check_delay(extraction_delay_s)
         self.extraction_prompt = extraction_prompt + (
             PROFILE_INSTRUCTION.format(field=PROFILE_FIELD, chars=profile_max_chars)
             if profile
@@ -510,7 +516,9 @@ class FactMemoryProvider(ContextProvider):
         if self.queue is not None:
             if self.wants_extraction(context, messages):
                 texts = [{"text": m.text, "message_id": m.message_id} for m in mined]
-                await self.queue.enqueue(self.namespace, scope, {"messages": texts})
+                await self.queue.enqueue(
+                    self.namespace, scope, {"messages": texts}, delay_s=self.extraction_delay_s
+                )
                 logger.info("fact memory %s: queued %d message(s)", self.source_id, len(texts))
             return
         if self._extracted_key in context.metadata:
@@ -556,12 +564,12 @@ class FactMemoryProvider(ContextProvider):
     # --- queued extraction -------------------------------------------------------------------
 
     async def process_now(self) -> int:
-        """Extract every due job of this provider's namespace now, in this process; returns the
-        jobs done (``extraction="queued"``; see
+        """Extract every pending job of this provider's namespace now (those waiting for
+        ``extraction_delay_s`` too), in this process; returns the jobs done (``extraction="queued"``; see
         :class:`~pgmemory.integrations.agent_framework.fact_worker.FactWorker`)."""
         from pgmemory.integrations.agent_framework.fact_worker import FactWorker
 
-        return await FactWorker([self]).run_once()
+        return await FactWorker([self]).run_once(early=True)
 
     async def flush(self, timeout: float = 30.0) -> None:
         """Return once no job of this provider's namespace is pending, processing due ones here

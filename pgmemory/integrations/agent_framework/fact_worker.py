@@ -203,11 +203,14 @@ class FactWorker:
             attempt = max(job.attempts for job in lease.jobs)
             delay = min(RETRY_BASE_S * 2 ** (attempt - 1), RETRY_MAX_S)
             logger.warning(
-                "fact worker: %d job(s) failed on attempt %d (%s); retrying in %g s",
+                "fact worker: %d job(s) failed on attempt %d of %d (%s); %s",
                 len(lease.jobs),
                 attempt,
+                self.queue.max_attempts,
                 type(exc).__name__,
-                delay,
+                f"retrying in {delay:g} s"
+                if attempt < self.queue.max_attempts
+                else "given up (kept in pgmemory_jobs with the error's type)",
             )
             await self.queue.release(lease, error=type(exc).__name__, retry_in_s=delay)
             return 0

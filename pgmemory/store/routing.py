@@ -79,6 +79,7 @@ FAN_OUT: dict[str, str] = {
     "ANN_INDEX_DDL": "DDL: the approximate index is built on every shard",
     "MEMORIES_RELKIND": "pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
     "MEMORIES_DISTRIBUTED": "opening a store: whether Citus distributes the table, no rows",
+    "BINARY_CODES": "opening a store: whether the table keeps binary codes (the catalog), no rows",
     "ANN_LARGE_USERS": "the approximate-index probe: which users' scopes are large (all users)",
     "ANN_PROBE_USERS": "the approximate-index probe: the largest of those users' scopes",
     "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",

@@ -120,9 +120,23 @@ POOLER_HINT = (
 )
 
 
-def lost_prepared_statement(exc: BaseException) -> DatabaseNotReadyError | None:
-    """The error to raise instead of ``exc`` when it says a prepared statement went missing
-    (or was already there), which only a transaction-mode pooler does; else None."""
+#: What a pooler refusing the statement timeout's startup option means, and the fix.
+POOLER_OPTIONS_HINT = (
+    "the server refused the startup parameter 'options', which carries pgmemory's statement "
+    "timeout: a pooler (e.g. PgBouncer) sits between pgmemory and PostgreSQL. Let it pass "
+    "(PgBouncer: ignore_startup_parameters = options) and set the timeout on the server "
+    "(ALTER ROLE ... SET statement_timeout) or in the pooler (query_timeout)"
+)
+
+
+def pooler_error(exc: BaseException) -> DatabaseNotReadyError | None:
+    """The error to raise instead of ``exc`` when it is what only a pooler between pgmemory and
+    PostgreSQL causes (a prepared statement missing, or there twice, in transaction mode; the
+    statement timeout's startup option refused), naming the fix; else None."""
+    if isinstance(exc, psycopg.OperationalError) and "unsupported startup parameter: options" in (
+        str(exc)
+    ):
+        return DatabaseNotReadyError(POOLER_OPTIONS_HINT)
     if isinstance(
         exc, (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
     ) or (  # another client's statement of the same name, bound with this one's parameters
@@ -134,8 +148,9 @@ def lost_prepared_statement(exc: BaseException) -> DatabaseNotReadyError | None:
 
 def _prepare_as_configured(engine: AsyncEngine, settings: Settings) -> None:
     """Without ``prepared_statements``, no connection ever prepares (psycopg would after five
-    runs of a statement); with or without, a lost prepared statement is explained."""
-    hooks: list[tuple[str, Any]] = [("handle_error", _explain_lost_prepared_statement)]
+    runs of a statement); with or without, what a pooler causes is explained
+    (:func:`pooler_error`)."""
+    hooks: list[tuple[str, Any]] = [("handle_error", _explain_pooler_error)]
     if not settings.prepared_statements:
         hooks.append(("connect", _never_prepare))
     for name, hook in hooks:
@@ -147,9 +162,9 @@ def _never_prepare(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.driver_connection.prepare_threshold = None
 
 
-def _explain_lost_prepared_statement(context: Any) -> None:
-    """``handle_error`` hook: a lost prepared statement raises :data:`POOLER_HINT`'s error."""
-    explained = lost_prepared_statement(context.original_exception)
+def _explain_pooler_error(context: Any) -> None:
+    """``handle_error`` hook: what a pooler causes raises :func:`pooler_error`'s error."""
+    explained = pooler_error(context.original_exception)
     if explained is not None:
         raise explained from context.sqlalchemy_exception
 

@@ -62,8 +62,8 @@ from pgmemory.store.connector import (
     check_database,
     has_binary_codes,
     is_distributed,
-    lost_prepared_statement,
     make_engine,
+    pooler_error,
 )
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
@@ -413,7 +413,7 @@ class Database:
             try:
                 yield driver
             except psycopg.Error as exc:
-                explained = lost_prepared_statement(exc)
+                explained = pooler_error(exc)
                 if explained is not None:
                     raise explained from exc
                 lost = driver.broken or driver.closed

@@ -9,6 +9,7 @@ taken there by another client's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pwd
 import shutil
@@ -43,6 +44,14 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def pooled_url(database_url: str) -> Iterator[str]:
     """A URL of the session database through PgBouncer, transaction mode, 2 server connections."""
+    with _pgbouncer(database_url, ignore_options=True) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _pgbouncer(database_url: str, *, ignore_options: bool) -> Iterator[str]:
+    """PgBouncer in front of the server of ``database_url``, passing pgmemory's ``options``
+    startup parameter (its statement timeout) through or not."""
     url = make_url(database_url)
     host = str(url.query.get("host") or url.host or "127.0.0.1")
     user = url.username or "postgres"
@@ -55,8 +64,8 @@ def pooled_url(database_url: str) -> Iterator[str]:
         f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         "auth_type = any\npool_mode = transaction\ndefault_pool_size = 2\n"
         # pgmemory sends its statement timeout as a startup option, which PgBouncer refuses
-        "ignore_startup_parameters = options\n"
-        f"logfile = {work}/pgbouncer.log\npidfile = {work}/pgbouncer.pid\n"
+        + ("ignore_startup_parameters = options\n" if ignore_options else "")
+        + f"logfile = {work}/pgbouncer.log\npidfile = {work}/pgbouncer.pid\n"
     )
     command = [PGBOUNCER, "-q", str(work / "pgbouncer.ini")]
     if os.geteuid() == 0:  # PgBouncer refuses root: run it as whoever may reach the server
@@ -143,3 +152,14 @@ async def test_with_prepared_statements_the_pooler_is_named_with_the_fix(
         assert {type(e) for e in errors} == {DatabaseNotReadyError}, errors[:3]
         assert all("PGMEMORY_PREPARED_STATEMENTS=false" in str(e) for e in errors)
         await store.drop_collection(collection)
+
+
+async def test_a_pooler_refusing_the_timeout_option_is_named_with_the_fix(
+    database_url: str,
+) -> None:
+    with (
+        _pgbouncer(database_url, ignore_options=False) as url,
+        pytest.raises(DatabaseNotReadyError, match="ignore_startup_parameters = options"),
+    ):
+        async with MemoryStore(url, settings=_settings(prepared=False)):
+            pass

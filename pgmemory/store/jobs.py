@@ -31,7 +31,7 @@ from pgmemory.store.facts import scope_key
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import MemoryScope
 from pgmemory.store.uuid7 import uuid7
-from pgmemory.store.validation import check_metadata, check_name, describe
+from pgmemory.store.validation import check_metadata, check_name, check_number, describe
 
 #: Leases a worker's due jobs are taken with by default (seconds): longer than a model call.
 DEFAULT_LEASE_S = 120.0
@@ -71,20 +71,6 @@ def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
     return [check_name(n, what="namespace") for n in namespaces]
 
 
-def check_delay(value: object) -> float:
-    """A job's delay: a number of seconds from 0 to :data:`MAX_DELAY_S`."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (0 <= value <= MAX_DELAY_S)
-    ):
-        raise InvalidInputError(
-            f"the delay must be a number of seconds from 0 to {MAX_DELAY_S:g}, got "
-            f"{describe(value)}"
-        )
-    return float(value)
-
-
 def _check_positive(value: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise InvalidInputError(f"{what} must be a positive number, got {describe(value)}")
@@ -121,7 +107,7 @@ class JobQueue:
 
         Inside :meth:`pgmemory.MemoryStore.shared_transaction` it is part of that transaction.
         """
-        delay_s = check_delay(delay_s)
+        delay_s = check_number(delay_s, what="delay_s", low=0, high=MAX_DELAY_S)
         params = scope_key(namespace, scope)
         if not params["user_id"]:
             raise InvalidInputError("a job's scope must name a user (MemoryScope(user_id=...))")
@@ -229,5 +215,4 @@ __all__ = [
     "Job",
     "JobQueue",
     "Lease",
-    "check_delay",
 ]

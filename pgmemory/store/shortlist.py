@@ -20,8 +20,8 @@ of the comparison), and the path is used only while recall@``PROBE_LIMIT`` >= th
 
 Which scopes take it (only where the memories keep codes: pgvector >= 0.7, see
 :func:`pgmemory.store.connector.has_binary_codes`): a vector search (no ``since``/``until``
-window) whose scope is exactly one user, whose rows numbered more than ``min_scope_rows`` at the last probe; every other
-search stays exact. The sizes come from one aggregate over the collection's codes index (all
+window) whose scope is exactly one user, whose rows numbered more than ``min_scope_rows`` at
+the last probe; every other search stays exact. The sizes come from one aggregate over the collection's codes index (all
 its users, a fan-out on Citus), run with each probe: at the collection's 100th vector search in
 the process (before, every search is exact), then after every ``probe_every`` searches of it,
 at most once a minute; a probe's exact searches read at most SHORTLIST_PROBE_ROWS scope rows in

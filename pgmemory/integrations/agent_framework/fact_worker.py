@@ -30,6 +30,7 @@ from agent_framework import Message
 
 from pgmemory.errors import InvalidInputError
 from pgmemory.integrations.agent_framework.fact_prompts import PROFILE_KEY
+from pgmemory.integrations.agent_framework.messages import user_messages
 from pgmemory.store.jobs import DEFAULT_LEASE_S, Job, JobQueue, Lease
 from pgmemory.store.store import MemoryStore
 from pgmemory.store.validation import describe
@@ -223,7 +224,7 @@ class FactWorker:
         """One model call over the jobs' messages; returns the updates and their sources."""
         provider = self.providers[namespace]
         texts = [m for job in jobs for m in job.payload.get("messages", ())]
-        messages = [Message("user", [str(m.get("text", ""))]) for m in texts if m.get("text")]
+        messages = user_messages(str(m.get("text") or "") for m in texts)
         sources = {"message_ids": [m["message_id"] for m in texts if m.get("message_id")]}
         if not messages:
             return {}, sources

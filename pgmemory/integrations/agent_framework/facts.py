@@ -86,11 +86,13 @@ from pgmemory.integrations.agent_framework.messages import (
     MessageFilter,
     ensure_identity,
     external_only,
+    user_messages,
 )
 from pgmemory.integrations.agent_framework.turn import after_run_together
-from pgmemory.store.jobs import JobQueue, check_delay
+from pgmemory.store.jobs import MAX_DELAY_S, JobQueue
 from pgmemory.store.recall_text import json_text
 from pgmemory.store.records import MemoryScope
+from pgmemory.store.validation import check_number
 
 if TYPE_CHECKING:
     from pgmemory.store.store import MemoryStore
@@ -286,7 +288,9 @@ class FactMemoryProvider(ContextProvider):
         self.profile = bool(profile)
         self.profile_max_chars = profile_max_chars
         self.profile_prompt = profile_prompt
-        self.extraction_delay_s = check_delay(extraction_delay_s)
+        self.extraction_delay_s = check_number(
+            extraction_delay_s, what="extraction_delay_s", low=0, high=MAX_DELAY_S
+        )
         self.extraction_prompt = extraction_prompt + (
             PROFILE_INSTRUCTION.format(field=PROFILE_FIELD, chars=profile_max_chars)
             if profile
@@ -426,7 +430,7 @@ class FactMemoryProvider(ContextProvider):
 
     def extraction_messages(self, context: SessionContext) -> list[Message]:
         """The text of :meth:`mined_messages`, as the user messages of an extraction request."""
-        return [Message("user", [m.text]) for m in self.mined_messages(context)]
+        return user_messages(m.text for m in self.mined_messages(context))
 
     def wants_extraction(self, context: SessionContext, messages: Sequence[Message]) -> bool:
         """Whether ``extract_when`` calls the model for these messages (see the class)."""
@@ -508,7 +512,7 @@ class FactMemoryProvider(ContextProvider):
         """Merge what :meth:`unit_of_work` extracted (or extract now, when called alone)."""
         scope = self.get_state(session, state).scope
         mined = self.mined_messages(context)
-        messages = [Message("user", [m.text]) for m in mined]
+        messages = user_messages(m.text for m in mined)
         if not messages:
             logger.debug("fact memory %s: no user text, extraction skipped", self.source_id)
             return

@@ -71,6 +71,12 @@ def all_messages(messages: Sequence[Message]) -> list[Message]:
     return list(messages)
 
 
+def user_messages(texts: Iterable[str]) -> list[Message]:
+    """Plain ``user`` messages of these texts (blank ones left out): what an extraction request
+    sends, without the caller's ids, attribution or other contents."""
+    return [Message("user", [text]) for text in texts if text.strip()]
+
+
 def ensure_identity(message: Message) -> str:
     """The message's id, given one (a UUID) when it has none, and its creation time recorded.
 
@@ -110,4 +116,5 @@ __all__ = [
     "history_sources",
     "source_id_of",
     "source_type_of",
+    "user_messages",
 ]

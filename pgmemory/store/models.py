@@ -11,7 +11,8 @@ application. Design rules that keep the schema auditable and distributable (Citu
 * ``embedding`` is an untyped ``vector`` (collections of different sizes share the table) kept
   inline with ``STORAGE MAIN`` (set in the migrations): exact scans never de-TOAST a row that
   fits a page with its vector; only rows that cannot (about 1,950 dimensions and up) keep it
-  out of line.
+  out of line. ``search_vector`` is ``STORAGE MAIN`` too, so a keyword match reads its terms
+  from the row rather than the TOAST table; ``content`` is what leaves a wide row instead.
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ async def test_partitioning_is_refused_on_a_citus_database(migrated: str) -> Non
 
 #: The revisions after 0008, in order: each must apply to an already distributed schema (a
 #: database distributed at 0008, as a user moving to Citus then would have it).
-AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015", "0016"]
+AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015", "0016", "0017"]
 
 
 async def test_each_migration_after_0008_applies_to_a_distributed_database(
@@ -201,6 +201,7 @@ async def test_each_migration_after_0008_applies_to_a_distributed_database(
             assert migrate.current(url) == revision
         assert _layout(url)["pgmemory_memories"][:2] == ("distributed", "user_id")
         assert _layout(url)["pgmemory_jobs"][:2] == ("distributed", "user_id")  # by 0016
+        assert _search_vector_storage(url) == {"m"}  # every shard's, by 0017
         # The migrated cluster serves the library: a write and a recall of one user.
         async with MemoryStore(url) as store:
             await store.create_collection("c", dimensions=3, embedding_model="test")
@@ -208,6 +209,24 @@ async def test_each_migration_after_0008_applies_to_a_distributed_database(
             await store.add("c", [MemoryRecord(content="tea", scope=scope, embedding=[1, 0, 0])])
             hits = await store.search("c", scope, vector=[1, 0, 0], limit=1)
             assert [h.memory.content for h in hits] == ["tea"]
+
+
+def _search_vector_storage(url: str) -> set[str]:
+    """The storage of ``search_vector`` in the coordinator's table and every shard."""
+    engine = sa.create_engine(url)
+    column = "SELECT attstorage::text FROM pg_attribute WHERE attrelid = {} AND attname = 'search_vector'"
+    try:
+        with engine.connect() as conn:
+            local = conn.execute(
+                sa.text(column.format("'pgmemory_memories'::regclass"))
+            ).scalar_one()
+            shards = conn.execute(
+                sa.text("SELECT result FROM run_command_on_shards('pgmemory_memories', :c)"),
+                {"c": column.format("'%s'::regclass")},
+            ).scalars()
+            return {local, *shards}
+    finally:
+        engine.dispose()
 
 
 def _revisions_after(revision: str) -> list[str]:

@@ -62,3 +62,43 @@ async def test_the_largest_vectors_land_and_round_trip(
     }
     for record, vector in zip(records, vectors, strict=True):
         np.testing.assert_array_equal(embeddings[record.content], vector)
+
+
+@pytest.mark.parametrize("dimensions", [384, 512, 768])
+async def test_search_vectors_stay_in_the_row(
+    store: MemoryStore, owner_engine: AsyncEngine, dimensions: int
+) -> None:
+    # With a vector of 1.5 kB or more a row is past PostgreSQL's 2 kB squeeze point, which
+    # moved the search vector out of line (migration 0017 keeps it in): every keyword match
+    # then read its terms back through the TOAST table.
+    name = unique("c")
+    await store.create_collection(name, dimensions=dimensions, embedding_model="inline")
+    scope = MemoryScope(user_id=unique("u"), session_id="s")
+    vectors = np.random.default_rng(5).standard_normal((6, dimensions)).astype(np.float32)
+    words = "tea trains harbour violin pepper lantern orchard cobalt meadow saffron"
+    records = [
+        MemoryRecord(
+            content=f"note {i}: {words} " + " ".join(f"w{i}x{j}" for j in range(30)),
+            scope=scope,
+            embedding=v,
+        )
+        for i, v in enumerate(vectors)
+    ]
+    await store.add(name, records[:3])
+    await store.import_records(name, records[3:])
+    async with owner_engine.connect() as conn:
+        placed = (
+            await conn.execute(
+                text(
+                    "SELECT pg_column_toast_chunk_id(search_vector) IS NULL AS inline,"
+                    " length(search_vector) AS terms FROM pgmemory_memories"
+                    " WHERE collection = :c AND user_id = :u"
+                ),
+                {"c": name, "u": scope.user_id},
+            )
+        ).all()
+    assert len(placed) == 6
+    assert all(row.terms >= 40 for row in placed)  # a real vector, not an empty one
+    assert all(row.inline for row in placed)
+    hits = await store.search(name, scope, query="saffron w4x7", mode="text", limit=3)
+    assert hits[0].memory.content == records[4].content

@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
 
 from pgmemory.errors import StoreClosedError
 
@@ -53,10 +54,20 @@ def leave_pools_to_parent(engines: Iterable[AsyncEngine]) -> None:
         engine.sync_engine.dispose(close=False)
 
 
-async def wait_returned(connections: Iterable[AsyncConnection], grace_s: float) -> None:
+def returned(conn: AsyncConnection | PoolProxiedConnection) -> bool:
+    """Whether a connection handed out is back: a SQLAlchemy connection closed, or a raw
+    pooled one checked in (or invalidated), which leaves it no DB-API connection."""
+    if isinstance(conn, AsyncConnection):
+        return conn.closed
+    return conn.dbapi_connection is None
+
+
+async def wait_returned(
+    connections: Iterable[AsyncConnection | PoolProxiedConnection], grace_s: float
+) -> None:
     """Wait until every connection handed out is closed (returned), at most ``grace_s``."""
     deadline = time.monotonic() + grace_s
-    while any(not conn.closed for conn in list(connections)):
+    while not all(returned(conn) for conn in list(connections)):
         if time.monotonic() > deadline:
             logger.warning("closing the store while calls still hold connections")
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from pgmemory.store import queries as q
+from pgmemory.store.connector import APP_DATA_TABLES
 
 # --- browsing and retention (UI, CLI) ------------------------------------------------------
 # Reads behind the operators' audit page and the retention sweep. Pages are bounded by
@@ -560,9 +561,7 @@ ALTER_APP_ROLE = (
     "PASSWORD '{verifier}'"
 )
 
-_DATA_TABLES = (
-    "pgmemory_collections, pgmemory_memories, pgmemory_chat_messages, pgmemory_facts, pgmemory_jobs"
-)
+_DATA_TABLES = ", ".join(APP_DATA_TABLES)
 _AUDIT_TABLE_LIST = ", ".join(AUDIT_TABLES)
 
 #: The application role's privileges, in order: first anything a re-run must take back.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import select
 from typing import Any
 
@@ -129,10 +130,47 @@ POOLER_OPTIONS_HINT = (
 )
 
 
-def pooler_error(exc: BaseException) -> DatabaseNotReadyError | None:
-    """The error to raise instead of ``exc`` when it is what only a pooler between pgmemory and
-    PostgreSQL causes (a prepared statement missing, or there twice, in transaction mode; the
-    statement timeout's startup option refused), naming the fix; else None."""
+#: The tables an application role reads and writes in full (``pgmemory db roles`` grants
+#: them; the audits and the secrets it may touch less, by design).
+APP_DATA_TABLES = (
+    "pgmemory_collections",
+    "pgmemory_memories",
+    "pgmemory_chat_messages",
+    "pgmemory_facts",
+    "pgmemory_jobs",
+)
+
+#: A role refused one of those tables (or, on Citus, one of its shards): a table a migration
+#: added after the role was set up.
+_DATA_TABLE_REFUSED = re.compile(
+    r"permission denied for table (" + "|".join(APP_DATA_TABLES) + r")(?:_\d+)?\b"
+)
+
+#: What that means, and the fix.
+ROLE_GRANT_HINT = (
+    "role {role} has no privilege on {table}, a table added by a pgmemory migration after "
+    "the role was set up: as the schema's owner, run `pgmemory db roles {role}` again (it "
+    "grants every table the role needs, and sets its password again)"
+)
+
+
+def setup_error(exc: BaseException, *, connection: Any = None) -> DatabaseNotReadyError | None:
+    """The error to raise instead of ``exc`` when the deployment causes it, naming the fix;
+    else None: what only a pooler between pgmemory and PostgreSQL causes (a prepared statement
+    missing, or there twice, in transaction mode; the statement timeout's startup option
+    refused), or an application role (``connection``'s, the psycopg connection it failed on)
+    without a privilege on one of pgmemory's data tables."""
+    refused = (
+        _DATA_TABLE_REFUSED.search(str(exc))
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege)
+        else None
+    )
+    if refused is not None:
+        try:
+            role = str(connection.info.user)
+        except (AttributeError, psycopg.Error):
+            role = "ROLE"
+        return DatabaseNotReadyError(ROLE_GRANT_HINT.format(role=role, table=refused.group(1)))
     if isinstance(exc, psycopg.OperationalError) and "unsupported startup parameter: options" in (
         str(exc)
     ):
@@ -148,9 +186,9 @@ def pooler_error(exc: BaseException) -> DatabaseNotReadyError | None:
 
 def _prepare_as_configured(engine: AsyncEngine, settings: Settings) -> None:
     """Without ``prepared_statements``, no connection ever prepares (psycopg would after five
-    runs of a statement); with or without, what a pooler causes is explained
-    (:func:`pooler_error`)."""
-    hooks: list[tuple[str, Any]] = [("handle_error", _explain_pooler_error)]
+    runs of a statement); with or without, what a pooler (or a role's missing grant) causes is
+    explained (:func:`setup_error`)."""
+    hooks: list[tuple[str, Any]] = [("handle_error", _explain_setup_error)]
     if not settings.prepared_statements:
         hooks.append(("connect", _never_prepare))
     for name, hook in hooks:
@@ -162,11 +200,16 @@ def _never_prepare(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.driver_connection.prepare_threshold = None
 
 
-def _explain_pooler_error(context: Any) -> None:
-    """``handle_error`` hook: what a pooler causes raises :func:`pooler_error`'s error."""
-    explained = pooler_error(context.original_exception)
+def _explain_setup_error(context: Any) -> None:
+    """``handle_error`` hook: what a pooler causes raises :func:`setup_error`'s error."""
+    explained = setup_error(context.original_exception, connection=_driver(context))
     if explained is not None:
         raise explained from context.sqlalchemy_exception
+
+
+def _driver(context: Any) -> Any:
+    """The psycopg connection a ``handle_error`` context failed on, if there was one."""
+    return getattr(getattr(context.connection, "connection", None), "driver_connection", None)
 
 
 def _replace_if_gone(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

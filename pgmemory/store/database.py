@@ -64,7 +64,7 @@ from pgmemory.store.connector import (
     has_binary_codes,
     is_distributed,
     make_engine,
-    pooler_error,
+    setup_error,
 )
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
@@ -418,7 +418,7 @@ class Database:
             try:
                 yield driver
             except psycopg.Error as exc:
-                explained = pooler_error(exc)
+                explained = setup_error(exc, connection=driver)
                 if explained is not None:
                     raise explained from exc
                 lost = driver.broken or driver.closed

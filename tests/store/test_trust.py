@@ -7,14 +7,16 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.admin import Admin
 from pgmemory.embedders import CachedEmbedder
-from pgmemory.errors import InvalidInputError
+from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate
+from pgmemory.store.jobs import JobQueue
 from pgmemory.store.records import MemoryRecord, MemoryScope, RecallTrace
 from pgmemory.store.store import MemoryStore
 from tests.conftest import unique
@@ -268,3 +270,40 @@ async def test_create_app_role_sends_only_a_verifier_and_refuses_bad_names(
                 await Admin(owner).create_app_role(bad, password)
         with pytest.raises(InvalidInputError, match="shorter than 12"):
             await Admin(owner).create_app_role("pgmemory_short", "short")
+
+
+async def test_a_role_set_up_before_a_table_existed_is_told_to_run_db_roles_again(
+    database_url: str, embedder: CachedEmbedder, settings: Settings
+) -> None:
+    password = "correct horse battery staple"
+    role = f"pgmemory_app_{unique('r').split('-')[1]}"
+    url = make_url(database_url).set(username=role, password=password)
+    name = unique("c")
+    scope = MemoryScope(user_id=unique("u"))
+    async with MemoryStore(database_url, embedder=embedder) as owner:
+        await owner.create_collection(name)
+        await Admin(owner).create_app_role(role, password)
+        try:
+            async with owner.engine.begin() as conn:
+                # What a role set up before the queue (0016) or before the memories has.
+                await conn.execute(text(f'REVOKE ALL ON pgmemory_jobs FROM "{role}"'))
+                await conn.execute(text(f'REVOKE ALL ON pgmemory_memories FROM "{role}"'))
+            rerun = rf"role {role} has no privilege on {{}}.*run `pgmemory db roles {role}` again"
+            async with MemoryStore(url, settings=settings, embedder=embedder) as app:
+                with pytest.raises(DatabaseNotReadyError, match=rerun.format("pgmemory_jobs")):
+                    await JobQueue(app.database).enqueue("facts", scope, {"n": 1})
+                # the fast path's statement, on psycopg directly
+                with pytest.raises(DatabaseNotReadyError, match=rerun.format("pgmemory_memories")):
+                    await app.search(name, scope, query="tea")
+                # what the role is refused by design stays a plain refusal
+                with pytest.raises(DBAPIError, match="permission denied for table"):
+                    async with app.engine.begin() as conn:
+                        await conn.execute(text("DELETE FROM pgmemory_memory_audit"))
+            await Admin(owner).create_app_role(role, password)  # the fix the error names
+            async with MemoryStore(url, settings=settings, embedder=embedder) as app:
+                await JobQueue(app.database).enqueue("facts", scope, {"n": 1})
+                assert await app.search(name, scope, query="tea") == []
+        finally:
+            async with owner.engine.begin() as conn:
+                await conn.execute(text(f'DROP OWNED BY "{role}"'))
+                await conn.execute(text(f'DROP ROLE "{role}"'))

@@ -201,7 +201,7 @@ def _never_prepare(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _explain_setup_error(context: Any) -> None:
-    """``handle_error`` hook: what a pooler causes raises :func:`setup_error`'s error."""
+    """``handle_error`` hook: what the deployment causes raises :func:`setup_error`'s error."""
     explained = setup_error(context.original_exception, connection=_driver(context))
     if explained is not None:
         raise explained from context.sqlalchemy_exception

@@ -422,7 +422,7 @@ class Database:
                 if explained is not None:
                     raise explained from exc
                 lost = driver.broken or driver.closed
-                if lost:
+                if lost and pooled.is_valid:
                     await greenlet_spawn(pooled.invalidate)
                 raise DBAPIError.instance(
                     None,

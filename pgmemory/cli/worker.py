@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pgmemory.cli.common import CliError, add_json, print_json, with_store
+from pgmemory.store.jobs import DEFAULT_KEEP_FAILED_S, MAX_KEEP_S
 
 if TYPE_CHECKING:
     from pgmemory.store.store import MemoryStore
@@ -50,6 +51,13 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     worker.add_argument("--once", action="store_true", help="process what is due, then exit")
     worker.add_argument(
+        "--keep-failed-days",
+        type=float,
+        default=DEFAULT_KEEP_FAILED_S / 86400,
+        help="days a job that used up its attempts is kept, with its messages, before the "
+        f"worker drops it (default {DEFAULT_KEEP_FAILED_S / 86400:g})",
+    )
+    worker.add_argument(
         "--poll", type=float, default=1.0, help="seconds to wait when nothing is due (default 1)"
     )
     add_json(worker, '{"jobs_done", "pending"} (with --once)')
@@ -77,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
     """Run the worker (until interrupted, or ``--once``)."""
     if args.poll <= 0:
         raise CliError(f"--poll must be a positive number of seconds, got {args.poll}", 2)
+    if not 0 <= args.keep_failed_days <= MAX_KEEP_S / 86400:
+        raise CliError(
+            f"--keep-failed-days must be from 0 to {MAX_KEEP_S / 86400:g}, "
+            f"got {args.keep_failed_days:g}",
+            2,
+        )
     if "" not in sys.path:
         sys.path.insert(0, "")  # the application's modules, as `python -m` finds them
     factory = load_factory(args.app)
@@ -89,15 +103,19 @@ async def _work(store: MemoryStore, args: argparse.Namespace, factory: Callable[
 
     built = factory(store)
     providers = [built] if isinstance(built, FactMemoryProvider) else list(built or ())
-    worker = FactWorker(providers, poll_s=args.poll)
+    worker = FactWorker(providers, poll_s=args.poll, keep_failed_s=args.keep_failed_days * 86400)
     names = ", ".join(worker.providers)
     if args.once:
+        dropped = await worker.sweep()
         done = await worker.run_once()
         pending = await worker.queue.pending(list(worker.providers))
         if args.json:
-            print_json({"jobs_done": done, "pending": pending})
+            print_json({"jobs_done": done, "pending": pending, "failed_dropped": dropped})
         else:
-            print(f"pgmemory worker: {done} job(s) done for {names}; {pending} pending")
+            print(
+                f"pgmemory worker: {done} job(s) done for {names}; {pending} pending; "
+                f"{dropped} failed job(s) dropped"
+            )
         return
     print(f"pgmemory worker: serving {names} (Ctrl-C stops)", file=sys.stderr, flush=True)
     await worker.run()

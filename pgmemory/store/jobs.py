@@ -7,7 +7,8 @@ transaction open, and then, in the transaction that writes what it derived,
 :meth:`JobQueue.complete` deletes them by the lease: a lease that ran out and was taken over,
 or jobs cancelled by the user's erasure meanwhile, complete nothing, and the worker writes
 nothing. A failed attempt gives the jobs back with a back-off; a job out of attempts stays in
-the table, with the type of its last error, until it is deleted or its user erased.
+the table, with the type of its last error, until :meth:`JobQueue.drop_failed` deletes it
+(the worker does after ``keep_failed_s``) or its user is erased.
 
 The queue is framework-neutral: a job is a namespace, a scope and a JSON payload. What a
 namespace's jobs mean is up to the worker that leases them
@@ -39,6 +40,11 @@ DEFAULT_LEASE_S = 120.0
 DEFAULT_MAX_ATTEMPTS = 5
 #: The longest a job may wait before it is due (seconds).
 MAX_DELAY_S = 3600.0
+#: How long a job that used up its attempts is kept by default, with the messages it holds,
+#: before a worker drops it (seconds): a week.
+DEFAULT_KEEP_FAILED_S = 7 * 86400.0
+#: The longest a failed job may be kept (seconds): ten years.
+MAX_KEEP_S = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +207,19 @@ class JobQueue:
         async with self._db.write(users=(lease.user_id,)) as conn:
             await conn.execute(text(q.RELEASE_JOBS), params)
 
+    async def drop_failed(self, namespaces: Sequence[str], *, older_than_s: float) -> int:
+        """Delete the jobs in ``namespaces`` that used up their attempts and were last tried
+        more than ``older_than_s`` seconds ago; how many. A failed job still holds the
+        messages it was queued with, so it should not be kept for ever
+        (:class:`~pgmemory.integrations.agent_framework.FactWorker` runs this by itself)."""
+        params = {
+            "namespaces": _check_namespaces(namespaces),
+            "max_attempts": self.max_attempts,
+            "older_than_s": check_number(older_than_s, what="older_than_s", low=0, high=MAX_KEEP_S),
+        }
+        async with self._db.write(users=()) as conn:
+            return int((await conn.execute(text(q.DROP_FAILED_JOBS), params)).scalar_one())
+
     async def pending(self, namespaces: Sequence[str]) -> int:
         """Jobs in ``namespaces`` that still have attempts left (due, waiting or leased)."""
         params = {"namespaces": _check_namespaces(namespaces), "max_attempts": self.max_attempts}
@@ -209,9 +228,11 @@ class JobQueue:
 
 
 __all__ = [
+    "DEFAULT_KEEP_FAILED_S",
     "DEFAULT_LEASE_S",
     "DEFAULT_MAX_ATTEMPTS",
     "MAX_DELAY_S",
+    "MAX_KEEP_S",
     "Job",
     "JobQueue",
     "Lease",

@@ -1287,6 +1287,18 @@ SELECT count(*) FROM pgmemory_jobs
 WHERE namespace = ANY(CAST(:namespaces AS text[])) AND attempts < :max_attempts
 """
 
+#: Delete the jobs in these namespaces that used up their attempts and were last tried more
+#: than :older_than_s seconds ago (they still hold the messages they were queued with); how many.
+DROP_FAILED_JOBS = """
+WITH dropped AS (
+    DELETE FROM pgmemory_jobs
+    WHERE namespace = ANY(CAST(:namespaces AS text[])) AND attempts >= :max_attempts
+      AND COALESCE(leased_until, run_after) < now() - make_interval(secs => :older_than_s)
+    RETURNING 1
+)
+SELECT count(*) FROM dropped
+"""
+
 #: Whether the memories keep binary codes (migration 0013 adds them where pgvector >= 0.7),
 #: and the installed pgvector's version.
 BINARY_CODES = """

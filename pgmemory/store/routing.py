@@ -85,6 +85,7 @@ FAN_OUT: dict[str, str] = {
     "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",
     "JOBS_DUE_USERS": "a worker's scan for the users whose derivation jobs are due (all users)",
     "JOBS_PENDING": "how many derivation jobs are pending, for flush() and the worker's report",
+    "DROP_FAILED_JOBS": "the worker's sweep of jobs out of attempts past their keep time (all users)",
 }
 
 #: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.

@@ -313,7 +313,7 @@ def test_the_worker_command_processes_the_queue_with_the_applications_providers(
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"jobs_done": 1, "pending": 0}
+    assert json.loads(done.stdout) == {"jobs_done": 1, "pending": 0, "failed_dropped": 0}
 
     async def facts_now() -> dict[str, Any]:
         async with MemoryStore(store_url) as store:
@@ -378,3 +378,35 @@ async def test_a_delay_gathers_a_users_turns_into_one_call(
     assert await facts.process_now() == 1  # process_now does not wait for the delay
     with pytest.raises(InvalidInputError, match="from 0 to 3600"):
         queued(store, chat_client, user, extraction_delay_s=-1)
+
+
+async def test_a_job_out_of_attempts_is_dropped_after_its_keep_time(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
+) -> None:
+    # A job that used up its attempts still holds the user's messages: the worker's sweep
+    # drops it once its keep time has passed, and nothing else.
+    user, other = unique("jo"), unique("kai")
+    facts = queued(store, chat_client, user)
+    agent = Agent(chat_client, context_providers=[facts])
+    openai_server.queue(text("Noted."))
+    await turn(agent, "I'm Jo, from Lyon.")
+    async with store.engine.begin() as conn:  # its last attempt failed an hour ago
+        await conn.execute(
+            sa.text(
+                "UPDATE pgmemory_jobs SET attempts = :n, last_error = 'APIError', "
+                "run_after = now() - interval '1 hour' WHERE user_id = :u"
+            ),
+            {"n": facts.queue.max_attempts, "u": user},  # type: ignore[union-attr]
+        )
+    waiting = queued(store, chat_client, other, namespace=facts.namespace)
+    openai_server.queue(text("Noted."))
+    await turn(Agent(chat_client, context_providers=[waiting]), "I'm Kai.")
+
+    assert await FactWorker([facts], keep_failed_s=7200).sweep() == 0  # kept for 2 hours
+    assert await FactWorker([facts], keep_failed_s=None).sweep() == 0  # kept until deleted
+    assert len(await jobs_of(store, user)) == 1
+    assert await FactWorker([facts], keep_failed_s=1800).sweep() == 1
+    assert await jobs_of(store, user) == []
+    assert len(await jobs_of(store, other)) == 1  # attempts left: not touched
+    with pytest.raises(InvalidInputError, match="keep_failed_s"):
+        FactWorker([facts], keep_failed_s=-1)

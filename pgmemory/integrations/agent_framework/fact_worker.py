@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -31,9 +32,16 @@ from agent_framework import Message
 from pgmemory.errors import InvalidInputError
 from pgmemory.integrations.agent_framework.fact_prompts import PROFILE_KEY
 from pgmemory.integrations.agent_framework.messages import user_messages
-from pgmemory.store.jobs import DEFAULT_LEASE_S, Job, JobQueue, Lease
+from pgmemory.store.jobs import (
+    DEFAULT_KEEP_FAILED_S,
+    DEFAULT_LEASE_S,
+    MAX_KEEP_S,
+    Job,
+    JobQueue,
+    Lease,
+)
 from pgmemory.store.store import MemoryStore
-from pgmemory.store.validation import describe
+from pgmemory.store.validation import check_number, describe
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +49,8 @@ logger = logging.getLogger(__name__)
 RETRY_BASE_S = 5.0
 #: The longest delay between two attempts (seconds).
 RETRY_MAX_S = 600.0
+#: How often :meth:`FactWorker.run` drops the failed jobs older than that (seconds).
+SWEEP_EVERY_S = 600.0
 
 
 class QueuedFacts(Protocol):
@@ -71,6 +81,9 @@ class FactWorker:
         lease_s: how long a lease holds a user's jobs (longer than a model call).
         poll_s: how long :meth:`run` waits when nothing was due.
         users_per_pass: users taken per scan of the queue.
+        keep_failed_s: how long a job that used up its attempts is kept (it still holds the
+            messages it was queued with) before :meth:`sweep` drops it (a week by default);
+            None keeps failed jobs until they are deleted or their user is erased.
 
     Raises:
         InvalidInputError: no provider, one not queued, two stores, or a namespace twice.
@@ -83,6 +96,7 @@ class FactWorker:
         lease_s: float = DEFAULT_LEASE_S,
         poll_s: float = 1.0,
         users_per_pass: int = 16,
+        keep_failed_s: float | None = DEFAULT_KEEP_FAILED_S,
     ) -> None:
         providers = list(providers)
         if not providers:
@@ -107,6 +121,11 @@ class FactWorker:
         self.lease_s = lease_s
         self.poll_s = poll_s
         self.users_per_pass = users_per_pass
+        self.keep_failed_s = (
+            None
+            if keep_failed_s is None
+            else check_number(keep_failed_s, what="keep_failed_s", low=0, high=MAX_KEEP_S)
+        )
 
     # --- the three faces --------------------------------------------------------------------
 
@@ -129,8 +148,12 @@ class FactWorker:
         """Process due jobs until ``stop`` is set (or the task is cancelled), waiting
         ``poll_s`` whenever none was due. A database error is logged and retried."""
         stop = stop or asyncio.Event()
+        swept = -math.inf
         while not stop.is_set():
             try:
+                if time.monotonic() - swept >= SWEEP_EVERY_S:
+                    await self.sweep()
+                    swept = time.monotonic()
                 done = await self.run_once()
             except Exception as exc:  # the database went away: log, wait, try again
                 logger.warning("fact worker: pass failed (%s); retrying", type(exc).__name__)
@@ -138,6 +161,19 @@ class FactWorker:
             if not done:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_s)
+
+    async def sweep(self) -> int:
+        """Drop the served jobs that used up their attempts more than ``keep_failed_s`` ago
+        (:meth:`run` does every :data:`SWEEP_EVERY_S`); returns how many (0 with
+        ``keep_failed_s=None``)."""
+        if self.keep_failed_s is None:
+            return 0
+        dropped = await self.queue.drop_failed(
+            list(self.providers), older_than_s=self.keep_failed_s
+        )
+        if dropped:
+            logger.info("fact worker: dropped %d failed job(s) past their keep time", dropped)
+        return dropped
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[FactWorker]:
@@ -211,7 +247,7 @@ class FactWorker:
                 type(exc).__name__,
                 f"retrying in {delay:g} s"
                 if attempt < self.queue.max_attempts
-                else "given up (kept in pgmemory_jobs with the error's type)",
+                else "given up (kept in pgmemory_jobs with the error's type until swept)",
             )
             await self.queue.release(lease, error=type(exc).__name__, retry_in_s=delay)
             return 0
@@ -235,4 +271,10 @@ class FactWorker:
         return updates, sources
 
 
-__all__ = ["RETRY_BASE_S", "RETRY_MAX_S", "FactWorker", "QueuedFacts"]
+__all__ = [
+    "RETRY_BASE_S",
+    "RETRY_MAX_S",
+    "SWEEP_EVERY_S",
+    "FactWorker",
+    "QueuedFacts",
+]

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pgmemory.cli.common import CliError, add_json, print_json, with_store
-from pgmemory.store.jobs import DEFAULT_KEEP_FAILED_S, MAX_KEEP_S
 
 if TYPE_CHECKING:
     from pgmemory.store.store import MemoryStore
@@ -53,9 +52,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     worker.add_argument(
         "--keep-failed-days",
         type=float,
-        default=DEFAULT_KEEP_FAILED_S / 86400,
+        default=None,
         help="days a job that used up its attempts is kept, with its messages, before the "
-        f"worker drops it (default {DEFAULT_KEEP_FAILED_S / 86400:g})",
+        "worker drops it (default: FactWorker's, a week)",
     )
     worker.add_argument(
         "--poll", type=float, default=1.0, help="seconds to wait when nothing is due (default 1)"
@@ -85,10 +84,9 @@ def run(args: argparse.Namespace) -> int:
     """Run the worker (until interrupted, or ``--once``)."""
     if args.poll <= 0:
         raise CliError(f"--poll must be a positive number of seconds, got {args.poll}", 2)
-    if not 0 <= args.keep_failed_days <= MAX_KEEP_S / 86400:
+    if args.keep_failed_days is not None and not args.keep_failed_days >= 0:
         raise CliError(
-            f"--keep-failed-days must be from 0 to {MAX_KEEP_S / 86400:g}, "
-            f"got {args.keep_failed_days:g}",
+            f"--keep-failed-days must be a number of days, 0 or more, got {args.keep_failed_days:g}",
             2,
         )
     if "" not in sys.path:
@@ -103,7 +101,8 @@ async def _work(store: MemoryStore, args: argparse.Namespace, factory: Callable[
 
     built = factory(store)
     providers = [built] if isinstance(built, FactMemoryProvider) else list(built or ())
-    worker = FactWorker(providers, poll_s=args.poll, keep_failed_s=args.keep_failed_days * 86400)
+    keep = {} if args.keep_failed_days is None else {"keep_failed_s": args.keep_failed_days * 86400}
+    worker = FactWorker(providers, poll_s=args.poll, **keep)
     names = ", ".join(worker.providers)
     if args.once:
         dropped = await worker.sweep()

@@ -3,15 +3,17 @@
 A heap row is squeezed below about 2 kB before it is stored: PostgreSQL moves the widest
 compressible-or-movable columns out of line first. The embedding is ``STORAGE MAIN`` (0008)
 and a 384-d vector alone is 1.5 kB, so at every common embedding size that rule moved
-``search_vector`` (a few hundred bytes) into the TOAST table, and every keyword match (the
-``text`` and ``hybrid`` searches, the recall's near-duplicate check) read its terms back
-through the TOAST index: about ten buffer reads a row instead of none. ``STORAGE MAIN`` keeps
-it inline while the row fits a page; ``content`` (read only for the rows a search returns)
-is the column that leaves the row instead, so a page holds as many rows as before.
+``search_vector`` (a few hundred bytes) into the TOAST table whenever it was the row's widest
+movable column, as it usually is, and every keyword match (the ``text`` and ``hybrid``
+searches, the recall's near-duplicate check) read its terms back through the TOAST index:
+about ten buffer reads a row instead of none. ``STORAGE MAIN`` keeps it inline while the row
+fits a page; ``content`` (read only for the rows a search returns) is the column that leaves
+the row instead, so a page holds about as many rows as before.
 
-Only the catalogue changes, under a lock that lets reads and writes go on. Rows stored before
+Only the catalogue changes: no row is rewritten, though the ALTER holds the table's exclusive
+lock for that moment (it waits for the statements running on the table). Rows stored before
 keep their vectors out of line until they are rewritten (``VACUUM FULL pgmemory_memories``
-rewrites them all, under an exclusive lock).
+rewrites them all, under the same lock for as long as it takes).
 
 Revision ID: 0017
 Revises: 0016

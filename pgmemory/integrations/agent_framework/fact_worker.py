@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 RETRY_BASE_S = 5.0
 #: The longest delay between two attempts (seconds).
 RETRY_MAX_S = 600.0
-#: How often :meth:`FactWorker.run` drops the failed jobs older than that (seconds).
+#: How often :meth:`FactWorker.run` drops the failed jobs past their keep time (seconds).
 SWEEP_EVERY_S = 600.0
 
 

@@ -187,8 +187,12 @@ class MemoryRow(Base):
             unique=True,
             postgresql_where=text("message_id IS NOT NULL"),
         ),
-        # Keyword recall (combined with the scope's B-tree by a bitmap AND).
-        Index("ix_pgmemory_memories_search_vector", "search_vector", postgresql_using="gin"),
+        # Keyword recall in a user scope: each term keyed by its collection and user (0018).
+        Index(
+            "ix_pgmemory_memories_scope_terms",
+            text("pgmemory_scope_terms(collection, user_id, search_vector)"),
+            postgresql_using="gin",
+        ),
         # Expiry sweeps only look at rows that can expire.
         Index(
             "ix_pgmemory_memories_expires_at",

@@ -382,8 +382,10 @@ def _keyword_ranking(
     """The ``by_text`` CTEs: BM25 (k1 1.2, b 0.75) of ``:terms`` over the scope, best
     ``:pool`` rows.
 
-    The rows matching any query term come through the GIN index, each with only its query
-    terms cut out of its vector (``hits``: marked with weight A, then kept by weight; stored
+    The rows matching any query term come, in a user scope, through the scoped term index
+    (``pgmemory_scope_terms``, migration 0018: its posting lists hold one collection's rows of
+    one user, so the search reads no other user's matches); in a scope without a user, from
+    the scope's rows by ``@@``. Each comes with only its query terms cut out of its vector (``hits``: marked with weight A, then kept by weight; stored
     vectors carry the default weight D), so neither the whole vector is kept nor its other
     terms unnested. Document frequencies are counted among them (a row without a term never
     matches it), N is the scope's size (counted from ``candidates`` when the statement has
@@ -391,6 +393,14 @@ def _keyword_ranking(
     matching rows.
     """
     where, window = _scope_filter(dimensions, windowed=windowed)
+    match = (
+        # the scoped term index (migration 0018): the keys of this collection and user only
+        """pgmemory_scope_terms(m.collection, m.user_id, m.search_vector)
+          && pgmemory_scope_terms(:collection, :user_id, to_tsvector(
+                 'simple', array_to_string(CAST(:term_list AS text[]), ' ')))"""
+        if "user_id" in dimensions
+        else "m.search_vector @@ websearch_to_tsquery('simple', :terms)"
+    )
     scope_size = (
         "SELECT count(*) AS n FROM candidates"
         if scope_from_candidates
@@ -401,7 +411,7 @@ def _keyword_ranking(
            ts_filter(setweight(m.search_vector, 'A', CAST(:term_list AS text[])), '{{a}}') AS hits
     FROM pgmemory_memories AS m
     WHERE {where}
-      AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
+      AND {match}
       AND {_LIVE}{window}
 ),
 term_hits AS (

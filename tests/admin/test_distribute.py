@@ -176,7 +176,7 @@ async def test_partitioning_is_refused_on_a_citus_database(migrated: str) -> Non
 
 #: The revisions after 0008, in order: each must apply to an already distributed schema (a
 #: database distributed at 0008, as a user moving to Citus then would have it).
-AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015", "0016", "0017"]
+AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015", "0016", "0017", "0018"]
 
 
 async def test_each_migration_after_0008_applies_to_a_distributed_database(
@@ -208,6 +208,9 @@ async def test_each_migration_after_0008_applies_to_a_distributed_database(
             scope = MemoryScope(user_id="ada")
             await store.add("c", [MemoryRecord(content="tea", scope=scope, embedding=[1, 0, 0])])
             hits = await store.search("c", scope, vector=[1, 0, 0], limit=1)
+            assert [h.memory.content for h in hits] == ["tea"]
+            # the keyword side through the scoped term index (0018), on the user's shard
+            hits = await store.search("c", scope, query="tea", mode="text")
             assert [h.memory.content for h in hits] == ["tea"]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import psycopg.sql
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import text
@@ -200,3 +201,85 @@ async def test_a_generic_plan_reads_a_large_scope_from_the_covering_index(
         assert "created_at >=" not in statement and ":since" not in statement
         plan = _generic_plan(fresh_database, statement)
         assert "Index Only Scan using ix_pgmemory_memories_user_cover" in plan, plan
+
+
+def _plan_nodes(plan: object) -> list[dict]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan."""
+    nodes: list[dict] = []
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "Node Type" in node:
+                nodes.append(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return nodes
+
+
+@pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
+async def test_a_users_keyword_search_reads_only_that_users_matches(
+    fresh_database: str, plan_mode: str
+) -> None:
+    """The term index is keyed by collection and user (migration 0018): a user's keyword
+    search reads the posting lists of its own rows, not those of another user whose every row
+    holds the same words (the table-wide index read them all and dropped them afterwards)."""
+    from pgmemory.store import queries
+    from pgmemory.text import terms
+
+    migrate.upgrade(fresh_database)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    owners = ["small" if i % 100 == 0 else "big" for i in range(3000)]
+    async with MemoryStore(fresh_database, settings=settings) as store:
+        await store.create_collection("c", dimensions=3, embedding_model="test")
+        await store.add(
+            "c",
+            [
+                MemoryRecord(
+                    content=f"green tea at noon, note {i}",
+                    scope=MemoryScope(user_id=o),
+                    embedding=[1, i, 0],
+                )
+                for i, o in enumerate(owners)
+            ],
+        )
+    engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
+    statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    numbered = re.sub(r"(?<!:):(\w+)", number, statement)
+    values = {
+        "collection": "c",
+        "user_id": "small",
+        "terms": terms.query("green tea"),
+        "term_list": terms.terms("green tea"),
+        "pool": 50,
+        "limit": 10,
+        "min_score": -2.0,
+    }
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
+            conn.exec_driver_sql(f"SET plan_cache_mode = {plan_mode}")
+            conn.exec_driver_sql("PREPARE keyword_search AS " + numbered)
+            # the values as literals (psycopg quotes them): EXECUTE's arguments take no
+            # parameters of their own
+            driver = conn.connection.driver_connection
+            arguments = ", ".join(psycopg.sql.Literal(values[n]).as_string(driver) for n in names)
+            plan = conn.exec_driver_sql(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE keyword_search({arguments})"
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    nodes = _plan_nodes(plan)
+    scans = [n for n in nodes if n.get("Index Name") == "ix_pgmemory_memories_scope_terms"]
+    assert scans, plan
+    # "small" owns 30 rows, all holding both words; "big" owns 2,970 more
+    assert [n["Actual Rows"] for n in scans] == [30]
+    assert not [n for n in nodes if "search_vector" in n.get("Index Name", "")]

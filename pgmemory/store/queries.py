@@ -211,14 +211,17 @@ _RANK_FUSION = """top AS (
 # adds no rows). One linear pass, as the rank fusion's: no join that a generic plan (whose
 # estimates say one row per CTE) could turn into a rescan per scope row. Unlike ranks,
 # normalised scores keep how far ahead the best match is.
-_SCORE_PARTS = """spread AS MATERIALIZED (
+_SPREAD = """spread AS MATERIALIZED (
     SELECT min(distance) AS dmin, max(distance) AS dmax,
            min(created_at) AS tmin, max(created_at) AS tmax,
            (SELECT max(relevance) FROM bm25) AS rmax
     FROM candidates
-),
+)"""
+_SCORE_PARTS = (
+    _SPREAD
+    + """,
 fused AS (
-    SELECT id, user_id, sum(part) AS score, bool_or(pooled) AS pooled{keys}
+    SELECT id, user_id, sum(part) AS score, bool_or(pooled) AS pooled
     FROM (
         SELECT c.id, c.user_id, false AS pooled,
                CAST(:vector_weight AS float8)
@@ -226,27 +229,26 @@ fused AS (
                + CAST(:recency_weight AS float8)
                    * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
                               / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
-                              1) AS part{columns}
+                              1) AS part
         FROM candidates AS c CROSS JOIN spread AS s
         UNION ALL
         SELECT b.id, b.user_id, false,
-               CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0){nulls}
+               CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0)
         FROM bm25 AS b CROSS JOIN spread AS s
         UNION ALL
-        SELECT id, user_id, true, 0{nulls} FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
+        SELECT id, user_id, true, 0 FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
         UNION ALL
-        SELECT id, user_id, true, 0{nulls} FROM by_text WHERE CAST(:text_weight AS float8) > 0
+        SELECT id, user_id, true, 0 FROM by_text WHERE CAST(:text_weight AS float8) > 0
         UNION ALL
-        SELECT id, user_id, true, 0{nulls} FROM by_time WHERE CAST(:recency_weight AS float8) > 0
+        SELECT id, user_id, true, 0 FROM by_time WHERE CAST(:recency_weight AS float8) > 0
     ) AS parts
-    GROUP BY id, user_id{having}
+    GROUP BY id, user_id
+    HAVING bool_or(pooled)
 )"""
-
-#: The columns that say which conversation a memory belongs to, and its place in it.
-_CONVERSATION = ("application_id", "agent_id", "session_id", "created_at")
+)
 
 _SCORE_FUSION = (
-    _SCORE_PARTS.format(keys="", columns="", nulls="", having="\n    HAVING bool_or(pooled)")
+    _SCORE_PARTS
     + """,
 top AS (
     SELECT id, user_id, CAST(score AS real) AS score
@@ -257,24 +259,58 @@ top AS (
 )
 
 # ... and with neighbours: each row also gets :neighbour_weight times the better fused score
-# of the rows just before and after it in its conversation (the window over every scope row,
-# partitioned by user, application, agent and session, in created_at order), and the pooled
-# rows' neighbours join the candidates. Every scope row is in ``fused`` (through
-# ``candidates``), so the window sees the whole conversation, and nothing outside the scope.
+# of the rows just before and after it in its conversation (same user, application, agent and
+# session, in created_at order), and the pooled rows' neighbours are ranked too. Only the rows
+# within two places of a pooled row take part (``reach``: a shown row is pooled or next to
+# one, and its neighbours' scores are needed), found from the conversation links the
+# candidates carry (:func:`_vector_candidates`) by hashed lookups in ``pooled``; the fusion and
+# the window then run over those few rows, not every scope row. A shown row's neighbours are
+# in ``reach``, so ``lag`` and ``lead`` over it give the same rows as over the whole scope.
 _SCORE_FUSION_NEIGHBOURS = (
-    _SCORE_PARTS.format(
-        keys="".join(f",\n           max({c}) AS {c}" for c in _CONVERSATION),
-        columns=",\n               " + ", ".join(f"c.{c}" for c in _CONVERSATION),
-        nulls=", NULL, NULL, NULL, CAST(NULL AS timestamptz)",
-        having="",
-    )
+    _SPREAD
     + """,
+pooled AS MATERIALIZED (
+    SELECT id FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
+    UNION
+    SELECT id FROM by_text WHERE CAST(:text_weight AS float8) > 0
+    UNION
+    SELECT id FROM by_time WHERE CAST(:recency_weight AS float8) > 0
+),
+reach AS MATERIALIZED (
+    SELECT c.*, (c.id IN (SELECT id FROM pooled) OR c.before_1 IN (SELECT id FROM pooled)
+                 OR c.after_1 IN (SELECT id FROM pooled)) AS shown
+    FROM candidates AS c
+    WHERE c.id IN (SELECT id FROM pooled)
+       OR c.before_1 IN (SELECT id FROM pooled) OR c.after_1 IN (SELECT id FROM pooled)
+       OR c.before_2 IN (SELECT id FROM pooled) OR c.after_2 IN (SELECT id FROM pooled)
+),
+fused AS (
+    SELECT id, user_id, sum(part) AS score, bool_or(shown) AS shown,
+           max(application_id) AS application_id, max(agent_id) AS agent_id,
+           max(session_id) AS session_id, max(created_at) AS created_at
+    FROM (
+        SELECT c.id, c.user_id, c.shown,
+               CAST(:vector_weight AS float8)
+                   * COALESCE((s.dmax - c.distance) / NULLIF(s.dmax - s.dmin, 0), 1)
+               + CAST(:recency_weight AS float8)
+                   * COALESCE(CAST(EXTRACT(EPOCH FROM c.created_at - s.tmin) AS float8)
+                              / NULLIF(CAST(EXTRACT(EPOCH FROM s.tmax - s.tmin) AS float8), 0),
+                              1) AS part,
+               c.application_id, c.agent_id, c.session_id, c.created_at
+        FROM reach AS c CROSS JOIN spread AS s
+        UNION ALL
+        SELECT b.id, b.user_id, false,
+               CAST(:text_weight AS float8) * COALESCE(b.relevance / NULLIF(s.rmax, 0), 0),
+               NULL, NULL, NULL, CAST(NULL AS timestamptz)
+        FROM bm25 AS b CROSS JOIN spread AS s
+        WHERE b.id IN (SELECT id FROM reach)
+    ) AS parts
+    GROUP BY id, user_id
+),
 near AS (
-    SELECT id, user_id, score, pooled,
+    SELECT id, user_id, score, shown,
            lag(score) OVER conversation AS score_before,
-           lead(score) OVER conversation AS score_after,
-           lag(pooled) OVER conversation AS pooled_before,
-           lead(pooled) OVER conversation AS pooled_after
+           lead(score) OVER conversation AS score_after
     FROM fused
     WINDOW conversation AS (
         PARTITION BY user_id, application_id, agent_id, session_id ORDER BY created_at, id
@@ -285,7 +321,7 @@ top AS (
            CAST(score + CAST(:neighbour_weight AS float8)
                         * COALESCE(GREATEST(score_before, score_after), 0) AS real) AS score
     FROM near
-    WHERE pooled OR pooled_before OR pooled_after
+    WHERE shown
     ORDER BY score DESC, id
     LIMIT :limit
 )"""
@@ -319,7 +355,7 @@ def _vector_candidates(
     with ``shortlist``, the :func:`_shortlist` rows with their exact distance."""
     where, window = _scope_filter(dimensions, windowed=windowed)
     if shortlist:
-        return _shortlist(dimensions, where + window, conversation=conversation)
+        return _shortlist(dimensions, where + window)
     if ann_dimensions is not None:
         typed = f"vector({int(ann_dimensions)})"
         return f"""candidates AS MATERIALIZED (
@@ -332,18 +368,34 @@ def _vector_candidates(
     LIMIT :ann_candidates
 )"""
     guard = f"\n      AND vector_dims(m.embedding) <= {COVERING_MAX_DIMENSIONS}" if covering else ""
-    # the conversation of each row, for the neighbours' window (key columns of the covering
-    # index, so the scan stays index-only)
-    keys = ", m.application_id, m.agent_id, m.session_id" if conversation else ""
+    keys = links = ""
+    if conversation:
+        # each row's conversation and the ids of the two rows before and after it there, for
+        # the neighbours (the keys are columns of the covering index, in its order, so the
+        # scan stays index-only and its order leaves only each conversation's rows to sort)
+        keys = ", m.application_id, m.agent_id, m.session_id, " + ", ".join(
+            f"{step}(m.id{offset}) OVER conversation AS {name}"
+            for step, offset, name in (
+                ("lag", ", 2", "before_2"),
+                ("lag", "", "before_1"),
+                ("lead", "", "after_1"),
+                ("lead", ", 2", "after_2"),
+            )
+        )
+        links = """
+    WINDOW conversation AS (
+        PARTITION BY m.user_id, m.session_id, m.agent_id, m.application_id
+        ORDER BY m.created_at, m.id
+    )"""
     return f"""candidates AS {"MATERIALIZED " if materialized else ""}(
     SELECT m.id, m.user_id, m.created_at{keys}, (m.embedding <=> :query) + 0 AS distance
     FROM pgmemory_memories AS m
     WHERE {where}{guard}
-      AND {_LIVE}{window}
+      AND {_LIVE}{window}{links}
 )"""
 
 
-def _shortlist(dimensions: tuple[str, ...], where: str, *, conversation: bool) -> str:
+def _shortlist(dimensions: tuple[str, ...], where: str) -> str:
     """The two-phase ``candidates``: the ``:shortlist`` live scope rows nearest to ``:query``
     by the Hamming distance of their binary codes (``embedding_code``, read index-only from
     the small codes index, d / 8 bytes a row), then those rows' exact cosine distance, read
@@ -355,7 +407,6 @@ def _shortlist(dimensions: tuple[str, ...], where: str, *, conversation: bool) -
     to the user's shard, as :func:`_hits` does.
     """
     routed = "\n          AND m.user_id = :user_id" if "user_id" in dimensions else ""
-    keys = ", m.application_id, m.agent_id, m.session_id" if conversation else ""
     return f"""shortlist AS MATERIALIZED (
     SELECT m.id, m.user_id
     FROM pgmemory_memories AS m
@@ -365,10 +416,10 @@ def _shortlist(dimensions: tuple[str, ...], where: str, *, conversation: bool) -
     LIMIT :shortlist
 ),
 candidates AS MATERIALIZED (
-    SELECT m.id, m.user_id, m.created_at{keys}, m.distance
+    SELECT m.id, m.user_id, m.created_at, m.distance
     FROM shortlist AS s
     CROSS JOIN LATERAL (
-        SELECT m.id, m.user_id, m.created_at{keys}, (m.embedding <=> :query) + 0 AS distance
+        SELECT m.id, m.user_id, m.created_at, (m.embedding <=> :query) + 0 AS distance
         FROM pgmemory_memories AS m
         WHERE m.id = s.id AND m.user_id = s.user_id{routed}
         OFFSET 0

@@ -126,3 +126,88 @@ def test_neighbour_weight_is_checked_and_zero_keeps_the_plain_statement() -> Non
         queries.search_memories(
             ("user_id",), covering=True, audit=False, mode="hybrid", fusion="rank", neighbours=True
         )
+
+
+def _brute_force(
+    rows: list[tuple[str, str, datetime, str, np.ndarray]],
+    query: np.ndarray,
+    weights: SearchWeights,
+    limit: int,
+) -> list[tuple[str, float]]:
+    """Score fusion with neighbours over every row of the scope, as SearchWeights defines it:
+    ``rows`` are (id, session, created_at, content, vector); returns (id, score), best first."""
+    from math import log
+
+    from pgmemory.text import terms
+
+    distance = {r[0]: 1 - float(r[4] @ query / np.linalg.norm(r[4])) for r in rows}
+    dmin, dmax = min(distance.values()), max(distance.values())
+    when = {r[0]: r[2].timestamp() for r in rows}
+    tmin, tmax = min(when.values()), max(when.values())
+    wanted = set(terms.terms(QUERY))
+    counts = {r[0]: terms.terms(r[3]) for r in rows}
+    matched = {i: c for i, c in counts.items() if wanted & set(c)}
+    df = {t: sum(t in set(c) for c in matched.values()) for t in wanted}
+    avgdl = np.mean([len(set(c)) for c in matched.values()]) if matched else 1.0
+    bm25 = {}
+    for i, c in matched.items():
+        dl = len(set(c))
+        bm25[i] = sum(
+            log(1 + (len(rows) - df[t] + 0.5) / (df[t] + 0.5))
+            * c.count(t) * 2.2 / (c.count(t) + 1.2 * (0.25 + 0.75 * dl / avgdl))
+            for t in wanted & set(c)
+        )  # fmt: skip
+    rmax = max(bm25.values(), default=0.0)
+    fused = {
+        i: weights.vector * ((dmax - distance[i]) / (dmax - dmin) if dmax > dmin else 1)
+        + weights.recency * ((when[i] - tmin) / (tmax - tmin) if tmax > tmin else 1)
+        + weights.text * (bm25.get(i, 0.0) / rmax if rmax else 0.0)
+        for i in distance
+    }
+    pool = max(weights.pool, limit)  # as the store binds it
+    pooled = set(sorted(distance, key=lambda i: (distance[i], i))[:pool])
+    pooled |= set(sorted(bm25, key=lambda i: (-bm25[i], i))[:pool])
+    if weights.recency > 0:
+        pooled |= set(sorted(when, key=lambda i: (when[i], i), reverse=True)[:pool])
+    scored = []
+    for session in {r[1] for r in rows}:
+        chat = sorted((r for r in rows if r[1] == session), key=lambda r: (r[2], r[0]))
+        for k, r in enumerate(chat):
+            around = [chat[j][0] for j in (k - 1, k + 1) if 0 <= j < len(chat)]
+            if r[0] in pooled or pooled & set(around):
+                lent = max((fused[j] for j in around), default=0.0)
+                scored.append((r[0], float(np.float32(fused[r[0]] + weights.neighbour * lent))))
+    return sorted(scored, key=lambda s: (-s[1], s[0]))[:limit]
+
+
+async def test_the_ranking_with_neighbours_is_the_brute_force_one_over_the_whole_scope(
+    store: MemoryStore, collection: str, embedder: CachedEmbedder
+) -> None:
+    """Small pools in interleaved conversations: the statement ranks only the rows near a
+    pooled one, and must still give exactly the ranking computed over every scope row."""
+    q, make = await at_cosine(embedder, seed=5)
+    rng = np.random.default_rng(5)
+    words = ["zebra", "quartz", "lamp", "river", "stone", "paper", "violin", "tea"]
+    scope = MemoryScope(user_id=unique("u"))
+    records = []
+    for i in range(240):
+        text = " ".join(rng.choice(words, size=int(rng.integers(2, 7))))
+        chat = MemoryScope(user_id=scope.user_id, session_id=f"chat-{int(rng.integers(0, 6))}")
+        records.append(record(text, make(float(rng.uniform(-0.3, 0.9))), chat, int(i * 7)))
+    ids = await store.add(collection, records)
+    rows = [
+        (str(i), r.scope.session_id, r.created_at, r.content, np.asarray(r.embedding))
+        for i, r in zip(ids, records, strict=True)
+    ]
+    for weights in (
+        SearchWeights(pool=5),
+        SearchWeights(pool=20, recency=0.3, neighbour=0.8),
+        # a large neighbour share: a row's score is mostly its better neighbour's
+        SearchWeights(pool=5, text=2.0, neighbour=3.0),
+    ):
+        hits = await store.search(
+            collection, scope, query=QUERY, mode="hybrid", limit=30, weights=weights
+        )
+        expected = _brute_force(rows, q, weights, limit=30)
+        assert [str(h.memory.id) for h in hits] == [i for i, _ in expected]
+        assert [h.score for h in hits] == pytest.approx([s for _, s in expected], abs=1e-5)

@@ -50,7 +50,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
     from psycopg.rows import dict_row
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-    from pgmemory.store import fastpath, queries as q
+    from pgmemory.store import connector, fastpath, queries as q
     from pgmemory.store.unit_of_work import lock_parameters
 
     sent: dict[str, Any] = {}
@@ -85,8 +85,12 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
         )
         params = sent["params"]
         db = store.database
+        # the plan mode the store's own connections run (connector.GENERIC_PLANS), so the
+        # floor is the same statement run the same way
         raw = await psycopg.AsyncConnection.connect(
-            url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+            url.replace("postgresql+psycopg://", "postgresql://"),
+            autocommit=True,
+            options=connector.GENERIC_PLANS,
         )
         await register_vector_async(raw)
         # Behind a pooler in transaction mode (PgBouncer) nothing may be prepared.

@@ -436,7 +436,8 @@ def _keyword_ranking(
     The rows matching any query term come, in a user scope, through the scoped term index
     (``pgmemory_scope_terms``, migration 0018: its posting lists hold one collection's rows of
     one user, so the search reads no other user's matches); in a scope without a user, from
-    the scope's rows by ``@@``. Each comes with only its query terms cut out of its vector (``hits``: marked with weight A, then kept by weight; stored
+    the scope's rows by ``@@``. Each comes with only its query terms cut out of its vector
+    (``hits``: marked with weight A, then kept by weight; stored
     vectors carry the default weight D), so neither the whole vector is kept nor its other
     terms unnested. Document frequencies are counted among them (a row without a term never
     matches it), N is the scope's size (counted from ``candidates`` when the statement has
@@ -739,10 +740,11 @@ def search_memories(
     other modes read them several times and materialise them. With ``covering`` the predicate
     matches the partial covering index, so that scan is index-only.
     With ``windowed`` the rows are those created in ``[:since, :until)``. Without it the
-    statement names no time bound at all: a prepared statement runs a generic plan after five
-    runs, and a generic plan prices ``created_at >= $n AND created_at < $m`` as selective, so
-    it took the (user, created_at) index and fetched every scope row from the heap (about
-    4–6 µs per row instead of the covering scan's 1–1.5).
+    statement names no time bound at all: pgmemory's connections run a prepared statement on
+    its generic plan (:data:`pgmemory.store.connector.GENERIC_PLANS`), and a generic plan
+    prices ``created_at >= $n AND created_at < $m`` as selective, so it took the (user,
+    created_at) index and fetched every scope row from the heap (about 4–6 µs per row instead
+    of the covering scan's 1–1.5).
     Unless ``audit`` is off, the same statement appends the recall audit row; with
     ``relax_commit`` it also lets its transaction commit without waiting for the disk flush
     (:data:`_RELAX_COMMIT`, so a search in autocommit is one statement). With ``explain``

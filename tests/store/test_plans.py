@@ -140,9 +140,8 @@ def explain_params(query: np.ndarray) -> dict:
     }
 
 
-def _generic_plan(url: str, statement: str) -> str:
-    """EXPLAIN (GENERIC_PLAN) of a statement with ``:name`` parameters: the plan a prepared
-    statement runs after its fifth execution, whatever the values."""
+def _numbered(statement: str) -> tuple[str, list[str]]:
+    """A statement's ``:name`` parameters as ``$1``, ``$2``, ..., and the names in that order."""
     names: list[str] = []
 
     def number(match: re.Match[str]) -> str:
@@ -150,7 +149,13 @@ def _generic_plan(url: str, statement: str) -> str:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
-    numbered = re.sub(r"(?<!:):(\w+)", number, statement)
+    return re.sub(r"(?<!:):(\w+)", number, statement), names
+
+
+def _generic_plan(url: str, statement: str) -> str:
+    """EXPLAIN (GENERIC_PLAN) of a statement with ``:name`` parameters: the plan a prepared
+    statement runs once it runs its generic plan, whatever the values."""
+    numbered, _ = _numbered(statement)
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         rows = conn.exec_driver_sql("EXPLAIN (GENERIC_PLAN) " + numbered).scalars().all()
@@ -246,14 +251,7 @@ async def test_a_users_keyword_search_reads_only_that_users_matches(
         )
     engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
     statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    numbered = re.sub(r"(?<!:):(\w+)", number, statement)
+    numbered, names = _numbered(statement)
     values = {
         "collection": "c",
         "user_id": "small",

@@ -16,9 +16,10 @@ scope filter still applies). Scopes without a user (a session, an application) m
 are lexemes of ``to_tsvector('simple', ...)``, at most 2,047 bytes, so a key never reaches the
 GIN entry limit.
 
-Building the index reads the whole table once (under a lock that blocks writes for that
-time; on a large table run it in a maintenance window, or build
-``ix_pgmemory_memories_scope_terms`` first with ``CREATE INDEX CONCURRENTLY``, then migrate).
+Building the index reads the whole table once, under a lock that blocks writes for that
+time: on a large table run this migration in a maintenance window. Where a plan tests a small
+scope's rows one by one instead of asking the index (stale statistics after a bulk load), it
+computes every row's keys again, 6-10 µs a row (docs/performance.md has the measurements).
 
 Revision ID: 0018
 Revises: 0017

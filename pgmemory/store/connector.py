@@ -47,11 +47,13 @@ def normalise_url(url: str) -> str:
 #: statement on every run (measured: the vector search 0.89 -> 0.59 ms p50 at 100 rows, the
 #: hybrid one 3.31 -> 2.07 ms). The statements are written to be right under generic plans
 #: (no time bound to misprice, candidates that no plan can turn into an approximate scan; see
-#: pgmemory.store.queries), and tests/store/test_plans.py runs them so.
+#: pgmemory.store.queries), and tests/store/test_plans.py runs them so. Not on a distributed
+#: (Citus) database: Citus cannot make a distributed plan of a generic plan's parameters
+#: ("could not create distributed plan"), so there the choice stays PostgreSQL's.
 GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
-def make_engine(url: str, settings: Settings) -> AsyncEngine:
+def make_engine(url: str, settings: Settings, *, generic_plans: bool = True) -> AsyncEngine:
     """Create the pooled async engine; every connection knows pgvector's types and, where
     statements are prepared, runs them on their generic plans (:data:`GENERIC_PLANS`).
 
@@ -61,12 +63,14 @@ def make_engine(url: str, settings: Settings) -> AsyncEngine:
     Args:
         url: A libpq or SQLAlchemy URL.
         settings: Pool sizes and timeouts.
+        generic_plans: Run prepared statements on their generic plans (off for a
+            distributed database).
 
     Returns:
         The engine.
     """
     options = f"-c statement_timeout={settings.statement_timeout_ms}"
-    if settings.prepared_statements:
+    if settings.prepared_statements and generic_plans:
         options += f" {GENERIC_PLANS}"
     engine = create_async_engine(
         normalise_url(url),

@@ -174,9 +174,15 @@ class Database:
                 self._engine = make_engine(url, self.settings)
             await check_database(self._engine, expected_revision=migrations.head_revision())
             self.distributed = await is_distributed(self._engine)
+            if self.distributed and self._given_engine is None:
+                # Citus plans no generic plan of a distributed statement (connector.GENERIC_PLANS)
+                await self._engine.dispose()
+                self._engine = make_engine(url, self.settings, generic_plans=False)
             self.binary_codes = await has_binary_codes(self._engine)
             if self._read_urls:
-                self._replicas = ReplicaSet(self._read_urls, self.settings)
+                self._replicas = ReplicaSet(
+                    self._read_urls, self.settings, generic_plans=not self.distributed
+                )
         except BaseException:
             await self._release()
             raise

@@ -117,12 +117,18 @@ class ReplicaSet:
     Args:
         urls: SQLAlchemy or libpq URLs of hot standbys of the primary.
         settings: Pool sizes and timeouts (as the primary's), and the replica knobs.
+        generic_plans: As the primary's engine (see :func:`pgmemory.store.connector.make_engine`).
     """
 
-    def __init__(self, urls: Sequence[str], settings: Settings) -> None:
+    def __init__(
+        self, urls: Sequence[str], settings: Settings, *, generic_plans: bool = True
+    ) -> None:
         self.settings = settings
         self.replicas = [
-            Replica(name=f"replica {i}", engine=make_engine(url, settings))
+            Replica(
+                name=f"replica {i}",
+                engine=make_engine(url, settings, generic_plans=generic_plans),
+            )
             for i, url in enumerate(urls, start=1)
         ]
         self.marks = WriteMarks()

@@ -281,3 +281,16 @@ async def test_a_users_keyword_search_reads_only_that_users_matches(
     # "small" owns 30 rows, all holding both words; "big" owns 2,970 more
     assert [n["Actual Rows"] for n in scans] == [30]
     assert not [n for n in nodes if "search_vector" in n.get("Index Name", "")]
+
+
+async def test_prepared_statements_run_on_generic_plans_except_on_citus(database_url: str) -> None:
+    """The store's connections run prepared statements on their generic plans
+    (connector.GENERIC_PLANS), except where nothing is prepared and on a distributed
+    database, whose statements Citus cannot plan generically."""
+    for prepared in (True, False):
+        settings = Settings(_env_file=None, prepared_statements=prepared)  # type: ignore[call-arg]
+        async with MemoryStore(database_url, settings=settings) as store:
+            async with store.engine.connect() as conn:
+                mode = (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one()
+            generic = prepared and not store.database.distributed
+            assert mode == ("force_generic_plan" if generic else "auto")

@@ -87,9 +87,10 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
         db = store.database
         # the plan mode the store's own connections run (connector.GENERIC_PLANS, not on a
         # distributed database), so the floor is the same statement run the same way
-        plan_mode = {} if db.distributed else {"options": connector.GENERIC_PLANS}
         raw = await psycopg.AsyncConnection.connect(
-            url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True, **plan_mode
+            url.replace("postgresql+psycopg://", "postgresql://"),
+            autocommit=True,
+            options="" if db.distributed else connector.GENERIC_PLANS,
         )
         await register_vector_async(raw)
         # Behind a pooler in transaction mode (PgBouncer) nothing may be prepared.

@@ -807,14 +807,15 @@ _TOOL_MEMORY = """(m.role = 'tool'
 _NEED = "LEAST(COALESCE({p}recall_tokens, 32 + 4 * length({p}content)), CAST(:item_cap AS bigint))"
 
 
-def _overlap(a: str, b: str) -> str:
-    """The Jaccard overlap of two term sets given as stripped tsvectors: ``length`` counts a
-    tsvector's distinct lexemes and ``||`` unites them, so the common terms are |A| + |B| - |A or B| (no
-    subquery per pair); 1 when both are empty."""
-    return f"""CASE WHEN length({a}) = 0 OR length({b}) = 0
-                THEN CASE WHEN length({a}) = length({b}) THEN 1.0 ELSE 0.0 END
-                ELSE CAST(length({a}) + length({b}) - length({a} || {b}) AS float8)
-                     / length({a} || {b}) END"""
+def _near(a: str, b: str) -> str:
+    """Whether two term sets (stripped tsvectors) overlap by ``:threshold`` or more (Jaccard):
+    ``length`` counts a tsvector's distinct lexemes and ``||`` unites them, so with
+    U = |A or B| the common terms are |A| + |B| - U, and (|A| + |B| - U) / U >= t reads
+    |A| + |B| - U >= t U: one union a pair, no division. Two empty sets overlap by 1 (the
+    second condition), an empty and a non-empty one by 0 (the inequality gives it)."""
+    return f"""(length({a}) + length({b}) - length({a} || {b})
+                 >= CAST(:threshold AS float8) * length({a} || {b})
+             AND (length({a}) + length({b}) > 0 OR CAST(:threshold AS float8) <= 1))"""
 
 
 def _stage(name: str, source: str, order: str, limit: str, *, where: str = "") -> str:
@@ -922,34 +923,32 @@ def recall_memories(
     SELECT p.*, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
     FROM (
         SELECT h.id, h.user_id, h.score, strip(h.search_vector) AS lexemes,
-               {_NEED.format(p="h.")} AS need
+               {_NEED.format(p="h.")} AS need,
+               EXISTS (SELECT 1 FROM recent AS r
+                       WHERE {_near("strip(h.search_vector)", "r.lexemes")}) AS near_recent
         FROM hits AS h
         WHERE (CAST(:include_tools AS boolean) OR NOT {tool})
           AND NOT EXISTS (SELECT 1 FROM recent AS r WHERE r.id = h.id AND r.user_id = h.user_id)
     ) AS p
 )""")
         # The greedy walk, unrolled (Citus plans no recursive CTE beside a data-modifying
-        # one): keep_k is the rank of the first pooled row after keep_(k-1) that overlaps no
-        # recent row and none of keep_1 .. keep_(k-1) by :threshold (NULL once none is left).
+        # one): keep_k holds the first pooled row after keep_(k-1)'s that is near no recent row
+        # (``near_recent``, worked out once a pooled row) and none of keep_1 .. keep_(k-1),
+        # with its terms, so a later step compares against k - 1 rows (none once none is left).
         for k in range(1, max_results + 1):
-            after = f"(SELECT r FROM keep_{k - 1})" if k > 1 else "0"
-            earlier = " UNION ALL ".join(f"SELECT r FROM keep_{j}" for j in range(1, k))
-            against_kept = (
+            after = f"(SELECT rank FROM keep_{k - 1})" if k > 1 else "0"
+            against_kept = "".join(
                 f"""
-                 AND NOT EXISTS (SELECT 1 FROM pool AS b
-                                 WHERE b.rank IN ({earlier})
-                                   AND {_overlap("a.lexemes", "b.lexemes")} >= :threshold)"""
-                if k > 1
-                else ""
+      AND NOT EXISTS (SELECT 1 FROM keep_{j} AS b WHERE {_near("a.lexemes", "b.lexemes")})"""
+                for j in range(1, k)
             )
             ctes.append(f"""keep_{k} AS MATERIALIZED (
-    SELECT (SELECT a.rank FROM pool AS a
-            WHERE a.rank > {after}
-              AND NOT EXISTS (SELECT 1 FROM recent AS r
-                              WHERE {_overlap("a.lexemes", "r.lexemes")} >= :threshold){against_kept}
-            ORDER BY a.rank LIMIT 1) AS r
+    SELECT a.rank, a.lexemes FROM pool AS a
+    WHERE a.rank > {after}
+      AND NOT a.near_recent{against_kept}
+    ORDER BY a.rank LIMIT 1
 )""")
-        kept = " UNION ALL ".join(f"SELECT r FROM keep_{k}" for k in range(1, max_results + 1))
+        kept = " UNION ALL ".join(f"SELECT rank FROM keep_{k}" for k in range(1, max_results + 1))
         ctes.append(f"""matches AS MATERIALIZED (
     SELECT p.id, p.user_id, p.score, p.need, row_number() OVER (ORDER BY p.rank) AS ord
     FROM pool AS p

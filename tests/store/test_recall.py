@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, RecallTrace
 from pgmemory.errors import InvalidInputError, ScopeError
-from pgmemory.store import recall_text
+from pgmemory.store import queries as q, recall_text
 from pgmemory.text.tokens import estimate_tokens
 from tests.conftest import unique
 
@@ -230,3 +230,49 @@ async def test_a_scope_without_a_user_and_the_sync_twin(
     with SyncMemoryStore(store_url, embedder=store.embedder) as sync:
         twin = sync.recall(collection, MemoryScope(user_id=user), query="peanut allergy")
     assert twin.items[0].memory.content == "Bob has a severe peanut allergy"
+
+
+async def test_the_near_duplicate_rule_is_the_jaccard_overlap_at_its_boundaries(
+    store: MemoryStore,
+) -> None:
+    """The statement's near-duplicate test against the Jaccard overlap worked out in Python,
+    over random term sets (empty ones too) and thresholds on and around the overlaps."""
+    rng = random.Random(7)
+    words = ["amber", "birch", "cedar", "dune", "elm", "fjord", "grove", "heath", "isle", "jade"]
+    pairs = [
+        (set(rng.sample(words, rng.randint(0, 6))), set(rng.sample(words, rng.randint(0, 6))))
+        for _ in range(300)
+    ]
+    thresholds = [-0.5, 0.0, 0.25, 1 / 3, 0.5, 0.6, 2 / 3, 0.75, 0.9, 1.0, 1.01]
+    cases = [(a, b, rng.choice(thresholds)) for a, b in pairs] + [
+        (set(), set(), 1.0),  # two empty sets overlap by 1
+        (set(), set(), 1.01),  # above 1 keeps them all
+        (set(), {"elm"}, 0.0),
+        (set(), {"elm"}, 0.01),
+        ({"elm"}, {"elm"}, 1.0),
+        ({"elm"}, {"elm"}, 1.01),
+        ({"elm", "jade"}, {"elm", "isle"}, 1 / 3),  # exactly on the threshold
+        ({"elm", "jade"}, {"elm", "isle"}, 0.34),
+    ]
+    near = q._near("CAST(x.a AS tsvector)", "CAST(x.b AS tsvector)").replace(":threshold", "x.t")
+    async with store.engine.connect() as conn:
+        got = (
+            (
+                await conn.execute(
+                    text(
+                        f"SELECT {near} FROM unnest(CAST(:a AS text[]), CAST(:b AS text[]), "
+                        "CAST(:t AS float8[])) WITH ORDINALITY AS x(a, b, t, i) ORDER BY x.i"
+                    ),
+                    {
+                        "a": [" ".join(sorted(a)) for a, _, _ in cases],
+                        "b": [" ".join(sorted(b)) for _, b, _ in cases],
+                        "t": [t for _, _, t in cases],
+                    },
+                )
+            )
+            .scalars()
+            .all()
+        )
+    want = [(len(a & b) / len(a | b) if a or b else 1.0) >= t for a, b, t in cases]
+    assert got == want
+    assert any(want) and not all(want)

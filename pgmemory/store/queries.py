@@ -446,10 +446,12 @@ def _keyword_ranking(
     """
     where, window = _scope_filter(dimensions, windowed=windowed)
     match = (
-        # the scoped term index (migration 0018): the keys of this collection and user only
+        # the scoped term index (migration 0018): the keys of this collection and user only,
+        # the query's worked out once (a subquery: a plan testing rows one by one would
+        # otherwise compute them again for every row)
         """pgmemory_scope_terms(m.collection, m.user_id, m.search_vector)
-          && pgmemory_scope_terms(:collection, :user_id, to_tsvector(
-                 'simple', array_to_string(CAST(:term_list AS text[]), ' ')))"""
+          && (SELECT pgmemory_scope_terms(:collection, :user_id, to_tsvector(
+                 'simple', array_to_string(CAST(:term_list AS text[]), ' '))))"""
         if "user_id" in dimensions
         else "m.search_vector @@ websearch_to_tsquery('simple', :terms)"
     )

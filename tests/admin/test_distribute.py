@@ -176,7 +176,7 @@ async def test_partitioning_is_refused_on_a_citus_database(migrated: str) -> Non
 
 #: The revisions after 0008, in order: each must apply to an already distributed schema (a
 #: database distributed at 0008, as a user moving to Citus then would have it).
-AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015", "0016", "0017", "0018"]
+AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015", "0016", "0017", "0018", "0019"]
 
 
 async def test_each_migration_after_0008_applies_to_a_distributed_database(

@@ -283,6 +283,44 @@ async def test_a_users_keyword_search_reads_only_that_users_matches(
     assert not [n for n in nodes if "search_vector" in n.get("Index Name", "")]
 
 
+async def test_the_term_keys_are_the_scopes_digits_before_each_lexeme(store: MemoryStore) -> None:
+    """``pgmemory_scope_terms`` (0018, rewritten by 0019 without its subquery): eight hex
+    digits of md5(collection, chr(31), user) before each of the tsvector's lexemes, for texts
+    whose lexemes hold dots, slashes, at signs, quotes, backslashes, non-ASCII letters and
+    whatever control characters sit between words (the body splits on chr(31))."""
+    import hashlib
+
+    texts = [
+        "",
+        "!!!",
+        "green tea at noon",
+        "see http://example.org/a/b?c=1 or mail bob@example.com",
+        "it's a \\back\\slash and \"quotes\" and 'single' ones",
+        "Zürich, Łódź, 東京, naïve café",
+        "one\x1ftwo\x1fthree\x01four\x7ffive\ttab\nline",
+        "x" * 3000,
+    ]
+    cases = [(c, u, t) for c in ("c", "coll\x1fx") for u in ("u1", "user 2") for t in texts]
+    async with store.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT x.i, pgmemory_scope_terms(x.c, x.u, to_tsvector('simple', x.t)), "
+                    "tsvector_to_array(to_tsvector('simple', x.t)) "
+                    "FROM unnest(CAST(:c AS text[]), CAST(:u AS text[]), CAST(:t AS text[])) "
+                    "WITH ORDINALITY AS x(c, u, t, i) ORDER BY x.i"
+                ),
+                {"c": [c for c, _, _ in cases], "u": [u for _, u, _ in cases],
+                 "t": [t for _, _, t in cases]},
+            )
+        ).all()  # fmt: skip
+    assert len(rows) == len(cases)
+    for (collection, user, _), (_, keys, lexemes) in zip(cases, rows, strict=True):
+        digits = hashlib.md5(f"{collection}\x1f{user}".encode()).hexdigest()[:8]
+        assert keys == [digits + lexeme for lexeme in lexemes]
+    assert any(len(keys) > 3 for _, keys, _ in rows)
+
+
 async def test_prepared_statements_run_on_generic_plans_except_on_citus(database_url: str) -> None:
     """The store's connections run prepared statements on their generic plans
     (connector.GENERIC_PLANS), except where nothing is prepared and on a distributed

@@ -141,6 +141,16 @@ INSERT_MEMORIES = _audited(
 #: A bulk import may run longer than the interactive statement timeout (this transaction only).
 NO_STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = 0"
 
+#: How many rows the memories table held at its last analysis (the planner's estimate; 0 for
+#: a table never analysed, and for Citus's coordinator table, whose rows are in its shards).
+ANALYSED_ROWS = """
+SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = to_regclass('pgmemory_memories')
+"""
+
+#: Fresh planner statistics for the memories table (for a role that may not analyse it,
+#: PostgreSQL warns and skips it).
+ANALYZE_MEMORIES = "ANALYZE pgmemory_memories"
+
 #: Staging table for binary COPY imports; dropped at commit.
 CREATE_STAGING = f"""
 CREATE TEMPORARY TABLE pgmemory_import (

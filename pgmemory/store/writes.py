@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 import pgmemory.telemetry as telemetry
@@ -53,6 +53,14 @@ from pgmemory.text import terms
 from pgmemory.vocabulary import ROLES, SOURCE_TYPES
 
 logger = logging.getLogger(__name__)
+
+#: A bulk import of at least this many rows, and of at least ANALYZE_SHARE of the rows the
+#: table held at its last analysis, refreshes the planner's statistics when it commits:
+#: autovacuum would only after its next pass (a minute or more), and until then statements are
+#: planned for a table without those rows (measured: a fresh 1,000-message scope's hybrid recall
+#: 43 ms, 33 ms once analysed).
+ANALYZE_MIN_ROWS = 1_000
+ANALYZE_SHARE = 0.1
 
 #: Rows per INSERT statement: each chunk is one statement with an array parameter per sent
 #: column, far below PostgreSQL's 65,535 bind parameters, and keeps a statement's payload
@@ -186,7 +194,29 @@ async def import_records(
         logger.info("imported %d memories into collection %s", total, collection)
         op.count("record.count", total)
         telemetry.MEMORIES_WRITTEN.add(total)
+        await _refresh_statistics(db, total)
         return total
+
+
+async def _refresh_statistics(db: Database, imported: int) -> None:
+    """After an import of ``imported`` committed rows: ANALYZE the memories table if they are
+    at least ANALYZE_MIN_ROWS and ANALYZE_SHARE of what it held at its last analysis. The
+    import has committed: a failure here is logged, not raised. Inside a unit of work the rows
+    are not committed yet, and nothing is done."""
+    if imported < ANALYZE_MIN_ROWS or db.in_unit_of_work:
+        return
+    try:
+        async with db.write(users=()) as conn:
+            analysed = float((await conn.execute(text(q.ANALYSED_ROWS))).scalar() or 0)
+            if imported < ANALYZE_SHARE * analysed:
+                return
+            await conn.execute(text(q.ANALYZE_MEMORIES))
+        logger.info("refreshed the planner statistics after importing %d rows", imported)
+    except DBAPIError as exc:
+        logger.warning(
+            "could not refresh the planner statistics after an import (%s); autovacuum will",
+            type(exc.orig).__name__,
+        )
 
 
 async def prepare(

@@ -321,6 +321,45 @@ async def test_the_term_keys_are_the_scopes_digits_before_each_lexeme(store: Mem
     assert any(len(keys) > 3 for _, keys, _ in rows)
 
 
+async def test_a_bulk_import_refreshes_the_planners_statistics(fresh_database: str) -> None:
+    """An import of 1,000 rows or more that is at least a tenth of the table analyses the
+    table when it commits (the planner's row count is then the table's); a smaller one leaves
+    the statistics to autovacuum."""
+    migrate.upgrade(fresh_database)
+
+    def rows(n: int, user: str) -> list[MemoryRecord]:
+        return [
+            MemoryRecord(
+                content=f"note {i}", scope=MemoryScope(user_id=user), embedding=[1, i % 7, 0]
+            )
+            for i in range(n)
+        ]
+
+    async def analysed_rows(store: MemoryStore) -> float:
+        async with store.engine.connect() as conn:
+            return float(
+                (
+                    await conn.execute(
+                        text(
+                            "SELECT reltuples FROM pg_class "
+                            "WHERE oid = to_regclass('pgmemory_memories')"
+                        )
+                    )
+                ).scalar_one()
+            )
+
+    async with MemoryStore(fresh_database, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
+        await store.create_collection("c", dimensions=3, embedding_model="test")
+        assert await analysed_rows(store) <= 0  # never analysed
+        assert await store.import_records("c", rows(1500, "a")) == 1500
+        assert await analysed_rows(store) == 1500
+        assert await store.import_records("c", rows(999, "b")) == 999  # below 1,000 rows
+        assert await analysed_rows(store) == 1500
+        await store.add("c", rows(20, "c"))  # add never analyses
+        assert await store.import_records("c", rows(1000, "d")) == 1000
+        assert await analysed_rows(store) == 1500 + 999 + 20 + 1000
+
+
 async def test_prepared_statements_run_on_generic_plans_except_on_citus(database_url: str) -> None:
     """The store's connections run prepared statements on their generic plans
     (connector.GENERIC_PLANS), except where nothing is prepared and on a distributed

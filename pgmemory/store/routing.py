@@ -80,6 +80,8 @@ FAN_OUT: dict[str, str] = {
     "MEMORIES_RELKIND": "pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
     "MEMORIES_DISTRIBUTED": "opening a store: whether Citus distributes the table, no rows",
     "BINARY_CODES": "opening a store: whether the table keeps binary codes (the catalog), no rows",
+    "ANALYSED_ROWS": "after a bulk import: the table's row estimate from the catalog, no rows",
+    "ANALYZE_MEMORIES": "after a bulk import: fresh planner statistics, sampled on every shard",
     "ANN_LARGE_USERS": "the approximate-index probe: which users' scopes are large (all users)",
     "ANN_PROBE_USERS": "the approximate-index probe: the largest of those users' scopes",
     "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",

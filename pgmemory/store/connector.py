@@ -246,7 +246,7 @@ def _replace_if_gone(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         socket = driver.pgconn.socket
     except psycopg.OperationalError as exc:
         raise DisconnectionError("the pooled connection has no socket") from exc
-    if not _readable(socket):
+    if not socket_readable(socket):
         return
     try:
         dbapi_connection.run_async(_ping)
@@ -254,7 +254,7 @@ def _replace_if_gone(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         raise DisconnectionError("the server closed the pooled connection") from exc
 
 
-def _readable(socket: int) -> bool:
+def socket_readable(socket: int) -> bool:
     """Whether the socket has something to read (or was closed), without waiting."""
     if hasattr(select, "poll"):
         poller = select.poll()

@@ -44,6 +44,7 @@ import contextlib
 import contextvars
 import logging
 import os
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
@@ -67,6 +68,7 @@ from pgmemory.store.connector import (
     setup_error,
 )
 from pgmemory.store.embedded import EmbeddedServer
+from pgmemory.store.held import HeldConnections
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
 from pgmemory.store.unit_of_work import SharedTransaction, lock
 
@@ -135,6 +137,8 @@ class Database:
         self._child_server_due = False
         #: The connections handed out, so that close() can wait for those in flight.
         self._leases: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: The fast path's connections kept between statements (none until open).
+        self._held = HeldConnections(0)
         #: The shared transaction the current task's writes join, if any.
         self._shared: contextvars.ContextVar[SharedTransaction | None] = contextvars.ContextVar(
             f"pgmemory_shared_transaction_{id(self)}", default=None
@@ -179,6 +183,10 @@ class Database:
                 await self._engine.dispose()
                 self._engine = make_engine(url, self.settings, generic_plans=False)
             self.binary_codes = await has_binary_codes(self._engine)
+            # On an engine of its own only (an application's pool lends none), and never the
+            # whole pool: one connection stays for the rest of the store and the engine's users.
+            own = self._given_engine is None and self._idle_in_pool() is not None
+            self._held = HeldConnections(self.settings.pool_size - 1 if own else 0)
             if self._read_urls:
                 self._replicas = ReplicaSet(
                     self._read_urls, self.settings, generic_plans=not self.distributed
@@ -206,6 +214,7 @@ class Database:
         self._closed = True
         if self._pid != os.getpid():
             self._after_fork()
+        await self._held.close()
         await lifecycle.wait_returned(self._leases, lifecycle.CLOSE_GRACE_S)
         await self._release()
 
@@ -407,20 +416,30 @@ class Database:
         """A pooled connection's own psycopg connection, in autocommit: what :meth:`fetch` runs
         on, skipping SQLAlchemy's statement handling (:mod:`pgmemory.store.fastpath`).
 
-        It is checked out of the pool as a raw connection (the pool's events, its checks and
-        its reset on return still apply), without a SQLAlchemy ``Connection`` around it: that
-        wrapper cost a small search about 0.05 ms of its ~0.9 ms.
+        It is one the fast path held since its last statement (:mod:`pgmemory.store.held`: no
+        checkout at all), or else one checked out of the pool as a raw connection (the pool's
+        events, its checks and its reset on return still apply), without a SQLAlchemy
+        ``Connection`` around it: that wrapper cost a small search about 0.05 ms of its ~0.9 ms.
+        When done, it is held again if it may be, else it goes back to the pool.
 
         Errors come out as from any other statement: a psycopg error raised in the block is
         re-raised as SQLAlchemy's ``DBAPIError`` (parameters hidden). When the connection was
         lost, the pool discards it and the error is ``connection_invalidated``, so
         :func:`pgmemory.store.retry.retried_read` runs the read once more.
         """
-        pooled = await self._checkout(self.engine.raw_connection)
+        self._usable()
+        taken = await self._held.take()
+        if taken is None:
+            pooled = await self._checkout(self.engine.raw_connection)
+            leased_at = time.monotonic()
+        else:
+            pooled, leased_at = taken
+        kept = False
         try:
             driver = pooled.driver_connection
             assert driver is not None
-            await driver.set_autocommit(True)
+            if not driver.autocommit:
+                await driver.set_autocommit(True)
             try:
                 yield driver
             except psycopg.Error as exc:
@@ -441,12 +460,14 @@ class Database:
                 ) from exc
             finally:
                 if pooled.is_valid:
-                    try:
-                        await driver.set_autocommit(False)
-                    except psycopg.Error:  # e.g. cancelled mid-statement: not reusable
-                        await greenlet_spawn(pooled.invalidate)
+                    kept = self._held.keep(pooled, leased_at)
+                    if not kept:
+                        try:
+                            await driver.set_autocommit(False)
+                        except psycopg.Error:  # e.g. cancelled mid-statement: not reusable
+                            await greenlet_spawn(pooled.invalidate)
         finally:
-            if pooled.is_valid:
+            if not kept and pooled.is_valid:
                 await greenlet_spawn(pooled.close)
 
     async def fetch(
@@ -519,6 +540,7 @@ class Database:
         if self._replicas is not None:
             engines += [replica.engine for replica in self._replicas.replicas]
         lifecycle.leave_pools_to_parent(engines)
+        self._held.leave_to_parent()
         self._leases = weakref.WeakSet()
         if self._server is not None:
             lifecycle.keep_inherited(self._server)
@@ -526,8 +548,19 @@ class Database:
             self._child_server, self._child_server_due = None, True
 
     async def _connect(self) -> AsyncConnection:
-        """A started pooled connection (the caller closes it); see :meth:`_checkout`."""
+        """A started pooled connection (the caller closes it); see :meth:`_checkout`.
+
+        When the pool has no idle connection left, one the fast path holds goes back to it
+        first, so that no statement of the store waits for a connection that sits idle."""
+        if len(self._held) and self._idle_in_pool() == 0:
+            await self._held.release_one()
         return await self._checkout(self.engine.connect)
+
+    def _idle_in_pool(self) -> int | None:
+        """How many connections wait idle in the primary's pool (None: a pool that does not
+        say, which then lends none to the fast path)."""
+        checkedin = getattr(self.engine.sync_engine.pool, "checkedin", None)
+        return checkedin() if callable(checkedin) else None
 
     async def _checkout(self, connect: Callable[[], Awaitable[C]]) -> C:
         """A connection from ``connect`` (the pool's: a started ``AsyncConnection``, or a raw

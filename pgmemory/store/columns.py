@@ -153,10 +153,10 @@ def copy_fields(row: Mapping[str, Any]) -> list[Any]:
     return [row[name] for name in STAGING_COLUMNS]
 
 
+#: The READ_COLUMNS that are fields of a :class:`Memory` (the others make its scope).
+_MEMORY_FIELDS: tuple[str, ...] = tuple(c.name for c in READ_COLUMNS if c.memory == "field")
+
+
 def memory_from_row(row: Mapping[Any, Any]) -> Memory:
     """The :class:`Memory` a row read with the READ_COLUMNS stands for."""
-    fields = {c.name: row[c.name] for c in READ_COLUMNS if c.memory == "field"}
-    scope = MemoryScope(
-        **{c.name: row[c.name] or None for c in READ_COLUMNS if c.memory == "scope"}
-    )
-    return Memory(scope=scope, **fields)
+    return Memory(scope=MemoryScope.stored(row), **{name: row[name] for name in _MEMORY_FIELDS})

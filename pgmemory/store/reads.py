@@ -64,6 +64,10 @@ DISTANT_PAST = datetime.min.replace(tzinfo=UTC)
 DISTANT_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 
+#: The weights of a search that names none (frozen: one instance serves every search).
+_DEFAULT_WEIGHTS = SearchWeights()
+
+
 class Route(enum.Enum):
     """How a search picks between the exact and the approximate path."""
 
@@ -135,7 +139,7 @@ async def search(
             mode = DEFAULT_MODE if vector is None else "vector"
         check_choice(mode, what="mode", choices=SEARCH_MODES)
         op.retrieval_mode(mode)
-        weights = weights or SearchWeights()
+        weights = weights or _DEFAULT_WEIGHTS
         floor = -2.0 if min_score is None else check_min_score(min_score, mode=mode)
         window = _window(since, until)
         windowed = since is not None or until is not None
@@ -208,8 +212,9 @@ async def search(
         }
         if audit:
             # The audit names the search's mode unless the caller described its own recall mode.
-            trace = trace or RecallTrace()
-            if not trace.mode:
+            if trace is None:
+                trace = RecallTrace(mode=mode)
+            elif not trace.mode:
                 trace = dataclasses.replace(trace, mode=mode)
             params.update(_audit_params(scope, trace, query, query_hash))
         run = _run_replicated if replicated else _run

@@ -8,7 +8,8 @@ process and connection pool:
 * ``search``, ``search (audit off)``: ``store.search`` as users call it;
 * ``db.fetch``: the statement ``search`` sends, through the database's fast verb alone
   (``Database.fetch``: no argument checks, no hit objects);
-* ``pool checkout + return``: ``Database.driver_autocommit`` with nothing run in it;
+* ``pool checkout + return``: ``Database.driver_autocommit`` with nothing run in it (a
+  connection the fast path holds, taken and held again: ``pgmemory.store.held``);
 * ``raw: audited statement``, ``raw: search statement, no audit``, ``raw: SELECT 1``: the same
   statements on a psycopg connection of their own (prepared, autocommit), with nothing of
   pgmemory around them: the floor any implementation of this audit has on this machine;

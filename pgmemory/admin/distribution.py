@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from pgmemory.admin import statements as s
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.routing import (
     DISTRIBUTION_COLUMN,
@@ -106,8 +106,8 @@ async def distribute(db: Database) -> Distribution:
             Citus's DETAIL and HINT. In every case nothing is changed.
     """
     async with db.ddl() as conn:
-        database = (await conn.execute(text(s.CURRENT_DATABASE))).scalar_one()
-        if not (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
+        database = (await conn.execute(clause(s.CURRENT_DATABASE))).scalar_one()
+        if not (await conn.execute(clause(q.CITUS_INSTALLED))).scalar():
             raise DatabaseNotReadyError(
                 f"the citus extension is not installed in database {database!r}, so "
                 "pgmemory's tables cannot be distributed; nothing was changed. Install "
@@ -123,14 +123,14 @@ async def distribute(db: Database) -> Distribution:
             tables = list(
                 (
                     await conn.execute(
-                        text(s.EXISTING_TABLES), {"tables": [*REFERENCE_TABLES, *PER_USER_TABLES]}
+                        clause(s.EXISTING_TABLES), {"tables": [*REFERENCE_TABLES, *PER_USER_TABLES]}
                     )
                 ).scalars()
             )
             found: dict[str, tuple[str, str]] = {
                 name: (kind, column)
                 for name, kind, column in await conn.execute(
-                    text(s.CITUS_TABLES), {"tables": tables}
+                    clause(s.CITUS_TABLES), {"tables": tables}
                 )
             }
             wrong = _wrong_layout(found)
@@ -141,13 +141,13 @@ async def distribute(db: Database) -> Distribution:
                     "(undistribute_table) and run `pgmemory db distribute` again"
                 )
             for setting in s.DISTRIBUTE_SETTINGS:
-                await conn.execute(text(setting))
+                await conn.execute(clause(setting))
             for table in (t for t in REFERENCE_TABLES if t in tables):
                 if found.get(table, ("", ""))[0] == "reference":
                     done.unchanged.append(table)
                     continue
                 step = f"create_reference_table({table})"
-                await conn.execute(text(s.CITUS_REFERENCE_TABLE), {"table": table})
+                await conn.execute(clause(s.CITUS_REFERENCE_TABLE), {"table": table})
                 done.reference.append(table)
             first = PER_USER_TABLES[0]
             for table in (t for t in PER_USER_TABLES if t in tables):
@@ -156,7 +156,7 @@ async def distribute(db: Database) -> Distribution:
                     continue
                 step = f"create_distributed_table({table}, {DISTRIBUTION_COLUMN!r})"
                 await conn.execute(
-                    text(s.CITUS_DISTRIBUTE_TABLE),
+                    clause(s.CITUS_DISTRIBUTE_TABLE),
                     {
                         "table": table,
                         "column": DISTRIBUTION_COLUMN,
@@ -169,10 +169,10 @@ async def distribute(db: Database) -> Distribution:
                 )
                 done.distributed.append(table)
             # The copied rows' originals on the coordinator go (they would outlive erasure).
-            await conn.execute(text(s.SANCTION_AUDIT_CHANGE))
+            await conn.execute(clause(s.SANCTION_AUDIT_CHANGE))
             for table in done.distributed:
                 step = f"truncate_local_data_after_distributing_table({table})"
-                await conn.execute(text(s.CITUS_DROP_LOCAL_ROWS), {"table": table})
+                await conn.execute(clause(s.CITUS_DROP_LOCAL_ROWS), {"table": table})
             step = "the commit"
     except DBAPIError as exc:
         raise _citus_failure(exc, step) from exc

@@ -21,10 +21,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from pgmemory.admin import statements as s
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 
 logger = logging.getLogger(__name__)
@@ -109,12 +109,14 @@ async def verify(db: Database) -> AuditReport:
     # One transaction on the primary (the guard probe's UPDATE needs it, and each probe is undone
     # by its own savepoint): it changes nothing but its SET LOCAL settings.
     async with db.write(users=()) as conn:
-        triggers = (await conn.execute(text(s.AUDIT_TRIGGERS), {"tables": tables})).mappings().all()
+        triggers = (
+            (await conn.execute(clause(s.AUDIT_TRIGGERS), {"tables": tables})).mappings().all()
+        )
         checks.append(_check_triggers(triggers))
         functions = (
             (
                 await conn.execute(
-                    text(s.AUDIT_FUNCTIONS),
+                    clause(s.AUDIT_FUNCTIONS),
                     {"names": [*s.DEFINER_FUNCTIONS, s.GUARD_FUNCTION]},
                 )
             )
@@ -124,7 +126,7 @@ async def verify(db: Database) -> AuditReport:
         grants = (
             (
                 await conn.execute(
-                    text(s.AUDIT_GRANTS),
+                    clause(s.AUDIT_GRANTS),
                     {"tables": [*tables, s.SECRETS_TABLE], "secrets": s.SECRETS_TABLE},
                 )
             )
@@ -134,14 +136,14 @@ async def verify(db: Database) -> AuditReport:
         owners = {
             r[0]
             for r in await conn.execute(
-                text(s.TABLE_OWNERS), {"tables": [*tables, s.SECRETS_TABLE]}
+                clause(s.TABLE_OWNERS), {"tables": [*tables, s.SECRETS_TABLE]}
             )
         }
         checks.append(_check_functions(functions, owners))
         checks.append(_check_grants(grants))
         members: list[str] = []
         for owner in sorted(owners):
-            found = await conn.execute(text(s.ROLE_MEMBERS), {"role": owner})
+            found = await conn.execute(clause(s.ROLE_MEMBERS), {"role": owner})
             members += [r[0] for r in found]
         checks.append(
             Check(
@@ -152,11 +154,11 @@ async def verify(db: Database) -> AuditReport:
                 else "no other role may act as the owner of the audits",
             )
         )
-        await conn.execute(text(s.HASH_TIME_ZONE))
-        await conn.execute(text(s.HASH_FLOAT_DIGITS))
+        await conn.execute(clause(s.HASH_TIME_ZONE))
+        await conn.execute(clause(s.HASH_FLOAT_DIGITS))
         bad: list[str] = []
         for table in tables:
-            row = (await conn.execute(text(s.audit_row_check(table)))).mappings().one()
+            row = (await conn.execute(clause(s.audit_row_check(table)))).mappings().one()
             summary[table] = {"rows": int(row["rows"]), "max_id": row["max_id"]}
             if row["mismatched"]:
                 ids = ", ".join(str(i) for i in row["examples"])
@@ -173,7 +175,7 @@ async def verify(db: Database) -> AuditReport:
         )
         unrecorded = (
             await conn.execute(
-                text(s.UNRECORDED_PSEUDONYMS), {"erasure_namespace": s.ERASURE_NAMESPACE}
+                clause(s.UNRECORDED_PSEUDONYMS), {"erasure_namespace": s.ERASURE_NAMESPACE}
             )
         ).scalar_one()
         checks.append(
@@ -188,7 +190,7 @@ async def verify(db: Database) -> AuditReport:
         misuse = (
             (
                 await conn.execute(
-                    text(s.AUDIT_MISUSE),
+                    clause(s.AUDIT_MISUSE),
                     {
                         "erasure_namespace": s.ERASURE_NAMESPACE,
                         "retention_namespace": s.RETENTION_NAMESPACE,
@@ -200,7 +202,7 @@ async def verify(db: Database) -> AuditReport:
         )
         checks.append(_check_misuse(misuse))
         checks.append(await _probe(conn, tables, summary))
-        superusers = [r[0] for r in await conn.execute(text(s.SUPERUSERS))]
+        superusers = [r[0] for r in await conn.execute(clause(s.SUPERUSERS))]
     notes = [
         f"superusers ({', '.join(superusers)}) bypass privileges and may disable the guard; "
         "so may the owner of the audit tables. Row hashes reveal edits made while the guard was "
@@ -297,7 +299,7 @@ async def _probe(conn: Any, tables: list[str], summary: dict[str, dict[str, int 
             continue
         try:
             async with conn.begin_nested() as savepoint:
-                await conn.execute(text(s.audit_guard_probe(table)))
+                await conn.execute(clause(s.audit_guard_probe(table)))
                 await savepoint.rollback()
             problems.append(f"{table}: an UPDATE of an audit row was not refused")
         except DBAPIError as exc:

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from sqlalchemy import text
-
 from pgmemory.errors import InvalidInputError
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.reads import DISTANT_FUTURE
 from pgmemory.store.validation import check_name
@@ -170,7 +169,7 @@ async def read_rows(
     ``params`` names (``user_id``; none: a read across users)."""
     user = params.get("user_id")
     async with db.read(user if isinstance(user, str) else None) as conn:
-        result = await conn.execute(text(statement), dict(params))
+        result = await conn.execute(clause(statement), dict(params))
         return [dict(row) for row in result.mappings().all()]
 
 

@@ -88,41 +88,40 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
             partitioned, or holds rows, or the database has Citus (there the tables are
             distributed instead); nothing was changed.
     """
-    from sqlalchemy import text
-
     from pgmemory.admin import statements as s
     from pgmemory.store import queries as q
+    from pgmemory.store.clauses import clause
     from pgmemory.store.migrate import MIGRATION_LOCK_KEY
 
     count = check_partitions(partitions)
     async with db.write() as conn:
-        if (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
+        if (await conn.execute(clause(q.CITUS_INSTALLED))).scalar():
             raise DatabaseNotReadyError(
                 "this database has the citus extension: on Citus pgmemory's tables are "
                 "distributed by user_id (`pgmemory db distribute`), which splits a heavy user's "
                 "rows by shard instead; partitioning is for one server. Nothing was changed"
             )
-        await conn.execute(text(q.MIGRATION_XACT_LOCK), {"key": MIGRATION_LOCK_KEY})
-        kind = (await conn.execute(text(q.MEMORIES_RELKIND))).scalar()
+        await conn.execute(clause(q.MIGRATION_XACT_LOCK), {"key": MIGRATION_LOCK_KEY})
+        kind = (await conn.execute(clause(q.MEMORIES_RELKIND))).scalar()
         if kind is None:
             raise DatabaseNotReadyError(
                 f"there is no {MEMORIES_TABLE} table to partition: run `pgmemory db upgrade` "
                 "first; nothing was changed"
             )
         if kind == "p":
-            made = (await conn.execute(text(s.MEMORIES_PARTITIONS))).scalar_one()
+            made = (await conn.execute(clause(s.MEMORIES_PARTITIONS))).scalar_one()
             raise DatabaseNotReadyError(
                 f"{MEMORIES_TABLE} is already partitioned ({made} partitions); nothing was "
                 "changed. To repartition, start from an empty database"
             )
-        if (await conn.execute(text(s.MEMORIES_ANY_ROW))).scalar_one():
+        if (await conn.execute(clause(s.MEMORIES_ANY_ROW))).scalar_one():
             raise DatabaseNotReadyError(
                 f"{MEMORIES_TABLE} holds memories, and only an empty table is partitioned in "
                 "place; nothing was changed. Partition a new database right after `pgmemory db "
                 "upgrade`, then import the memories into it (export/import)"
             )
-        await conn.execute(text(s.SET_PARTITION_COUNT), {"partitions": count})
-        await conn.execute(text(s.PARTITION_MEMORIES))
-        made = (await conn.execute(text(s.MEMORIES_PARTITIONS))).scalar_one()
+        await conn.execute(clause(s.SET_PARTITION_COUNT), {"partitions": count})
+        await conn.execute(clause(s.PARTITION_MEMORIES))
+        made = (await conn.execute(clause(s.MEMORIES_PARTITIONS))).scalar_one()
     assert made == count, (made, count)
     return PartitionReport(table=MEMORIES_TABLE, partitions=count)

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.admin import statements as s
 from pgmemory.errors import CollectionError, InvalidInputError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.connector import VectorList
 from pgmemory.store.database import Database
 from pgmemory.store.validation import check_dimensions, check_name, check_vector
@@ -118,7 +118,7 @@ async def reembed(
     dimensions = check_dimensions(embedder.dimensions)
     params = {"collection": collection, "model": model, "dimensions": dimensions}
     async with db.write(users=()) as conn:
-        state = (await conn.execute(text(s.REEMBED_STATE), params)).mappings().first()
+        state = (await conn.execute(clause(s.REEMBED_STATE), params)).mappings().first()
         if state is None:
             raise CollectionError(f"unknown collection {collection!r}")
         pending = state["next_embedding_model"]
@@ -129,11 +129,11 @@ async def reembed(
                     f"finish that run, or pass restart (--restart) to drop its staged vectors "
                     f"and re-embed with {model!r}"
                 )
-            await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
-            await conn.execute(text(s.REEMBED_CLEAR), params)
-            await conn.execute(text(s.REEMBED_FORGET), params)
+            await conn.execute(clause(q.SEQUENTIAL_SHARD_WRITES))
+            await conn.execute(clause(s.REEMBED_CLEAR), params)
+            await conn.execute(clause(s.REEMBED_FORGET), params)
         if dimensions != state["dimensions"]:
-            valid = (await conn.execute(text(q.ANN_INDEX_VALID), params)).scalar()
+            valid = (await conn.execute(clause(q.ANN_INDEX_VALID), params)).scalar()
             if valid is not None:
                 raise CollectionError(
                     f"collection {collection!r} has an approximate (HNSW) index over "
@@ -141,14 +141,14 @@ async def reembed(
                     f"{dimensions}: disable it first (store.disable_ann({collection!r}, "
                     "drop_index=True)), re-embed, then enable it again"
                 )
-        begun = (await conn.execute(text(s.REEMBED_BEGIN), params)).all()
+        begun = (await conn.execute(clause(s.REEMBED_BEGIN), params)).all()
         if not begun:  # another run named its model between the read and here
             raise _pending_elsewhere(collection, model)
     embedded = await _stage(db, embedder, params, batch_size=batch_size, progress=progress)
     if switch:
         embedded += await _switch(db, embedder, params, batch_size=batch_size)
     async with db.read(None) as conn:
-        counts = (await conn.execute(text(s.REEMBED_COUNTS), params)).mappings().one()
+        counts = (await conn.execute(clause(s.REEMBED_COUNTS), params)).mappings().one()
     logger.info(
         "re-embedded %d memories of a collection with model %s%s",
         embedded, model, "" if switch else " (staged, not switched)",
@@ -173,7 +173,7 @@ async def _stage(
 ) -> int:
     """Embed and stage batches until none is left; returns how many were embedded."""
     async with db.read(None) as conn:
-        counts = (await conn.execute(text(s.REEMBED_COUNTS), params)).mappings().one()
+        counts = (await conn.execute(clause(s.REEMBED_COUNTS), params)).mappings().one()
     total, staged = int(counts["total"]), int(counts["total"]) - int(counts["todo"])
     after = _START
     embedded = 0
@@ -200,10 +200,10 @@ async def _switch(
     embedded = 0
     # It writes every user's memories: every read of a replica waits for it.
     async with db.write(users=None) as conn:
-        await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
-        await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
-        await conn.execute(text(s.REEMBED_LOCK), params)
-        state = (await conn.execute(text(s.REEMBED_STATE), params)).mappings().one()
+        await conn.execute(clause(q.SEQUENTIAL_SHARD_WRITES))
+        await conn.execute(clause(q.NO_STATEMENT_TIMEOUT))
+        await conn.execute(clause(s.REEMBED_LOCK), params)
+        state = (await conn.execute(clause(s.REEMBED_STATE), params)).mappings().one()
         if (state["next_embedding_model"], state["next_dimensions"]) != (
             params["model"],
             params["dimensions"],
@@ -215,8 +215,8 @@ async def _switch(
             await _write_staged(conn, params, rows, vectors)
             embedded += len(rows)
             after = (rows[-1]["id"], rows[-1]["user_id"])
-        await conn.execute(text(s.REEMBED_SWAP), params)
-        await conn.execute(text(s.REEMBED_SWITCH), params)
+        await conn.execute(clause(s.REEMBED_SWAP), params)
+        await conn.execute(clause(s.REEMBED_SWITCH), params)
     return embedded
 
 
@@ -232,7 +232,7 @@ async def _todo(
     conn: AsyncConnection, params: dict[str, Any], after: tuple[uuid.UUID, str], batch: int
 ) -> list[Any]:
     result = await conn.execute(
-        text(s.REEMBED_TODO),
+        clause(s.REEMBED_TODO),
         {**params, "after_id": after[0], "after_user": after[1], "batch": batch},
     )
     return list(result.mappings().all())
@@ -254,7 +254,7 @@ async def _write_staged(
     for user, group in groupby(pairs, key=lambda pair: pair[0]["user_id"]):
         members = list(group)
         await conn.execute(
-            text(s.REEMBED_STAGE),
+            clause(s.REEMBED_STAGE),
             {
                 **params,
                 "user_id": user,

@@ -7,13 +7,12 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import text
-
 import pgmemory.telemetry as telemetry
 from pgmemory.admin import statements as s
 from pgmemory.admin.pages import clamp_limit, read_rows
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.validation import check_optional_name
 
@@ -98,8 +97,8 @@ async def prune_audit(
             "actor": actor or "",
         }
         async with db.write() as conn:
-            await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
-            summary = (await conn.execute(text(s.PRUNE_AUDIT), params)).scalar_one()
+            await conn.execute(clause(q.NO_STATEMENT_TIMEOUT))
+            summary = (await conn.execute(clause(s.PRUNE_AUDIT), params)).scalar_one()
         deleted = summary["deleted"]
         counts = {
             name: int(deleted[name]) for name in ("recall_audit", "memory_audit", "fact_audit")

@@ -18,11 +18,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import text
-
 from pgmemory.admin import statements as s
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 
 logger = logging.getLogger(__name__)
@@ -111,7 +110,7 @@ async def create_app_role(db: Database, name: str, password: str) -> RoleReport:
     check_role_name(name)
     _check_password(password)
     async with db.write() as conn:
-        powerful = (await conn.execute(text(s.ROLE_ATTRIBUTES), {"name": name})).scalar()
+        powerful = (await conn.execute(clause(s.ROLE_ATTRIBUTES), {"name": name})).scalar()
         if powerful:
             raise InvalidInputError(
                 f"role {name} exists with powers an application role must not have "
@@ -119,8 +118,8 @@ async def create_app_role(db: Database, name: str, password: str) -> RoleReport:
             )
         created = powerful is None
         # the grants reach the catalogue (a reference table on Citus) after the shards
-        await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
-        context = (await conn.execute(text(s.ROLE_CONTEXT))).mappings().one()
+        await conn.execute(clause(q.SEQUENTIAL_SHARD_WRITES))
+        context = (await conn.execute(clause(s.ROLE_CONTEXT))).mappings().one()
         quote = conn.dialect.identifier_preparer.quote_identifier
         names = {
             "role": quote(name),
@@ -136,7 +135,7 @@ async def create_app_role(db: Database, name: str, password: str) -> RoleReport:
         await driver.execute(template.format(verifier=verifier, **names))
         statements = [template.format(verifier="SCRAM-SHA-256$…", **names)]
         sequences = (
-            await conn.execute(text(s.IDENTITY_SEQUENCES), {"tables": list(s.AUDIT_TABLES)})
+            await conn.execute(clause(s.IDENTITY_SEQUENCES), {"tables": list(s.AUDIT_TABLES)})
         ).scalars()
         grants = [grant.format(**names) for grant in s.APP_ROLE_GRANTS]
         listed = ", ".join(sequences)

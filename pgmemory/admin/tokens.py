@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from pgmemory.admin import statements as s
 from pgmemory.admin.pages import clamp_limit
 from pgmemory.errors import InvalidInputError
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.validation import check_name
 
@@ -142,7 +142,7 @@ async def issue_token(
     }
     try:
         async with db.write(users=()) as conn:
-            row = (await conn.execute(text(s.ISSUE_TOKEN), params)).mappings().one()
+            row = (await conn.execute(clause(s.ISSUE_TOKEN), params)).mappings().one()
     except IntegrityError as exc:
         if "uq_pgmemory_access_tokens_name" not in str(exc.orig):
             raise
@@ -166,7 +166,7 @@ async def verify_token(db: Database, token: str, *, purpose: str) -> TokenInfo |
         return None
     params = {"token_sha256": token_sha256(token), "purpose": purpose}
     async with db.write(users=()) as conn:  # the primary: a revocation counts at once
-        row = (await conn.execute(text(s.VALID_TOKEN), params)).mappings().first()
+        row = (await conn.execute(clause(s.VALID_TOKEN), params)).mappings().first()
     return None if row is None else _info(row)
 
 
@@ -174,7 +174,9 @@ async def token_still_valid(db: Database, token_id: int, *, purpose: str) -> boo
     """Whether the token numbered ``token_id`` is still live for ``purpose``."""
     _check_purpose(purpose)
     async with db.write(users=()) as conn:
-        result = await conn.execute(text(s.TOKEN_STILL_VALID), {"id": token_id, "purpose": purpose})
+        result = await conn.execute(
+            clause(s.TOKEN_STILL_VALID), {"id": token_id, "purpose": purpose}
+        )
         return bool(result.scalar_one())
 
 
@@ -184,7 +186,7 @@ async def list_tokens(
     """Tokens, newest first (live ones only unless ``include_inactive``)."""
     params = {"include_inactive": include_inactive, "limit": clamp_limit(limit)}
     async with db.write(users=()) as conn:
-        rows = (await conn.execute(text(s.LIST_TOKENS), params)).mappings().all()
+        rows = (await conn.execute(clause(s.LIST_TOKENS), params)).mappings().all()
     return [_info(row) for row in rows]
 
 
@@ -200,7 +202,7 @@ async def revoke_token(db: Database, name_or_id: str | int) -> TokenInfo | None:
     else:
         params = {"name": check_name(name_or_id, what="token name"), "id": None}
     async with db.write(users=()) as conn:
-        row = (await conn.execute(text(s.REVOKE_TOKEN), params)).mappings().first()
+        row = (await conn.execute(clause(s.REVOKE_TOKEN), params)).mappings().first()
     return None if row is None else _info(row)
 
 

@@ -121,11 +121,11 @@ def _output(path: str | None) -> Iterator[IO[str]]:
 async def _embeddings(
     store: MemoryStore, user_id: str, collection: str, ids: list[uuid.UUID]
 ) -> dict[uuid.UUID, list[float]]:
-    from sqlalchemy import text
+    from pgmemory.store.clauses import clause
 
     async with store.database.read(user_id) as conn:
         rows = await conn.execute(
-            text(_EMBEDDINGS), {"user_id": user_id, "collection": collection, "ids": ids}
+            clause(_EMBEDDINGS), {"user_id": user_id, "collection": collection, "ids": ids}
         )
         return {row.id: _floats(row.embedding) for row in rows}
 

@@ -28,12 +28,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.records import AnnStatus, MemoryHit, MemoryScope
 from pgmemory.store.validation import check_limit, check_number
@@ -127,11 +127,11 @@ class AnnPaths:
             "ef_construction": check_limit(ef_construction, what="ef_construction", maximum=1_000),
         }
         async with self._db.ddl() as conn:
-            valid = (await conn.execute(text(q.ANN_INDEX_VALID), params)).scalar()
+            valid = (await conn.execute(clause(q.ANN_INDEX_VALID), params)).scalar()
             if valid is False:  # a failed concurrent build leaves an invalid index behind
-                drop = (await conn.execute(text(q.ANN_DROP_DDL), params)).scalar_one()
+                drop = (await conn.execute(clause(q.ANN_DROP_DDL), params)).scalar_one()
                 await _run_ddl(conn, drop)
-            if not valid and (await conn.execute(text(q.MEMORIES_RELKIND))).scalar() == "p":
+            if not valid and (await conn.execute(clause(q.MEMORIES_RELKIND))).scalar() == "p":
                 raise DatabaseNotReadyError(
                     f"the approximate path of collection {collection!r} needs its HNSW index "
                     "built with CREATE INDEX CONCURRENTLY, which PostgreSQL refuses on the "
@@ -140,9 +140,9 @@ class AnnPaths:
                     "partition), or use an unpartitioned database for enable_ann"
                 )
             if not valid:
-                ddl = (await conn.execute(text(q.ANN_INDEX_DDL), params)).scalar_one()
+                ddl = (await conn.execute(clause(q.ANN_INDEX_DDL), params)).scalar_one()
                 await conn.execute(
-                    text(q.ANN_BUILD_SETTINGS), {"maintenance_work_mem": maintenance_work_mem}
+                    clause(q.ANN_BUILD_SETTINGS), {"maintenance_work_mem": maintenance_work_mem}
                 )
                 try:
                     await _run_ddl(conn, ddl)
@@ -159,7 +159,7 @@ class AnnPaths:
         if drop_index:
             async with self._db.ddl() as conn:
                 ddl = (
-                    await conn.execute(text(q.ANN_DROP_DDL), {"collection": collection})
+                    await conn.execute(clause(q.ANN_DROP_DDL), {"collection": collection})
                 ).scalar_one()
                 await _run_ddl(conn, ddl)
 
@@ -205,13 +205,15 @@ class AnnPaths:
         """Refresh the large scopes and measure recall on their stored vectors (see probe)."""
         params = {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples}
         async with self._db.ddl() as conn:
-            large_users = frozenset((await conn.execute(text(q.ANN_LARGE_USERS), params)).scalars())
-            probed = list((await conn.execute(text(q.ANN_PROBE_USERS), params)).scalars())
+            large_users = frozenset(
+                (await conn.execute(clause(q.ANN_LARGE_USERS), params)).scalars()
+            )
+            probed = list((await conn.execute(clause(q.ANN_PROBE_USERS), params)).scalars())
             each = max(1, samples // max(1, len(probed)))
             rows: list[tuple[str, Any]] = []
             for user_id in probed:
                 sample = await conn.execute(
-                    text(q.SCOPE_SAMPLE),
+                    clause(q.SCOPE_SAMPLE),
                     {"collection": collection, "user_id": user_id, "samples": each},
                 )
                 rows += [(user_id, embedding) for _, embedding in sample]

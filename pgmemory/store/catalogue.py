@@ -16,11 +16,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-from sqlalchemy import text
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import CollectionError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.records import CollectionInfo
 from pgmemory.store.validation import check_dimensions, check_name
@@ -69,7 +69,7 @@ class Catalogue:
             check_name(embedding_model, what="embedding_model")
             async with self._db.write() as conn:
                 await conn.execute(
-                    text(q.INSERT_COLLECTION),
+                    clause(q.INSERT_COLLECTION),
                     {"name": name, "dimensions": dimensions, "embedding_model": embedding_model},
                 )
             info = await self.get(name)
@@ -92,7 +92,7 @@ class Catalogue:
         if cached is not None and now - cached[1] < RECHECK_S:
             return cached[0]
         async with self._db.read(None) as conn:
-            row = (await conn.execute(text(q.GET_COLLECTION), {"name": name})).mappings().first()
+            row = (await conn.execute(clause(q.GET_COLLECTION), {"name": name})).mappings().first()
         if row is None:
             raise CollectionError(
                 f"unknown collection {name!r}: create it first with "
@@ -109,7 +109,7 @@ class Catalogue:
     async def entries(self) -> list[CollectionInfo]:
         """Every collection in the catalogue, by name."""
         async with self._db.read(None) as conn:
-            rows = (await conn.execute(text(q.LIST_COLLECTIONS))).mappings().all()
+            rows = (await conn.execute(clause(q.LIST_COLLECTIONS))).mappings().all()
         return [CollectionInfo(**row) for row in rows]
 
     async def drop(self, name: str, *, actor: str | None) -> int:
@@ -119,12 +119,12 @@ class Catalogue:
         ) as op:
             await self.get(name)
             async with self._db.write() as conn:
-                await conn.execute(text(q.SEQUENTIAL_SHARD_WRITES))
+                await conn.execute(clause(q.SEQUENTIAL_SHARD_WRITES))
                 deleted = await conn.execute(
-                    text(q.delete_scope(())), {"collection": name, "actor": actor or ""}
+                    clause(q.delete_scope(())), {"collection": name, "actor": actor or ""}
                 )
                 count = len(deleted.all())
-                await conn.execute(text(q.DELETE_COLLECTION), {"name": name})
+                await conn.execute(clause(q.DELETE_COLLECTION), {"name": name})
             self.forget(name)
             op.count("record.count", count)
             return count

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg.types.array import ListBinaryDumper
-from sqlalchemy import event, text
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 
 logger = logging.getLogger(__name__)
 
@@ -294,9 +295,9 @@ async def check_database(engine: AsyncEngine, *, expected_revision: str | None) 
     """Fail with instructions when pgvector or pgmemory's schema is missing or out of date."""
     async with engine.connect() as conn:
         has_vector = (
-            await conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'"))
+            await conn.execute(clause("SELECT 1 FROM pg_extension WHERE extname = 'vector'"))
         ).scalar()
-        database = (await conn.execute(text("SELECT current_database()"))).scalar()
+        database = (await conn.execute(clause("SELECT current_database()"))).scalar()
         if not has_vector:
             raise DatabaseNotReadyError(
                 f"the pgvector extension is not installed in database {database!r}. "
@@ -307,12 +308,12 @@ async def check_database(engine: AsyncEngine, *, expected_revision: str | None) 
         if expected_revision is None:
             return
         version_table = (
-            await conn.execute(text("SELECT to_regclass(:name)"), {"name": VERSION_TABLE})
+            await conn.execute(clause("SELECT to_regclass(:name)"), {"name": VERSION_TABLE})
         ).scalar()
         current = None
         if version_table is not None:
             current = (
-                await conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))
+                await conn.execute(clause(f"SELECT version_num FROM {VERSION_TABLE}"))
             ).scalar()
         if current != expected_revision:
             raise DatabaseNotReadyError(
@@ -326,7 +327,7 @@ async def has_binary_codes(engine: AsyncEngine) -> bool:
     """Whether the memories keep binary codes (the two-phase path's first pass); says once, at
     WARNING, when they do not (pgvector before 0.7 when migration 0013 ran)."""
     async with engine.connect() as conn:
-        row = (await conn.execute(text(q.BINARY_CODES))).one()
+        row = (await conn.execute(clause(q.BINARY_CODES))).one()
     if not row.codes:
         logger.warning(
             "pgvector %s keeps no binary codes of the memories (binary_quantize needs pgvector "
@@ -340,6 +341,6 @@ async def has_binary_codes(engine: AsyncEngine) -> bool:
 async def is_distributed(engine: AsyncEngine) -> bool:
     """Whether pgmemory's memories table is distributed by Citus in this database."""
     async with engine.connect() as conn:
-        if not (await conn.execute(text(q.CITUS_INSTALLED))).scalar():
+        if not (await conn.execute(clause(q.CITUS_INSTALLED))).scalar():
             return False
-        return bool((await conn.execute(text(q.MEMORIES_DISTRIBUTED))).scalar())
+        return bool((await conn.execute(clause(q.MEMORIES_DISTRIBUTED))).scalar())

@@ -50,7 +50,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
@@ -59,6 +58,7 @@ import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
 from pgmemory.settings import Settings
 from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.connector import (
     adopt_engine,
     check_database,
@@ -320,7 +320,7 @@ class Database:
             return
         try:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            position = (await conn.execute(text(q.WAL_POSITION))).scalar_one()
+            position = (await conn.execute(clause(q.WAL_POSITION))).scalar_one()
         except DBAPIError:
             self._replicas.marks.note_unknown(self.settings.replica_max_lag_s)
             return
@@ -484,7 +484,7 @@ class Database:
         if self.in_unit_of_work:
             async with self.write(users=users) as conn:
                 with telemetry.sql("statement"):
-                    result = await conn.execute(text(statement), dict(params))
+                    result = await conn.execute(clause(statement), dict(params))
                 return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
         async with self.driver_autocommit() as conn:
             with telemetry.sql("statement"):

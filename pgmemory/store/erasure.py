@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError, PgMemoryError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryScope, check_search_scope
 from pgmemory.store.validation import check_aware, check_name, check_optional_name, describe
@@ -70,7 +70,7 @@ async def delete(
             statement = q.delete_scope(dimensions)
         async with db.write() as conn:
             result = await conn.execute(
-                text(statement), {**params, "collection": collection, "actor": actor or ""}
+                clause(statement), {**params, "collection": collection, "actor": actor or ""}
             )
             count = len(result.all())
         logger.info("deleted %d memories from collection %s", count, collection)
@@ -116,7 +116,7 @@ async def expire(
     check_optional_name(actor, what="actor")
     async with db.write() as conn:
         result = await conn.execute(
-            text(q.DELETE_EXPIRED),
+            clause(q.DELETE_EXPIRED),
             {
                 "collection": collection,
                 "now": check_aware(now, what="now") or datetime.now(UTC),
@@ -148,9 +148,9 @@ async def erase_user(db: Database, user_id: str, *, actor: str | None) -> dict[s
         params = {"user_id": user_id, "actor": actor or ""}
         try:
             async with db.write() as conn:
-                await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
-                await conn.execute(text(q.LOCK_USER_FOR_ERASURE), params)
-                summary = (await conn.execute(text(q.ERASE_USER), params)).scalar_one()
+                await conn.execute(clause(q.NO_STATEMENT_TIMEOUT))
+                await conn.execute(clause(q.LOCK_USER_FOR_ERASURE), params)
+                summary = (await conn.execute(clause(q.ERASE_USER), params)).scalar_one()
         except DBAPIError as exc:
             refusal = _audit_refusal(exc)
             if refusal is None:

@@ -11,10 +11,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import text
-
 from pgmemory.errors import ScopeError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import MemoryScope
@@ -34,7 +33,7 @@ async def get(db: Database, namespace: str, scope: MemoryScope) -> dict[str, Any
     """The facts stored for exactly this scope in ``namespace`` (empty when none)."""
     params = scope_key(namespace, scope)
     async with db.read(params["user_id"]) as conn:
-        facts = (await conn.execute(text(q.GET_FACTS), params)).scalar()
+        facts = (await conn.execute(clause(q.GET_FACTS), params)).scalar()
     return dict(facts or {})
 
 
@@ -59,8 +58,8 @@ async def merge(
     recorded = None if sources is None else jsonb(check_metadata(sources, what="fact sources"))
     params = scope_key(namespace, scope)
     async with db.write(users=(params["user_id"],)) as conn:
-        await conn.execute(text(q.ENSURE_FACTS), params)
-        current = dict((await conn.execute(text(q.GET_FACTS_FOR_UPDATE), params)).scalar() or {})
+        await conn.execute(clause(q.ENSURE_FACTS), params)
+        current = dict((await conn.execute(clause(q.GET_FACTS_FOR_UPDATE), params)).scalar() or {})
         merged = dict(current)
         changes: list[tuple[str, Any, Any]] = []
         for key, value in clean.items():
@@ -73,9 +72,9 @@ async def merge(
                 merged[key] = value
                 changes.append((key, old, value))
         if changes:
-            await conn.execute(text(q.UPDATE_FACTS), {**params, "facts": jsonb(merged)})
+            await conn.execute(clause(q.UPDATE_FACTS), {**params, "facts": jsonb(merged)})
             await conn.execute(
-                text(q.AUDIT_FACTS),
+                clause(q.AUDIT_FACTS),
                 {
                     **params,
                     "actor": actor or "",
@@ -95,7 +94,7 @@ async def delete(db: Database, scope: MemoryScope, *, namespace: str | None) -> 
     params: dict[str, Any] = scope_key(namespace or "-", scope)
     params["namespace"] = namespace
     async with db.write(users=(params["user_id"],)) as conn:
-        return int((await conn.execute(text(q.DELETE_FACTS), params)).rowcount)
+        return int((await conn.execute(clause(q.DELETE_FACTS), params)).rowcount)
 
 
 def scope_key(namespace: str, scope: MemoryScope) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The fast path: a statement as one prepared round trip, on psycopg directly.
 
 A small scope's search takes well under a millisecond in the server; what a caller waited for
-was everything around it: SQLAlchemy turning ``text()`` into the driver's statement and
+was everything around it: SQLAlchemy turning ``clause()`` into the driver's statement and
 processing the result on every call (about a millisecond of Python), and the audited
 transaction's four round trips (BEGIN, ``SET LOCAL synchronous_commit``, the statement,
 COMMIT), each a wake-up of the server and of the caller. Here the statement is translated to
@@ -26,9 +26,9 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 
+from pgmemory.store.clauses import clause
 from pgmemory.store.queries import LOCK_FOR_WRITE
 from pgmemory.store.unit_of_work import lock_parameters
 
@@ -39,7 +39,7 @@ _DIALECT = PGDialectAsync_psycopg()
 def driver_statement(statement: str) -> str:
     """A statement with ``:name`` parameters in psycopg's ``%(name)s`` form (``%`` escaped),
     as SQLAlchemy itself would send it; translated once per statement text."""
-    return text(statement).compile(dialect=_DIALECT).string
+    return clause(statement).compile(dialect=_DIALECT).string
 
 
 async def run(

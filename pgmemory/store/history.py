@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import text
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import HistoryRow
@@ -87,7 +87,7 @@ async def append(
         params = {"session_id": session_id, "user_id": user_id}
         async with db.write(users=(user_id,), sessions=((user_id, session_id),)) as conn:
             result = await conn.execute(
-                text(q.APPEND_HISTORY),
+                clause(q.APPEND_HISTORY),
                 {**params, "message_ids": ids, "roles": roles, "messages": payloads},
             )
             # The rows returned, not the rowcount: Citus reports the rows its INSERT ... SELECT sent
@@ -116,7 +116,7 @@ async def read(
             "limit": limit,
         }
         async with db.read(user_id) as conn:
-            rows = (await conn.execute(text(q.READ_HISTORY), params)).mappings().all()
+            rows = (await conn.execute(clause(q.READ_HISTORY), params)).mappings().all()
         op.count("result.count", len(rows))
         return [HistoryRow(**row) for row in rows]
 
@@ -126,7 +126,7 @@ async def count(db: Database, session_id: str, *, user_id: str) -> int:
     _check_key(session_id, user_id)
     async with db.read(user_id) as conn:
         result = await conn.execute(
-            text(q.COUNT_HISTORY), {"session_id": session_id, "user_id": user_id}
+            clause(q.COUNT_HISTORY), {"session_id": session_id, "user_id": user_id}
         )
         return int(result.scalar_one())
 
@@ -136,7 +136,7 @@ async def delete(db: Database, session_id: str, *, user_id: str) -> int:
     _check_key(session_id, user_id)
     async with db.write(users=(user_id,)) as conn:
         result = await conn.execute(
-            text(q.DELETE_HISTORY), {"session_id": session_id, "user_id": user_id}
+            clause(q.DELETE_HISTORY), {"session_id": session_id, "user_id": user_id}
         )
         return int(result.rowcount)
 

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.facts import scope_key
 from pgmemory.store.jsonb import jsonb
@@ -121,7 +120,7 @@ class JobQueue:
         body = jsonb(check_metadata(payload, what="job payload"))
         async with self._db.write(users=(params["user_id"],)) as conn:
             await conn.execute(
-                text(q.ENQUEUE_JOB),
+                clause(q.ENQUEUE_JOB),
                 {**params, "id": job_id, "payload": body, "delay_s": delay_s},
             )
         return job_id
@@ -138,7 +137,7 @@ class JobQueue:
         }
         async with self._db.write(users=()) as conn:
             rows = await conn.execute(
-                text(q.JOBS_DUE_USERS), {**params, "max_attempts": self.max_attempts}
+                clause(q.JOBS_DUE_USERS), {**params, "max_attempts": self.max_attempts}
             )
             return [row[0] for row in rows]
 
@@ -158,7 +157,7 @@ class JobQueue:
             "early": True,
         }
         async with self._db.write(users=(user_id,)) as conn:
-            rows = (await conn.execute(text(q.LEASE_JOBS), params)).mappings().all()
+            rows = (await conn.execute(clause(q.LEASE_JOBS), params)).mappings().all()
         if not rows:
             return None
         jobs = sorted(
@@ -191,7 +190,7 @@ class JobQueue:
         """
         async with self._db.write(users=(lease.user_id,)) as conn:
             done = await conn.execute(
-                text(q.COMPLETE_JOBS), {"user_id": lease.user_id, "lease_id": lease.lease_id}
+                clause(q.COMPLETE_JOBS), {"user_id": lease.user_id, "lease_id": lease.lease_id}
             )
             return len(done.all()) == len(lease.jobs)
 
@@ -205,7 +204,7 @@ class JobQueue:
             "retry_in_s": _check_positive(retry_in_s, "retry_in_s"),
         }
         async with self._db.write(users=(lease.user_id,)) as conn:
-            await conn.execute(text(q.RELEASE_JOBS), params)
+            await conn.execute(clause(q.RELEASE_JOBS), params)
 
     async def drop_failed(self, namespaces: Sequence[str], *, older_than_s: float) -> int:
         """Delete the jobs in ``namespaces`` that used up their attempts and were last tried
@@ -218,13 +217,13 @@ class JobQueue:
             "older_than_s": check_number(older_than_s, what="older_than_s", low=0, high=MAX_KEEP_S),
         }
         async with self._db.write(users=()) as conn:
-            return int((await conn.execute(text(q.DROP_FAILED_JOBS), params)).scalar_one())
+            return int((await conn.execute(clause(q.DROP_FAILED_JOBS), params)).scalar_one())
 
     async def pending(self, namespaces: Sequence[str]) -> int:
         """Jobs in ``namespaces`` that still have attempts left (due, waiting or leased)."""
         params = {"namespaces": _check_namespaces(namespaces), "max_attempts": self.max_attempts}
         async with self._db.write(users=()) as conn:
-            return int((await conn.execute(text(q.JOBS_PENDING), params)).scalar_one())
+            return int((await conn.execute(clause(q.JOBS_PENDING), params)).scalar_one())
 
 
 __all__ = [

@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from sqlalchemy import text
-
+from pgmemory.store.clauses import clause
 from pgmemory.store.connector import VERSION_TABLE, normalise_url
 from pgmemory.store.queries import MIGRATION_XACT_LOCK
 
@@ -55,10 +54,10 @@ def migration_lock(connection: Connection) -> Iterator[None]:
     """
     key = {"key": MIGRATION_LOCK_KEY}
     if connection.in_transaction():
-        connection.execute(text(MIGRATION_XACT_LOCK), key)
+        connection.execute(clause(MIGRATION_XACT_LOCK), key)
         yield
         return
-    connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
+    connection.execute(clause("SELECT pg_advisory_lock(:key)"), key)
     connection.commit()
     try:
         yield
@@ -67,7 +66,7 @@ def migration_lock(connection: Connection) -> Iterator[None]:
             connection.rollback()
         if not connection.closed and not connection.invalidated:
             # A lost connection took the lock with it.
-            connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+            connection.execute(clause("SELECT pg_advisory_unlock(:key)"), key)
             connection.commit()
 
 

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 import pgmemory.telemetry as telemetry
@@ -27,6 +26,7 @@ from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
 from pgmemory.store.ann import AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.clauses import clause
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
@@ -351,8 +351,8 @@ async def _execute(
 ) -> Sequence[Any]:
     """Run a search statement (with the approximate path's settings when on it)."""
     if path is not None:
-        await conn.execute(text(q.ANN_SETTINGS), {"ef_search": path.ef_search})
-    rows = (await conn.execute(text(statement), params)).mappings().all()
+        await conn.execute(clause(q.ANN_SETTINGS), {"ef_search": path.ef_search})
+    rows = (await conn.execute(clause(statement), params)).mappings().all()
     if len(rows) < wanted:
         raise _TooFewHits(f"{len(rows)} of {wanted} hits")
     return rows
@@ -426,7 +426,7 @@ async def page(
         "offset": offset,
     }
     async with db.read(scope.user_id) as conn:
-        rows = (await conn.execute(text(statement), params)).mappings().all()
+        rows = (await conn.execute(clause(statement), params)).mappings().all()
     return [memory_from_row(row) for row in rows]
 
 
@@ -438,7 +438,9 @@ async def count(
     await catalogue.get(collection)
     statement = q.count_memories(tuple(scope.as_dict()))
     async with db.read(scope.user_id) as conn:
-        result = await conn.execute(text(statement), {**scope.as_dict(), "collection": collection})
+        result = await conn.execute(
+            clause(statement), {**scope.as_dict(), "collection": collection}
+        )
         return int(result.scalar_one())
 
 

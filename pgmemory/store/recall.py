@@ -37,12 +37,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import text
-
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q, recall_text
 from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.clauses import clause
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
@@ -213,9 +212,9 @@ async def run_audited_apart(
     erasure lock from the start: how Citus audits (it would run the one-statement form in
     steps, through the coordinator, with two-phase commit)."""
     async with db.write(users=users) as conn:
-        rows = (await conn.execute(text(statement), params)).mappings().all()
+        rows = (await conn.execute(clause(statement), params)).mappings().all()
         # Not relaxed: the setting would not reach the worker that commits the row.
-        await conn.execute(text(q.record_recall(relax_commit=False)), audit_row(rows))
+        await conn.execute(clause(q.record_recall(relax_commit=False)), audit_row(rows))
     return rows
 
 

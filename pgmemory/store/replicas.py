@@ -28,12 +28,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from pgmemory.settings import Settings
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.connector import make_engine
 
 logger = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class ReplicaSet:
 
     async def _check(self, replica: Replica, conn: AsyncConnection) -> bool:
         """Whether the replica still replays WAL and lags at most ``replica_max_lag_s``."""
-        row = (await conn.execute(text(q.REPLICA_HEALTH))).one()
+        row = (await conn.execute(clause(q.REPLICA_HEALTH))).one()
         if not row.standby or row.replayed is None:
             self._skip(replica, self.settings.replica_check_interval_s, "not a standby (promoted?)")
             return False
@@ -220,7 +220,7 @@ class ReplicaSet:
         """Poll the replay position until it reaches ``needed``; False at the deadline."""
         pause = 0.001
         while True:
-            value = (await conn.execute(text(q.REPLAY_POSITION))).scalar_one_or_none()
+            value = (await conn.execute(clause(q.REPLAY_POSITION))).scalar_one_or_none()
             if value is None:
                 return False
             replica.replayed = max(replica.replayed, parse_lsn(value))

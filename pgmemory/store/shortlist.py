@@ -38,9 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import text
-
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryHit, MemoryScope
 
@@ -183,7 +182,7 @@ class Shortlists:
     async def _measure(self, collection: str, state: ShortlistState) -> None:
         params = {"collection": collection, "min_rows": self.min_scope_rows}
         async with self._db.ddl() as conn:
-            result = await conn.execute(text(q.SHORTLIST_LARGE_USERS), params)
+            result = await conn.execute(clause(q.SHORTLIST_LARGE_USERS), params)
             sizes: dict[str, int] = {str(row[0]): int(row[1]) for row in result}
             # the largest scopes first, as many rows of each as the budget lets the exact
             # searches read (at least one row of the largest)
@@ -197,7 +196,7 @@ class Shortlists:
                 if take <= 0:
                     break
                 sample = await conn.execute(
-                    text(q.SCOPE_SAMPLE),
+                    clause(q.SCOPE_SAMPLE),
                     {"collection": collection, "user_id": user_id, "samples": take},
                 )
                 rows += [(user_id, own_id, embedding) for own_id, embedding in sample]

@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from pgmemory.errors import TurnWriteFailedError
 from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 
 
 async def lock(
@@ -26,7 +26,7 @@ async def lock(
     (exclusive) until the transaction ends, in one statement
     (:data:`pgmemory.store.queries.LOCK_FOR_WRITE`); a write naming neither takes none."""
     if users or sessions:
-        await conn.execute(text(q.LOCK_FOR_WRITE), lock_parameters(users, sessions))
+        await conn.execute(clause(q.LOCK_FOR_WRITE), lock_parameters(users, sessions))
 
 
 def lock_parameters(

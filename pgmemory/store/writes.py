@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -23,6 +22,7 @@ import pgmemory.telemetry as telemetry
 from pgmemory.errors import DuplicateIdError, InvalidInputError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
+from pgmemory.store.clauses import clause
 from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
 from pgmemory.store.connector import VectorList
 from pgmemory.store.database import Database
@@ -108,7 +108,7 @@ async def add(
                 chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
                 chunk["embeddings"] = VectorList(chunk["embeddings"])
                 result = await conn.execute(
-                    text(q.INSERT_MEMORIES),
+                    clause(q.INSERT_MEMORIES),
                     {
                         **chunk,
                         "collection": collection,
@@ -151,8 +151,8 @@ async def import_records(
         info = await catalogue.get(collection)
         bar = tqdm(desc=f"import {collection}", unit="rows", disable=not progress)
         async with _ids_stored_once(), db.write() as conn:
-            await conn.execute(text(q.NO_STATEMENT_TIMEOUT))
-            await conn.execute(text(q.CREATE_STAGING))
+            await conn.execute(clause(q.NO_STATEMENT_TIMEOUT))
+            await conn.execute(clause(q.CREATE_STAGING))
             cursor = (await _driver_connection(conn)).cursor()
             batch: list[MemoryRecord] = []
             staged = 0
@@ -189,7 +189,7 @@ async def import_records(
             }
             total = 0
             for statement in (q.INSERT_FROM_STAGING, q.INSERT_FROM_STAGING_UNKEYED):
-                total += len((await conn.execute(text(statement), params)).all())
+                total += len((await conn.execute(clause(statement), params)).all())
         bar.close()
         logger.info("imported %d memories into collection %s", total, collection)
         op.count("record.count", total)
@@ -207,10 +207,10 @@ async def _refresh_statistics(db: Database, imported: int) -> None:
         return
     try:
         async with db.write(users=()) as conn:
-            analysed = float((await conn.execute(text(q.ANALYSED_ROWS))).scalar() or 0)
+            analysed = float((await conn.execute(clause(q.ANALYSED_ROWS))).scalar() or 0)
             if imported < ANALYZE_SHARE * analysed:
                 return
-            await conn.execute(text(q.ANALYZE_MEMORIES))
+            await conn.execute(clause(q.ANALYZE_MEMORIES))
         logger.info("refreshed the planner statistics after importing %d rows", imported)
     except DBAPIError as exc:
         logger.warning(

@@ -11,8 +11,8 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
@@ -200,6 +200,24 @@ def setup_error(exc: BaseException, *, connection: Any = None) -> DatabaseNotRea
     ):
         return DatabaseNotReadyError(POOLER_HINT)
     return None
+
+
+def driver_error(
+    exc: psycopg.Error, connection: psycopg.AsyncConnection[Any], dialect: Dialect
+) -> Exception:
+    """What a psycopg error raised on ``connection`` (used without SQLAlchemy) comes out as:
+    :func:`setup_error`'s error when the deployment explains it, else SQLAlchemy's
+    ``DBAPIError`` as from any other statement (parameters hidden; ``connection_invalidated``
+    when the connection was lost)."""
+    return setup_error(exc, connection=connection) or DBAPIError.instance(
+        None,
+        None,
+        exc,
+        psycopg.Error,
+        hide_parameters=True,
+        connection_invalidated=connection.broken or connection.closed,
+        dialect=dialect,
+    )
 
 
 def _prepare_as_configured(engine: AsyncEngine, settings: Settings) -> None:

@@ -47,7 +47,7 @@ import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
@@ -62,20 +62,19 @@ from pgmemory.store.clauses import clause
 from pgmemory.store.connector import (
     adopt_engine,
     check_database,
+    driver_error,
     has_binary_codes,
     is_distributed,
     make_engine,
-    setup_error,
 )
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.held import HeldConnections
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
+from pgmemory.store.retry import outcome_unknown
 from pgmemory.store.unit_of_work import SharedTransaction, lock
 
 logger = logging.getLogger(__name__)
 
-P = ParamSpec("P")
-T = TypeVar("T")
 C = TypeVar("C")
 
 #: Why nothing opens when no URL is set and the embedded server may not start.
@@ -83,9 +82,6 @@ NO_URL_NO_EMBEDDED = (
     "no database URL is set and the embedded server is switched off (PGMEMORY_EMBEDDED=false): "
     "set PGMEMORY_DATABASE_URL, or pass a URL or an engine"
 )
-
-#: Set on an error raised while committing: the transaction may have committed or not.
-_COMMIT_OUTCOME_UNKNOWN = "_pgmemory_commit_outcome_unknown"
 
 
 class Database:
@@ -305,12 +301,15 @@ class Database:
                     committing = True
             except DBAPIError as exc:
                 if committing:
-                    setattr(exc, _COMMIT_OUTCOME_UNKNOWN, True)
+                    outcome_unknown(exc)
                 raise
             await self.note_write(conn, users)
 
-    async def note_write(self, conn: AsyncConnection, users: frozenset[str] | None) -> None:
-        """After a commit on ``conn``: remember the primary's WAL position for ``users``' reads.
+    async def note_write(
+        self, conn: AsyncConnection | psycopg.AsyncConnection[Any], users: frozenset[str] | None
+    ) -> None:
+        """After a commit on ``conn`` (SQLAlchemy's, or a driver connection in autocommit):
+        remember the primary's WAL position for ``users``' reads.
 
         Only with replicas, and only for transactions that name users or none (see
         :meth:`transaction`); one round trip, in autocommit. If the position cannot be read,
@@ -319,9 +318,12 @@ class Database:
         if self._replicas is None or users == frozenset():
             return
         try:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            position = (await conn.execute(clause(q.WAL_POSITION))).scalar_one()
-        except DBAPIError:
+            if isinstance(conn, AsyncConnection):
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                position = (await conn.execute(clause(q.WAL_POSITION))).scalar_one()
+            else:
+                position = (await fastpath.run(conn, q.WAL_POSITION, {}, prepare=False))[0]["lsn"]
+        except (DBAPIError, psycopg.Error):
             self._replicas.marks.note_unknown(self.settings.replica_max_lag_s)
             return
         self._replicas.marks.note(users, parse_lsn(position))
@@ -443,21 +445,14 @@ class Database:
             try:
                 yield driver
             except psycopg.Error as exc:
-                explained = setup_error(exc, connection=driver)
-                if explained is not None:
-                    raise explained from exc
-                lost = driver.broken or driver.closed
-                if lost and pooled.is_valid:
+                error = driver_error(exc, driver, self.engine.dialect)
+                if (driver.broken or driver.closed) and pooled.is_valid:
                     await greenlet_spawn(pooled.invalidate)
-                raise DBAPIError.instance(
-                    None,
-                    None,
-                    exc,
-                    psycopg.Error,
-                    hide_parameters=True,
-                    connection_invalidated=lost,
-                    dialect=self.engine.dialect,
-                ) from exc
+                raise error from exc
+            except DBAPIError:  # a psycopg error the block converted (_run_driver)
+                if (driver.broken or driver.closed) and pooled.is_valid:
+                    await greenlet_spawn(pooled.invalidate)
+                raise
             finally:
                 if pooled.is_valid:
                     kept = self._held.keep(pooled, leased_at)
@@ -471,58 +466,66 @@ class Database:
                 await greenlet_spawn(pooled.close)
 
     async def fetch(
-        self, statement: str, params: Mapping[str, Any], *, users: Sequence[str] = ()
+        self,
+        statement: str,
+        params: Mapping[str, Any],
+        *,
+        users: Sequence[str] = (),
+        sessions: Sequence[tuple[str, str]] = (),
+        wrote: bool = False,
     ) -> list[dict[str, Any]]:
-        """The fast verb: ``statement`` (``:name`` parameters) in one prepared round trip on the
-        primary, in autocommit, its rows as dicts; inside a :meth:`unit_of_work` it runs in the
-        unit's transaction instead (see :mod:`pgmemory.store.fastpath`).
+        """The fast verb: ``statement`` (``:name`` parameters) and the locks it needs in one
+        prepared round trip on the primary's driver connection, its rows as dicts
+        (:mod:`pgmemory.store.fastpath`): one implicit transaction, committed when it returns;
+        in a :meth:`unit_of_work`, part of the unit's transaction (the locks it holds already
+        not taken again).
 
-        ``users``: the users whose rows the statement writes (an audited recall's), whose
-        erasure lock it holds shared, as :meth:`write` does, so that an erasure never misses
-        a recall audit row committed while it ran.
+        Args:
+            users: The users whose rows the statement writes: their erasure lock is held,
+                shared, as :meth:`write` holds it.
+            sessions: The ``(user_id, session_id)`` chat-history sessions it appends to (their
+                append lock, exclusive).
+            wrote: It writes ``users``' data: with replicas their reads wait for it (as after
+                :meth:`write`); a lost connection leaves the outcome unknown (never retried).
         """
-        if self.in_unit_of_work:
-            async with self.write(users=users) as conn:
-                with telemetry.sql("statement"):
-                    result = await conn.execute(clause(statement), dict(params))
-                return [dict(row) for row in result.mappings().all()] if result.returns_rows else []
-        async with self.driver_autocommit() as conn:
-            with telemetry.sql("statement"):
+        shared = self._shared.get()
+        if shared is not None:
+            return await shared.fetch(
+                statement, params, frozenset(users), frozenset(sessions), self._run_driver
+            )
+        try:
+            async with self.driver_autocommit() as conn:
+                rows = await self._run_driver(conn, statement, params, users, sessions)
+                if wrote:
+                    await self.note_write(conn, frozenset(users))
+                return rows
+        except DBAPIError as exc:
+            if wrote:
+                outcome_unknown(exc)
+            raise
+
+    async def _run_driver(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        statement: str,
+        params: Mapping[str, Any],
+        users: Iterable[str],
+        sessions: Iterable[tuple[str, str]],
+    ) -> list[dict[str, Any]]:
+        """One statement and its locks on a driver connection (:func:`fastpath.run`); psycopg's
+        errors come out as :func:`~pgmemory.store.connector.driver_error` says."""
+        with telemetry.sql("statement"):
+            try:
                 return await fastpath.run(
                     conn,
                     statement,
                     params,
-                    lock_users=users,
+                    lock_users=tuple(users),
+                    lock_sessions=tuple(sessions),
                     prepare=self.settings.prepared_statements,
                 )
-
-    async def retried(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """Run a read; once more, on a fresh connection, if it lost its connection midway.
-
-        Only for operations that change nothing but recall audit rows written in the same
-        transaction (a transaction that lost its connection before its commit did not commit,
-        so it can run again). A commit that lost its connection is not retried: it may have
-        taken effect.
-
-        Args:
-            operation: Runs the read (called once, or twice after a lost connection).
-
-        Returns:
-            What ``operation`` returns.
-
-        Raises:
-            sqlalchemy.exc.DBAPIError: The read failed otherwise, or lost its connection twice.
-        """
-        try:
-            return await operation()
-        except DBAPIError as exc:
-            if not exc.connection_invalidated or getattr(exc, _COMMIT_OUTCOME_UNKNOWN, False):
-                raise
-            logger.warning(
-                "a read lost its database connection (%s); running it once more",
-                type(exc.orig).__name__,
-            )
-        return await operation()
+            except psycopg.Error as exc:
+                raise driver_error(exc, conn, self.engine.dialect) from exc
 
     def _usable(self) -> None:
         """Raise StoreClosedError once closed; in a forked child, leave the parent's pools (a

@@ -10,7 +10,10 @@ connection, and run in autocommit: one round trip, its own transaction. An audit
 statement relaxes its own commit (:func:`pgmemory.store.queries.search_memories` with
 ``relax_commit``), so the audit row is written in the same statement and committed with it,
 as before: nothing is deferred, batched or written later. A caller's own recall record
-(:func:`pgmemory.store.recall.record`) is one such statement too.
+(:func:`pgmemory.store.recall.record`) is one such statement too, and so are the writes of
+memories and chat history: the locks a write holds and its statement go in one pipeline, one
+round trip, committed as one implicit transaction (or, in a unit of work, part of its
+transaction: see :meth:`pgmemory.store.database.Database.fetch`).
 
 What a lost connection does: the statement is its own commit, so when the connection is lost
 while it runs, its audit row may have committed or not; :meth:`Database.read` runs the search
@@ -49,6 +52,7 @@ async def run(
     params: Mapping[str, Any],
     *,
     lock_users: Sequence[str] = (),
+    lock_sessions: Sequence[tuple[str, str]] = (),
     prepare: bool = True,
 ) -> list[dict[str, Any]]:
     """Run ``statement`` (``:name`` parameters) on ``conn`` as one prepared round trip.
@@ -63,6 +67,8 @@ async def run(
             at the same time must either see and pseudonymise, or precede). The lock and the
             statement go in one pipeline, one implicit transaction: still one round trip, and
             the statement's snapshot is taken after the lock is held.
+        lock_sessions: ``(user_id, session_id)`` chat-history sessions whose append lock the
+            statement holds, exclusively (taken in the same lock statement).
         prepare: prepare it on the connection (``Settings.prepared_statements``); unprepared,
             it is parsed and planned on every run, as a transaction-mode pooler needs.
 
@@ -70,14 +76,17 @@ async def run(
         Its rows, as dicts by column name (none for a statement that returns no rows).
     """
     cursor = conn.cursor(row_factory=dict_row)
-    if not lock_users:
+    if not lock_users and not lock_sessions:
         await cursor.execute(driver_statement(statement), params, prepare=prepare)
         return await _rows(cursor)
-    # Both go before one Sync: the server runs them as one implicit transaction, so the lock
-    # holds until the statement's commit (and the statement's snapshot is taken after it).
+    # Both go before one Sync: in autocommit the server runs them as one implicit transaction,
+    # so the lock holds until the statement's commit (and the statement's snapshot is taken
+    # after it); in a transaction, both are part of it.
     async with conn.pipeline():
         await conn.cursor().execute(
-            driver_statement(LOCK_FOR_WRITE), lock_parameters(lock_users), prepare=prepare
+            driver_statement(LOCK_FOR_WRITE),
+            lock_parameters(lock_users, lock_sessions),
+            prepare=prepare,
         )
         await cursor.execute(driver_statement(statement), params, prepare=prepare)
     return await _rows(cursor)

@@ -84,15 +84,23 @@ async def append(
             payloads.append(jsonb(check_metadata(message, what=f"messages[{i}]")))
         if not ids:
             return 0
-        params = {"session_id": session_id, "user_id": user_id}
-        async with db.write(users=(user_id,), sessions=((user_id, session_id),)) as conn:
-            result = await conn.execute(
-                clause(q.APPEND_HISTORY),
-                {**params, "message_ids": ids, "roles": roles, "messages": payloads},
+        # The rows returned, not the rowcount: Citus reports the rows its INSERT ... SELECT sent
+        # to the shards, the skipped ones included.
+        added = len(
+            await db.fetch(
+                q.APPEND_HISTORY,
+                {
+                    "session_id": session_id,
+                    "user_id": user_id,
+                    "message_ids": ids,
+                    "roles": roles,
+                    "messages": payloads,
+                },
+                users=(user_id,),
+                sessions=((user_id, session_id),),
+                wrote=True,
             )
-            # The rows returned, not the rowcount: Citus reports the rows its INSERT ... SELECT sent
-            # to the shards, the skipped ones included.
-            added = len(result.all())
+        )
         op.count("record.count", added)
         return added
 

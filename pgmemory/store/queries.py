@@ -1432,7 +1432,7 @@ ERASE_USER = "SELECT pgmemory_erase_user(:user_id, :actor)"
 # --- read replicas -------------------------------------------------------------------------
 
 #: The primary's WAL insert position, read right after a write commits (read-your-writes).
-WAL_POSITION = "SELECT pg_current_wal_insert_lsn()::text"
+WAL_POSITION = "SELECT pg_current_wal_insert_lsn()::text AS lsn"
 
 #: Whether a read replica still replays WAL, how far it has, and how many seconds it lags (0
 #: when it has replayed all it received).

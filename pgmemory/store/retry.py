@@ -1,32 +1,64 @@
 """The read retry: a reading method runs once more, on a fresh connection, after losing its
-connection midway (:meth:`pgmemory.store.database.Database.retried`)."""
+connection midway (:func:`retried`), unless a write in it may have committed
+(:func:`outcome_unknown`)."""
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Awaitable, Callable
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
-from pgmemory.store.database import Database
+from sqlalchemy.exc import DBAPIError
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
+S = TypeVar("S")
+
+#: Set on an error raised while committing: the transaction may have committed or not.
+_COMMIT_OUTCOME_UNKNOWN = "_pgmemory_commit_outcome_unknown"
 
 
-class _HasDatabase(Protocol):
-    """An object whose reads go through a :class:`Database` (the store)."""
-
-    @property
-    def _db(self) -> Database: ...
+def outcome_unknown(exc: DBAPIError) -> None:
+    """Mark ``exc`` as raised by a commit that may have taken effect: it is never retried."""
+    setattr(exc, _COMMIT_OUTCOME_UNKNOWN, True)
 
 
-S = TypeVar("S", bound=_HasDatabase)
+async def retried(operation: Callable[[], Awaitable[T]]) -> T:
+    """Run a read; once more, on a fresh connection, if it lost its connection midway.
+
+    Only for operations that change nothing but recall audit rows written in the same
+    transaction (a transaction that lost its connection before its commit did not commit,
+    so it can run again). A commit that lost its connection is not retried: it may have
+    taken effect.
+
+    Args:
+        operation: Runs the read (called once, or twice after a lost connection).
+
+    Returns:
+        What ``operation`` returns.
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: The read failed otherwise, or lost its connection twice.
+    """
+    try:
+        return await operation()
+    except DBAPIError as exc:
+        if not exc.connection_invalidated or getattr(exc, _COMMIT_OUTCOME_UNKNOWN, False):
+            raise
+        logger.warning(
+            "a read lost its database connection (%s); running it once more",
+            type(exc.orig).__name__,
+        )
+    return await operation()
 
 
 def retried_read(
     method: Callable[Concatenate[S, P], Awaitable[T]],
 ) -> Callable[Concatenate[S, P], Awaitable[T]]:
-    """Run a reading method (of the store or the admin plane) through :meth:`Database.retried`
+    """Run a reading method (of the store or the admin plane) through :func:`retried`
     (retried once after a lost connection).
 
     Args:
@@ -38,6 +70,6 @@ def retried_read(
 
     @functools.wraps(method)
     async def reading(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._db.retried(lambda: method(self, *args, **kwargs))
+        return await retried(lambda: method(self, *args, **kwargs))
 
     return reading

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from pgmemory.errors import TurnWriteFailedError
@@ -40,6 +42,26 @@ def lock_parameters(
         "session_users": [user for user, _ in ordered],
         "sessions": [session for _, session in ordered],
     }
+
+
+async def _driver(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    """The psycopg connection under a SQLAlchemy connection (in its transaction, if begun)."""
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert driver is not None
+    return driver  # type: ignore[no-any-return]
+
+
+class DriverRun(Protocol):
+    """Runs one statement and its locks on a driver connection (``Database._run_driver``)."""
+
+    def __call__(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        statement: str,
+        params: Mapping[str, Any],
+        users: Iterable[str],
+        sessions: Iterable[tuple[str, str]],
+    ) -> Awaitable[list[dict[str, Any]]]: ...
 
 
 class SharedTransaction:
@@ -119,6 +141,48 @@ class SharedTransaction:
                 raise
             finally:
                 self._owner = None
+
+    async def fetch(
+        self,
+        statement: str,
+        params: Mapping[str, Any],
+        users: frozenset[str],
+        sessions: frozenset[tuple[str, str]],
+        run: DriverRun,
+    ) -> list[dict[str, Any]]:
+        """One statement in the shared transaction, on its driver connection: the locks the
+        transaction does not hold yet and the statement in one round trip (``Database.fetch``).
+        A statement of a task's own write block is one of that write's (its savepoint).
+
+        Raises:
+            TurnWriteFailedError: An earlier write of the block failed.
+        """
+        task = asyncio.current_task()
+        if task is not None and task is self._owner:
+            async with self.join(users, sessions) as conn:
+                return await run(await _driver(conn), statement, params, (), ())
+        if self._users is not None:
+            self._users = self._users | users
+        async with self._lock:
+            if self._closed:
+                raise RuntimeError(
+                    "the shared transaction has ended; a task started inside the block wrote after it"
+                )
+            self._refuse_if_failed()
+            if self._conn is None:
+                self._conn = await self._connect()
+                self._outer = await self._conn.begin()
+            new_users = users - self._locked_users
+            new_sessions = sessions - self._locked_sessions
+            driver = await _driver(self._conn)
+            try:
+                rows = await run(driver, statement, params, new_users, new_sessions)
+            except BaseException as exc:
+                self._failed = type(exc).__name__
+                raise
+            self._locked_users |= new_users
+            self._locked_sessions |= new_sessions
+            return rows
 
     def _refuse_if_failed(self) -> None:
         if self._failed is not None:

@@ -100,23 +100,28 @@ async def add(
         # then two batches of the same messages claim them in one order and cannot deadlock.
         ordered = sorted(rows, key=message_key)
         stored: set[uuid.UUID] = set()
-        async with (
-            _ids_stored_once(),
-            db.write(users={row["user_id"] or "" for row in rows}) as conn,
-        ):
+        users = sorted({row["user_id"] or "" for row in rows})
+        # One chunk is one statement with its locks: one round trip, its own transaction (or
+        # the unit of work's); the chunks of a larger batch share one transaction.
+        together = (
+            db.unit_of_work() if len(ordered) > INSERT_CHUNK_ROWS else contextlib.nullcontext()
+        )
+        async with _ids_stored_once(), together:
             for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
                 chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
                 chunk["embeddings"] = VectorList(chunk["embeddings"])
-                result = await conn.execute(
-                    clause(q.INSERT_MEMORIES),
+                inserted = await db.fetch(
+                    q.INSERT_MEMORIES,
                     {
                         **chunk,
                         "collection": collection,
                         "embedding_model": info.embedding_model,
                         "actor": actor or "",
                     },
+                    users=users,
+                    wrote=True,
                 )
-                stored.update(result.scalars())
+                stored.update(row["memory_id"] for row in inserted)
         logger.info("stored %d memories in collection %s", len(stored), collection)
         ids = [row["id"] for row in rows if row["id"] in stored]
         op.written(ids)

@@ -51,7 +51,9 @@ class DropOnCheckout:
     pool's own checkout check passed: the first statement on each finds its connection lost.
 
     For searches, which run as one statement on psycopg directly (pgmemory.store.fastpath),
-    where SQLAlchemy's statement events do not fire.
+    where SQLAlchemy's statement events do not fire. The fast path keeps its connections
+    checked out between statements (pgmemory.store.held): :func:`_release_held` first, so
+    that the next statement checks one out.
     """
 
     def __init__(self, store: MemoryStore, admin_url: str, *, times: int = 1) -> None:
@@ -73,6 +75,13 @@ class DropOnCheckout:
             return
         self.dropped += 1
         _terminate(self._admin, dbapi_connection.driver_connection.info.backend_pid)
+
+
+async def _release_held(store: MemoryStore) -> None:
+    """Give the connections the fast path holds back to the pool."""
+    held = store.database._held
+    while len(held):
+        await held.release_one()
 
 
 def _terminate(admin: sa.Engine, pid: int) -> None:
@@ -106,6 +115,7 @@ async def test_a_read_runs_once_more_after_losing_its_connection(
         collection_3d, [MemoryRecord(content="likes tea", scope=scope, embedding=[1, 0, 0])]
     )
     # The search (one statement, which writes its audit row) finds its connection gone.
+    await _release_held(store)  # the add's connection is held: the search would take it
     with DropOnCheckout(store, server_url) as dropped_search:
         hits = await store.search(collection_3d, scope, vector=[1, 0, 0])
     assert dropped_search.dropped == 1
@@ -137,12 +147,11 @@ async def test_a_write_is_not_run_again_after_losing_its_connection(
     await store.create_collection(collection_3d, dimensions=3, embedding_model="test")
     scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
     record = MemoryRecord(content="likes coffee", scope=scope, embedding=[0, 1, 0])
-    with (
-        DropConnection(store, server_url, marker="INSERT INTO pgmemory_memories") as drop,
-        pytest.raises(DBAPIError),
-    ):
+    await _release_held(store)
+    with DropOnCheckout(store, server_url) as drop, pytest.raises(DBAPIError) as raised:
         await store.add(collection_3d, [record])
     assert drop.dropped == 1
+    assert raised.value.connection_invalidated
     assert await store.count(collection_3d, scope) == 0
     # The pool hands out a working connection for the caller's own retry.
     await store.add(collection_3d, [record])

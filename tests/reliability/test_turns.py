@@ -30,6 +30,7 @@ from pgmemory import (
 from pgmemory.errors import TurnWriteFailedError
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, json_reply, text
+from tests.wire import one_connection_store, sent
 
 PHONE = "my phone number is +1 555 0100"
 
@@ -242,30 +243,32 @@ async def test_a_failed_write_fails_the_block_even_when_its_error_is_caught(
 
 
 async def test_a_block_takes_each_lock_once_and_no_savepoints(
-    store: MemoryStore, collection: str
+    store_url: str, embedder: Any
 ) -> None:
     """A turn's writes to one user and session: one lock statement, no SAVEPOINT, no SET."""
     user = unique("u")
-    sent: list[str] = []
+    async with one_connection_store(store_url, embedder=embedder) as (store, pgconn):
+        collection = unique("c")
+        await store.create_collection(collection)
 
-    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
-        words = statement.split()
-        sent.append("LOCK" if "pg_advisory_xact_lock" in statement else words[0].upper())
+        async def turn(session: str) -> None:
+            async with store.shared_transaction():
+                await store.append_history(
+                    session, [{"message_id": "m1", "role": "user"}], user_id=user
+                )
+                await store.add(collection, _records(user, f"one {session}"))
+                await store.append_history(
+                    session, [{"message_id": "m2", "role": "assistant"}], user_id=user
+                )
 
-    sa.event.listen(store.engine.sync_engine, "before_cursor_execute", seen)
-    try:
-        async with store.shared_transaction():
-            await store.append_history("s1", [{"message_id": "m1", "role": "user"}], user_id=user)
-            await store.add(collection, _records(user, "one"))
-            await store.append_history(
-                "s1", [{"message_id": "m2", "role": "assistant"}], user_id=user
-            )
-    finally:
-        sa.event.remove(store.engine.sync_engine, "before_cursor_execute", seen)
-    assert sent.count("LOCK") == 1, sent  # the erasure and append locks, in one statement
-    assert "SAVEPOINT" not in sent and "SET" not in sent, sent
-    assert await store.count_history("s1", user_id=user) == 2
-    assert await store.count(collection, MemoryScope(user_id=user)) == 1
+        await turn("s0")  # the connection prepares its statements
+        kinds = await sent(pgconn, lambda: turn("s1"))
+        # BEGIN, the erasure and append locks in one statement, the three writes
+        assert kinds.count("Execute") == 5, kinds
+        assert kinds[-1] == "Query COMMIT", kinds
+        assert not any("SAVEPOINT" in kind or "SET" in kind for kind in kinds), kinds
+        assert await store.count_history("s1", user_id=user) == 2
+        assert await store.count(collection, MemoryScope(user_id=user)) == 2
 
 
 async def test_concurrent_writers_share_the_block(store: MemoryStore, collection: str) -> None:

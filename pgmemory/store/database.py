@@ -483,8 +483,7 @@ class Database:
         Args:
             users: The users whose rows the statement writes: their erasure lock is held,
                 shared, as :meth:`write` holds it.
-            sessions: The ``(user_id, session_id)`` chat-history sessions it appends to (their
-                append lock, exclusive).
+            sessions: The chat-history sessions it appends to (their append lock, exclusive).
             wrote: It writes ``users``' data: with replicas their reads wait for it (as after
                 :meth:`write`); a lost connection leaves the outcome unknown (never retried).
         """
@@ -511,6 +510,8 @@ class Database:
         params: Mapping[str, Any],
         users: Iterable[str],
         sessions: Iterable[tuple[str, str]],
+        *,
+        begin: bool = False,
     ) -> list[dict[str, Any]]:
         """One statement and its locks on a driver connection (:func:`fastpath.run`); psycopg's
         errors come out as :func:`~pgmemory.store.connector.driver_error` says."""
@@ -522,6 +523,7 @@ class Database:
                     params,
                     lock_users=tuple(users),
                     lock_sessions=tuple(sessions),
+                    begin=begin,
                     prepare=self.settings.prepared_statements,
                 )
             except psycopg.Error as exc:

@@ -53,6 +53,7 @@ async def run(
     *,
     lock_users: Sequence[str] = (),
     lock_sessions: Sequence[tuple[str, str]] = (),
+    begin: bool = False,
     prepare: bool = True,
 ) -> list[dict[str, Any]]:
     """Run ``statement`` (``:name`` parameters) on ``conn`` as one prepared round trip.
@@ -69,6 +70,9 @@ async def run(
             the statement's snapshot is taken after the lock is held.
         lock_sessions: ``(user_id, session_id)`` chat-history sessions whose append lock the
             statement holds, exclusively (taken in the same lock statement).
+        begin: Open a transaction first, in the same pipeline, which stays open after the
+            statement (``conn`` is in autocommit with none open: a unit of work's first
+            statement, one round trip where psycopg's own BEGIN would take one more).
         prepare: prepare it on the connection (``Settings.prepared_statements``); unprepared,
             it is parsed and planned on every run, as a transaction-mode pooler needs.
 
@@ -76,20 +80,33 @@ async def run(
         Its rows, as dicts by column name (none for a statement that returns no rows).
     """
     cursor = conn.cursor(row_factory=dict_row)
-    if not lock_users and not lock_sessions:
+    locks = bool(lock_users or lock_sessions)
+    if not locks and not begin:
         await cursor.execute(driver_statement(statement), params, prepare=prepare)
         return await _rows(cursor)
-    # Both go before one Sync: in autocommit the server runs them as one implicit transaction,
-    # so the lock holds until the statement's commit (and the statement's snapshot is taken
-    # after it); in a transaction, both are part of it.
+    # All go before one Sync: in autocommit the server runs the lock and the statement as one
+    # implicit transaction, so the lock holds until the statement's commit (and the
+    # statement's snapshot is taken after it); after BEGIN, or in a transaction, they are
+    # part of it.
     async with conn.pipeline():
-        await conn.cursor().execute(
-            driver_statement(LOCK_FOR_WRITE),
-            lock_parameters(lock_users, lock_sessions),
-            prepare=prepare,
-        )
+        if begin:
+            await conn.cursor().execute(_begin(conn), prepare=False)
+        if locks:
+            await conn.cursor().execute(
+                driver_statement(LOCK_FOR_WRITE),
+                lock_parameters(lock_users, lock_sessions),
+                prepare=prepare,
+            )
         await cursor.execute(driver_statement(statement), params, prepare=prepare)
     return await _rows(cursor)
+
+
+def _begin(conn: psycopg.AsyncConnection[Any]) -> str:
+    """The BEGIN psycopg itself would send: with the connection's isolation level."""
+    level = conn.isolation_level
+    if level is None:
+        return "BEGIN"
+    return "BEGIN ISOLATION LEVEL " + psycopg.IsolationLevel(level).name.replace("_", " ")
 
 
 async def _rows(cursor: psycopg.AsyncCursor[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any, Protocol
 
 import psycopg
+from psycopg import pq
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from pgmemory.errors import TurnWriteFailedError
@@ -61,6 +62,8 @@ class DriverRun(Protocol):
         params: Mapping[str, Any],
         users: Iterable[str],
         sessions: Iterable[tuple[str, str]],
+        *,
+        begin: bool = False,
     ) -> Awaitable[list[dict[str, Any]]]: ...
 
 
@@ -95,6 +98,9 @@ class SharedTransaction:
         self._locked_sessions: set[tuple[str, str]] = set()
         self._conn: AsyncConnection | None = None
         self._outer: AsyncTransaction | None = None
+        #: The driver connection switched to autocommit for the BEGIN it sent itself (see
+        #: fetch), switched back when the transaction has ended.
+        self._autocommit: psycopg.AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
         self._owner: asyncio.Task[object] | None = None
         self._closed = False
@@ -175,8 +181,15 @@ class SharedTransaction:
             new_users = users - self._locked_users
             new_sessions = sessions - self._locked_sessions
             driver = await _driver(self._conn)
+            # Nothing sent yet: the statement's pipeline opens the transaction itself, in
+            # autocommit (psycopg would send its own BEGIN and wait for it: a round trip more);
+            # the server then holds the transaction open, and finish() ends it.
+            begin = driver.info.transaction_status == pq.TransactionStatus.IDLE
+            if begin:
+                await driver.set_autocommit(True)
+                self._autocommit = driver
             try:
-                rows = await run(driver, statement, params, new_users, new_sessions)
+                rows = await run(driver, statement, params, new_users, new_sessions, begin=begin)
             except BaseException as exc:
                 self._failed = type(exc).__name__
                 raise
@@ -217,5 +230,8 @@ class SharedTransaction:
                     if commit:
                         self._refuse_if_failed()
             finally:
+                with contextlib.suppress(Exception):
+                    if self._autocommit is not None:
+                        await self._autocommit.set_autocommit(False)
                 with contextlib.suppress(Exception):
                     await conn.close()

@@ -5,6 +5,7 @@ What the client sends is read from libpq's own protocol trace (:mod:`tests.wire`
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import numpy as np
@@ -90,12 +91,18 @@ async def test_a_turns_writes_share_one_transaction_and_take_the_locks_once(
 
         await turn(0)  # the connection prepares its statements (a round trip of its own, once)
         kinds = await sent(pgconn, lambda: turn(1))
-        # BEGIN; the locks and the history row; the memory row (its user's lock is held
+        # BEGIN, the locks and the history row; the memory row (its user's lock is held
         # already); COMMIT
-        assert round_trips(kinds) == 4, kinds
+        assert round_trips(kinds) == 3, kinds
         assert kinds.count("Execute") == 4, kinds
         assert kinds[-1] == "Query COMMIT", kinds
         assert await _stored(store, user) == (2, 2)
+        # The block's connection (the pool's only one) went back out of autocommit: the two
+        # statements of a write block are one transaction (one now()).
+        async with store.database.write(users=()) as conn:
+            first = (await conn.execute(text("SELECT now()"))).scalar_one()
+            await asyncio.sleep(0.01)
+            assert (await conn.execute(text("SELECT now()"))).scalar_one() == first
 
         async def failing_turn() -> None:
             async with store.shared_transaction():

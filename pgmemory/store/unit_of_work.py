@@ -126,22 +126,15 @@ class SharedTransaction:
                 yield self._conn
             return
         async with self._lock:
-            if self._closed:
-                raise RuntimeError(
-                    "the shared transaction has ended; a task started inside the block wrote after it"
-                )
-            self._refuse_if_failed()
-            if self._conn is None:
-                self._conn = await self._connect()
-                self._outer = await self._conn.begin()
+            conn = await self._enter()
             self._owner = task
             try:
                 new_users = (users or frozenset()) - self._locked_users
                 new_sessions = sessions - self._locked_sessions
-                await lock(self._conn, frozenset(new_users), frozenset(new_sessions))
+                await lock(conn, frozenset(new_users), frozenset(new_sessions))
                 self._locked_users |= new_users
                 self._locked_sessions |= new_sessions
-                yield self._conn
+                yield conn
             except BaseException as exc:
                 self._failed = type(exc).__name__
                 raise
@@ -170,17 +163,9 @@ class SharedTransaction:
         if self._users is not None:
             self._users = self._users | users
         async with self._lock:
-            if self._closed:
-                raise RuntimeError(
-                    "the shared transaction has ended; a task started inside the block wrote after it"
-                )
-            self._refuse_if_failed()
-            if self._conn is None:
-                self._conn = await self._connect()
-                self._outer = await self._conn.begin()
+            driver = await _driver(await self._enter())
             new_users = users - self._locked_users
             new_sessions = sessions - self._locked_sessions
-            driver = await _driver(self._conn)
             # Nothing sent yet: the statement's pipeline opens the transaction itself, in
             # autocommit (psycopg would send its own BEGIN and wait for it: a round trip more);
             # the server then holds the transaction open, and finish() ends it.
@@ -196,6 +181,23 @@ class SharedTransaction:
             self._locked_users |= new_users
             self._locked_sessions |= new_sessions
             return rows
+
+    async def _enter(self) -> AsyncConnection:
+        """The shared connection for the next write (called holding ``_lock``), taken and its
+        transaction begun at the first.
+
+        Raises:
+            TurnWriteFailedError: An earlier write of the block failed.
+        """
+        if self._closed:
+            raise RuntimeError(
+                "the shared transaction has ended; a task started inside the block wrote after it"
+            )
+        self._refuse_if_failed()
+        if self._conn is None:
+            self._conn = await self._connect()
+            self._outer = await self._conn.begin()
+        return self._conn
 
     def _refuse_if_failed(self) -> None:
         if self._failed is not None:

@@ -192,6 +192,9 @@ class MemoryRow(Base):
             "ix_pgmemory_memories_scope_terms",
             text("pgmemory_scope_terms(collection, user_id, search_vector)"),
             postgresql_using="gin",
+            # New keys go straight into their posting lists, not a pending list every
+            # search reads (0020).
+            postgresql_with={"fastupdate": "off"},
         ),
         # Expiry sweeps only look at rows that can expire.
         Index(

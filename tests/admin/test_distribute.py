@@ -176,7 +176,19 @@ async def test_partitioning_is_refused_on_a_citus_database(migrated: str) -> Non
 
 #: The revisions after 0008, in order: each must apply to an already distributed schema (a
 #: database distributed at 0008, as a user moving to Citus then would have it).
-AFTER_0008 = ["0009", "0010", "0012", "0013", "0014", "0015", "0016", "0017", "0018", "0019"]
+AFTER_0008 = [
+    "0009",
+    "0010",
+    "0012",
+    "0013",
+    "0014",
+    "0015",
+    "0016",
+    "0017",
+    "0018",
+    "0019",
+    "0020",
+]
 
 
 async def test_each_migration_after_0008_applies_to_a_distributed_database(
@@ -202,6 +214,7 @@ async def test_each_migration_after_0008_applies_to_a_distributed_database(
         assert _layout(url)["pgmemory_memories"][:2] == ("distributed", "user_id")
         assert _layout(url)["pgmemory_jobs"][:2] == ("distributed", "user_id")  # by 0016
         assert _search_vector_storage(url) == {"m"}  # every shard's, by 0017
+        assert _term_index_options(url) == {"{fastupdate=off}"}  # every shard's, by 0020
         # The migrated cluster serves the library: a write and a recall of one user.
         async with MemoryStore(url) as store:
             await store.create_collection("c", dimensions=3, embedding_model="test")
@@ -226,6 +239,28 @@ def _search_vector_storage(url: str) -> set[str]:
             shards = conn.execute(
                 sa.text("SELECT result FROM run_command_on_shards('pgmemory_memories', :c)"),
                 {"c": column.format("'%s'::regclass")},
+            ).scalars()
+            return {local, *shards}
+    finally:
+        engine.dispose()
+
+
+def _term_index_options(url: str) -> set[str]:
+    """The options of the term index on the coordinator's table and on every shard."""
+    engine = sa.create_engine(url)
+    options = (
+        "SELECT COALESCE(c.reloptions::text, '') FROM pg_index AS i "
+        "JOIN pg_class AS c ON c.oid = i.indexrelid JOIN pg_am AS a ON a.oid = c.relam "
+        "WHERE i.indrelid = {} AND a.amname = 'gin'"
+    )
+    try:
+        with engine.connect() as conn:
+            local = conn.execute(
+                sa.text(options.format("'pgmemory_memories'::regclass"))
+            ).scalar_one()
+            shards = conn.execute(
+                sa.text("SELECT result FROM run_command_on_shards('pgmemory_memories', :c)"),
+                {"c": options.format("'%s'::regclass")},
             ).scalars()
             return {local, *shards}
     finally:

@@ -283,6 +283,50 @@ async def test_a_users_keyword_search_reads_only_that_users_matches(
     assert not [n for n in nodes if "search_vector" in n.get("Index Name", "")]
 
 
+async def test_new_rows_go_straight_into_the_term_index(fresh_database: str) -> None:
+    """The term index has no pending list (0020): a row's keys are in their posting lists
+    when its write commits, so a keyword search never reads other writes' unsorted entries
+    (PostgreSQL's default, ``fastupdate``, queues them until a vacuum)."""
+    migrate.upgrade(fresh_database)
+    async with MemoryStore(fresh_database) as store:
+        await store.create_collection("c", dimensions=3, embedding_model="test")
+        for i in range(40):
+            record = MemoryRecord(
+                content=f"green tea at noon, note {i}",
+                scope=MemoryScope(user_id=f"u{i % 4}"),
+                embedding=[1, i, 0],
+            )
+            await store.add("c", [record])
+    engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS pgstattuple"))
+            options = conn.execute(
+                text(
+                    "SELECT reloptions FROM pg_class "
+                    "WHERE oid = 'ix_pgmemory_memories_scope_terms'::regclass"
+                )
+            ).scalar_one()
+            pending = conn.execute(
+                text(
+                    "SELECT pending_pages, pending_tuples "
+                    "FROM pgstatginindex('ix_pgmemory_memories_scope_terms')"
+                )
+            ).one()
+            matched = conn.execute(
+                text(
+                    "SELECT count(*) FROM pgmemory_memories WHERE "
+                    "pgmemory_scope_terms(collection, user_id, search_vector) && "
+                    "pgmemory_scope_terms('c', 'u1', to_tsvector('simple', 'tea'))"
+                )
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert options == ["fastupdate=off"]
+    assert tuple(pending) == (0, 0)
+    assert matched == 10
+
+
 async def test_the_term_keys_are_the_scopes_digits_before_each_lexeme(store: MemoryStore) -> None:
     """``pgmemory_scope_terms`` (0018, rewritten by 0019 without its subquery): eight hex
     digits of md5(collection, chr(31), user) before each of the tsvector's lexemes, for texts

@@ -8,7 +8,7 @@ answers a user's query in a fraction of a millisecond, but after a few hundred w
 pending list held 137 pages and the term index's scan took 4.8 ms instead of 0.25 ms, a fifth
 of a 1,000-message recall. With ``fastupdate = off`` each write puts its keys in their posting
 lists at once: the recall's scan reads only the user's lists, and a write does a little more
-(measured: a 1,000-message recall 1.29x faster, the turn's store unchanged, seeding 10,000
+(measured: a 1,000-message recall 1.20-1.29x faster, the turn's store unchanged, seeding 10,000
 messages in one loop 4.2 s before, 4.9 s after).
 
 The upgrade sets the option and empties the list the index already holds. On Citus the option

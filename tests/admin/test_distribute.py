@@ -227,40 +227,40 @@ async def test_each_migration_after_0008_applies_to_a_distributed_database(
             assert [h.memory.content for h in hits] == ["tea"]
 
 
+#: The storage of ``search_vector`` in the table ``{}`` names.
+_SEARCH_VECTOR_STORAGE = (
+    "SELECT attstorage::text FROM pg_attribute WHERE attrelid = {} AND attname = 'search_vector'"
+)
+#: The options of the term index (the GIN index) on the table ``{}`` names.
+_TERM_INDEX_OPTIONS = (
+    "SELECT COALESCE(c.reloptions::text, '') FROM pg_index AS i "
+    "JOIN pg_class AS c ON c.oid = i.indexrelid JOIN pg_am AS a ON a.oid = c.relam "
+    "WHERE i.indrelid = {} AND a.amname = 'gin'"
+)
+
+
 def _search_vector_storage(url: str) -> set[str]:
     """The storage of ``search_vector`` in the coordinator's table and every shard."""
-    engine = sa.create_engine(url)
-    column = "SELECT attstorage::text FROM pg_attribute WHERE attrelid = {} AND attname = 'search_vector'"
-    try:
-        with engine.connect() as conn:
-            local = conn.execute(
-                sa.text(column.format("'pgmemory_memories'::regclass"))
-            ).scalar_one()
-            shards = conn.execute(
-                sa.text("SELECT result FROM run_command_on_shards('pgmemory_memories', :c)"),
-                {"c": column.format("'%s'::regclass")},
-            ).scalars()
-            return {local, *shards}
-    finally:
-        engine.dispose()
+    return _on_table_and_shards(url, _SEARCH_VECTOR_STORAGE)
 
 
 def _term_index_options(url: str) -> set[str]:
     """The options of the term index on the coordinator's table and on every shard."""
+    return _on_table_and_shards(url, _TERM_INDEX_OPTIONS)
+
+
+def _on_table_and_shards(url: str, query: str) -> set[str]:
+    """The distinct answers of ``query`` (one value; ``{}`` is the table) on the coordinator's
+    ``pgmemory_memories`` and on each of its shards."""
     engine = sa.create_engine(url)
-    options = (
-        "SELECT COALESCE(c.reloptions::text, '') FROM pg_index AS i "
-        "JOIN pg_class AS c ON c.oid = i.indexrelid JOIN pg_am AS a ON a.oid = c.relam "
-        "WHERE i.indrelid = {} AND a.amname = 'gin'"
-    )
     try:
         with engine.connect() as conn:
             local = conn.execute(
-                sa.text(options.format("'pgmemory_memories'::regclass"))
+                sa.text(query.format("'pgmemory_memories'::regclass"))
             ).scalar_one()
             shards = conn.execute(
                 sa.text("SELECT result FROM run_command_on_shards('pgmemory_memories', :c)"),
-                {"c": options.format("'%s'::regclass")},
+                {"c": query.format("'%s'::regclass")},
             ).scalars()
             return {local, *shards}
     finally:

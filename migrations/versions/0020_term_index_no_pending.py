@@ -8,8 +8,8 @@ answers a user's query in a fraction of a millisecond, but after a few hundred w
 pending list held 137 pages and the term index's scan took 4.8 ms instead of 0.25 ms, a fifth
 of a 1,000-message recall. With ``fastupdate = off`` each write puts its keys in their posting
 lists at once: the recall's scan reads only the user's lists, and a write does a little more
-(measured: a 1,000-message recall 1.20-1.29x faster, the turn's store unchanged, seeding 10,000
-messages in one loop 4.2 s before, 4.9 s after).
+(measured: a 1,000-message recall 1.20-1.29x faster, the turn's store unchanged; importing one
+scope's 10,000 messages 4.2 s before, 4.9 s after, 100,000 rows of many users no slower).
 
 The upgrade sets the option and empties the list the index already holds. On Citus the option
 propagates to every shard's index; what each shard's list already holds is merged by the next
@@ -34,8 +34,9 @@ depends_on: str | Sequence[str] | None = None
 _INDEX = "ix_pgmemory_memories_scope_terms"
 
 #: Merge the pending entries of the term index into it. Not on a distributed table: there each
-#: shard's index is on a worker, and the ALTER above holds its lock until this transaction
-#: ends, so a merge on the worker's own connection would wait for it forever; autovacuum (or
+#: shard's index is on a worker, the upgrade's ALTER INDEX holds its lock there until the
+#: migration's transaction ends, and a merge sent on a connection of its own (Citus's
+#: ``run_command_on_shards``) waits for that lock: the upgrade would hang. Autovacuum (or
 #: ``VACUUM pgmemory_memories``, which Citus runs on every shard) merges them instead.
 _EMPTY_PENDING = f"""
 DO $$

@@ -34,10 +34,10 @@ depends_on: str | Sequence[str] | None = None
 _INDEX = "ix_pgmemory_memories_scope_terms"
 
 #: Merge the pending entries of the term index into it. Not on a distributed table: there each
-#: shard's index is on a worker, the upgrade's ALTER INDEX holds its lock there until the
-#: migration's transaction ends, and a merge sent on a connection of its own (Citus's
-#: ``run_command_on_shards``) waits for that lock: the upgrade would hang. Autovacuum (or
-#: ``VACUUM pgmemory_memories``, which Citus runs on every shard) merges them instead.
+#: shard's index is on a worker, and a merge sent to the shards on connections of their own
+#: (Citus's ``run_command_on_shards``) hung the upgrade, waiting, it seems, for the lock the
+#: upgrade's ALTER INDEX holds on each shard's index until the migration's transaction ends.
+#: Autovacuum (or ``VACUUM pgmemory_memories``, which Citus runs on every shard) merges them.
 _EMPTY_PENDING = f"""
 DO $$
 BEGIN

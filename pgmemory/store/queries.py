@@ -437,6 +437,19 @@ candidates AS MATERIALIZED (
 )"""
 
 
+#: A user scope of more live rows than this ranks its keyword matches from a bounded pool
+#: (:func:`_keyword_ranking`); up to this many, BM25 is exact over every matching row.
+KEYWORD_BOUND_FROM = 2_000
+#: In a bounded keyword ranking, the rows read per query term (and a term found in fewer of
+#: the scope's rows than this is one of its rare terms).
+KEYWORD_TERM_ROWS = 800
+
+#: A user scope's query keys: each query term keyed by its collection and user (migration 0018)
+#: as the scoped term index holds them, worked out once.
+_QUERY_KEYS = """(SELECT pgmemory_scope_terms(:collection, :user_id, to_tsvector(
+                 'simple', array_to_string(CAST(:term_list AS text[]), ' '))))"""
+
+
 def _keyword_ranking(
     dimensions: tuple[str, ...], *, windowed: bool, scope_from_candidates: bool
 ) -> str:
@@ -453,41 +466,103 @@ def _keyword_ranking(
     matches it), N is the scope's size (counted from ``candidates`` when the statement has
     them), and a row's length is its number of distinct terms, against the average over the
     matching rows.
+
+    A user scope of more than KEYWORD_BOUND_FROM live rows is ranked from a bounded pool
+    instead, so that a recall does not read every row holding a common word: each query term's
+    first KEYWORD_TERM_ROWS matching rows are read (``posting``); a term with fewer is rare,
+    its rows and count exact. The pool is every row holding a rare term, and, when those are
+    fewer than ``:pool``, the rows read for the common terms too. A common term's document
+    frequency is estimated from its share of the pool (at least KEYWORD_TERM_ROWS), and the
+    rows holding only common terms that were not read are not ranked by keywords. Measured
+    against the exact ranking: docs/performance.md.
     """
     where, window = _scope_filter(dimensions, windowed=windowed)
-    match = (
-        # the scoped term index (migration 0018): the keys of this collection and user only,
-        # the query's worked out once (a subquery: a plan testing rows one by one would
-        # otherwise compute them again for every row)
-        """pgmemory_scope_terms(m.collection, m.user_id, m.search_vector)
-          && (SELECT pgmemory_scope_terms(:collection, :user_id, to_tsvector(
-                 'simple', array_to_string(CAST(:term_list AS text[]), ' '))))"""
-        if "user_id" in dimensions
-        else "m.search_vector @@ websearch_to_tsquery('simple', :terms)"
-    )
     scope_size = (
         "SELECT count(*) AS n FROM candidates"
         if scope_from_candidates
         else f"SELECT count(*) AS n FROM pgmemory_memories AS m WHERE {where} AND {_LIVE}{window}"
     )
-    return f"""matched AS MATERIALIZED (
-    SELECT m.id, m.user_id, length(m.search_vector) AS dl,
-           ts_filter(setweight(m.search_vector, 'A', CAST(:term_list AS text[])), '{{a}}') AS hits
+    hits = """length(m.search_vector) AS dl,
+           ts_filter(setweight(m.search_vector, 'A', CAST(:term_list AS text[])), '{a}') AS hits"""
+    if "user_id" not in dimensions:
+        matched = f"""scope_n AS MATERIALIZED ({scope_size}),
+matched AS MATERIALIZED (
+    SELECT m.id, m.user_id, {hits}
     FROM pgmemory_memories AS m
     WHERE {where}
-      AND {match}
+      AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
       AND {_LIVE}{window}
+),"""
+        doc_freq = """doc_freq AS (
+    SELECT lexeme, CAST(count(*) AS float8) AS df FROM term_hits GROUP BY lexeme
+),"""
+    else:
+        cap = KEYWORD_TERM_ROWS
+        # Exactly one of the two parts of ``matched`` runs (a one-time filter on the scope's
+        # size): every row holding a query term, through the index with all the query's keys;
+        # or the bounded pool. Both repeat ``m.user_id = :user_id`` (Citus routes by it).
+        matched = f"""scope_n AS MATERIALIZED ({scope_size}),
+query_keys AS (
+    SELECT k.key, substr(k.key, 9) AS term
+    FROM unnest({_QUERY_KEYS}) AS k(key)
+    WHERE (SELECT n FROM scope_n) > {KEYWORD_BOUND_FROM}
 ),
+posting AS MATERIALIZED (
+    SELECT q.term, r.id, r.user_id
+    FROM query_keys AS q CROSS JOIN LATERAL (
+        SELECT m.id, m.user_id
+        FROM pgmemory_memories AS m
+        WHERE {where}
+          AND pgmemory_scope_terms(m.collection, m.user_id, m.search_vector) && ARRAY[q.key]
+          AND {_LIVE}{window}
+        LIMIT {cap}
+    ) AS r
+),
+term_rows AS MATERIALIZED (
+    SELECT term, count(*) AS n FROM posting GROUP BY term
+),
+rare_ids AS MATERIALIZED (
+    SELECT DISTINCT p.id, p.user_id
+    FROM posting AS p JOIN term_rows AS t USING (term)
+    WHERE t.n < {cap}
+),
+pool_ids AS MATERIALIZED (
+    SELECT id, user_id FROM rare_ids
+    UNION
+    SELECT id, user_id FROM posting WHERE (SELECT count(*) FROM rare_ids) < :pool
+),
+matched AS MATERIALIZED (
+    SELECT m.id, m.user_id, {hits}
+    FROM pool_ids AS p
+    JOIN pgmemory_memories AS m ON m.id = p.id AND m.user_id = p.user_id
+      AND m.user_id = :user_id
+    UNION ALL
+    SELECT m.id, m.user_id, {hits}
+    FROM pgmemory_memories AS m
+    WHERE {where}
+      AND pgmemory_scope_terms(m.collection, m.user_id, m.search_vector) && {_QUERY_KEYS}
+      AND {_LIVE}{window}
+      AND (SELECT n FROM scope_n) <= {KEYWORD_BOUND_FROM}
+),"""
+        # A rare term's frequency is its count; a common one's, estimated from the pool.
+        doc_freq = f"""doc_freq AS (
+    SELECT h.lexeme,
+           CAST(CASE WHEN t.n IS NULL OR t.n < {cap} THEN count(*)
+                     ELSE GREATEST({cap}, count(*) * (SELECT n FROM scope_n)
+                                          / GREATEST((SELECT count(*) FROM matched), 1))
+                END AS float8) AS df
+    FROM term_hits AS h LEFT JOIN term_rows AS t ON t.term = h.lexeme
+    GROUP BY h.lexeme, t.n
+),"""
+    return f"""{matched}
 term_hits AS (
     SELECT d.id, d.user_id, d.dl, t.lexeme,
            CAST(COALESCE(cardinality(t.positions), 1) AS float8) AS tf
     FROM matched AS d CROSS JOIN LATERAL unnest(d.hits) AS t
 ),
-doc_freq AS (
-    SELECT lexeme, CAST(count(*) AS float8) AS df FROM term_hits GROUP BY lexeme
-),
+{doc_freq}
 corpus AS (
-    SELECT CAST(({scope_size}) AS float8) AS n,
+    SELECT CAST((SELECT n FROM scope_n) AS float8) AS n,
            (SELECT CAST(avg(dl) AS float8) FROM matched) AS avgdl
 ),
 bm25 AS (

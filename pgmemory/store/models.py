@@ -46,6 +46,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 COVERING_MAX_DIMENSIONS = 512
 #: Largest vector a collection may hold: pgvector's index limit, and what fits an 8 kB page inline.
 MAX_DIMENSIONS = 2000
+#: A row's conversation within its user's rows (its session, agent and application ids), hashed
+#: to 8 bytes: the conversation index's key (0021), so that index adds no limit of its own on
+#: the ids' lengths. Unqualified column names: it is also written in statements over one alias.
+#: Written as PostgreSQL prints it back, so that alembic's comparison finds the index unchanged.
+CONVERSATION_KEY = (
+    "hashtextextended((((session_id || '/'::text) || agent_id) || '/'::text) || application_id,"
+    " 0::bigint)"
+)
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -174,6 +182,17 @@ class MemoryRow(Base):
             "application_id",
             "agent_id",
             "created_at",
+        ),
+        # Each conversation's rows in time order: a hybrid search's neighbour probes (the two
+        # rows before and after a pooled row read, and nothing else; 0021).
+        Index(
+            "ix_pgmemory_memories_conversation",
+            "collection",
+            "user_id",
+            text(CONVERSATION_KEY),
+            "created_at",
+            "id",
+            postgresql_include=["expires_at"],
         ),
         # A message is stored once per collection and scope, however often it is re-sent.
         Index(

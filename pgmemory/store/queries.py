@@ -16,7 +16,7 @@ from pgmemory.store.columns import (
     SENT_COLUMNS,
     STAGING_COLUMNS,
 )
-from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+from pgmemory.store.models import CONVERSATION_KEY, COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import FUSIONS, SEARCH_MODES
 
 # --- collections ---------------------------------------------------------------------------
@@ -270,17 +270,20 @@ top AS (
 )"""
 )
 
+
 # ... and with neighbours: each row also gets :neighbour_weight times the better fused score
 # of the rows just before and after it in its conversation (same user, application, agent and
 # session, in created_at order), and the pooled rows' neighbours are ranked too. Only the rows
 # within two places of a pooled row take part (``reach``: a shown row is pooled or next to
-# one, and its neighbours' scores are needed), found from the conversation links the
-# candidates carry (:func:`_vector_candidates`) by hashed lookups in ``pooled``; the fusion and
-# the window then run over those few rows, not every scope row. A shown row's neighbours are
-# in ``reach``, so ``lag`` and ``lead`` over it give the same rows as over the whole scope.
-_SCORE_FUSION_NEIGHBOURS = (
-    _SPREAD
-    + """,
+# one, and its neighbours' scores are needed), found by :func:`_conversation_links` (in a
+# large scope by two probes of the conversation index per pooled row); the fusion and the
+# window then run over those few rows, not every scope row. A shown row's neighbours are in
+# ``reach``, so ``lag`` and ``lead`` over it give the same rows as over the whole scope.
+def _score_fusion_neighbours(dimensions: tuple[str, ...], *, windowed: bool) -> str:
+    """Score fusion with neighbours (see above), up to ``top``."""
+    return (
+        _SPREAD
+        + """,
 pooled AS MATERIALIZED (
     SELECT id FROM by_vector WHERE CAST(:vector_weight AS float8) > 0
     UNION
@@ -288,13 +291,13 @@ pooled AS MATERIALIZED (
     UNION
     SELECT id FROM by_time WHERE CAST(:recency_weight AS float8) > 0
 ),
+"""
+        + _conversation_links(dimensions, windowed=windowed)
+        + """,
 reach AS MATERIALIZED (
-    SELECT c.*, (c.id IN (SELECT id FROM pooled) OR c.before_1 IN (SELECT id FROM pooled)
-                 OR c.after_1 IN (SELECT id FROM pooled)) AS shown
+    SELECT c.*, l.shown
     FROM candidates AS c
-    WHERE c.id IN (SELECT id FROM pooled)
-       OR c.before_1 IN (SELECT id FROM pooled) OR c.after_1 IN (SELECT id FROM pooled)
-       OR c.before_2 IN (SELECT id FROM pooled) OR c.after_2 IN (SELECT id FROM pooled)
+    JOIN (SELECT id, bool_or(step <= 1) AS shown FROM linked GROUP BY id) AS l ON l.id = c.id
 ),
 fused AS (
     SELECT id, user_id, sum(part) AS score, bool_or(shown) AS shown,
@@ -337,7 +340,87 @@ top AS (
     ORDER BY score DESC, id
     LIMIT :limit
 )"""
-)
+    )
+
+
+#: A hybrid search's scope of more live rows than this finds the pooled rows' neighbours by
+#: probes of the conversation index (two per pooled row, about 5 µs each); up to this many,
+#: by a window over every scope row, which costs less there (docs/performance.md).
+NEIGHBOUR_PROBES_FROM = 800
+
+
+def _conversation_links(dimensions: tuple[str, ...], *, windowed: bool) -> str:
+    """The ``linked`` CTE: each pooled row (step 0) and the two live scope rows before and the
+    two after it in its conversation (steps 1 and 2; the window's rows only, when
+    ``windowed``). A row near several pooled rows is linked to each.
+
+    In a scope of up to NEIGHBOUR_PROBES_FROM rows (``scope_n``, the hybrid statement's count
+    of its candidates) they come from a window over every candidate; in a larger one, from two
+    probes of ``ix_pgmemory_memories_conversation`` per pooled row (migration 0021: its keys
+    are the user, the conversation's hashed ids (``CONVERSATION_KEY``), ``created_at`` and
+    ``id``, so a probe reads its two entries and stops; the ids themselves are checked on the
+    rows). The statement holds both; a one-time filter on the scope's size runs one.
+    """
+    where, window = _scope_filter(dimensions, windowed=windowed)
+
+    def probe(before: bool) -> str:
+        cmp, order = ("<", "DESC") if before else (">", "ASC")
+        return f"""unnest(ARRAY(
+        SELECT m.id
+        FROM pgmemory_memories AS m
+        WHERE m.collection = :collection AND m.user_id = p.user_id
+          AND {CONVERSATION_KEY} = p.conversation
+          AND (m.created_at, m.id) {cmp} (p.created_at, p.id)
+          AND m.session_id = p.session_id AND m.agent_id = p.agent_id
+          AND m.application_id = p.application_id
+          AND {where}
+          AND {_LIVE}{window}
+        ORDER BY m.created_at {order}, m.id {order}
+        LIMIT 2
+    )) WITH ORDINALITY"""
+
+    probes = f"(SELECT n FROM scope_n) > {NEIGHBOUR_PROBES_FROM}"
+    lags = ", ".join(
+        f"{step}(c.id{offset}) OVER conversation AS {name}"
+        for step, offset, name in (
+            ("lag", ", 2", "before_2"),
+            ("lag", "", "before_1"),
+            ("lead", "", "after_1"),
+            ("lead", ", 2", "after_2"),
+        )
+    )
+    return f"""pooled_rows AS MATERIALIZED (
+    SELECT c.id, c.user_id, c.application_id, c.agent_id, c.session_id, c.created_at,
+           {CONVERSATION_KEY} AS conversation
+    FROM candidates AS c
+    WHERE c.id IN (SELECT id FROM pooled)
+),
+linked AS MATERIALIZED (
+    SELECT id, 0 AS step FROM pooled
+    UNION ALL
+    SELECT w.id,
+           CASE WHEN w.before_1 IN (SELECT id FROM pooled) OR w.after_1 IN (SELECT id FROM pooled)
+                THEN 1 ELSE 2 END
+    FROM (
+        SELECT c.id, {lags}
+        FROM candidates AS c
+        WHERE NOT {probes}
+        WINDOW conversation AS (
+            PARTITION BY c.user_id, c.session_id, c.agent_id, c.application_id
+            ORDER BY c.created_at, c.id
+        )
+    ) AS w
+    WHERE w.before_1 IN (SELECT id FROM pooled) OR w.after_1 IN (SELECT id FROM pooled)
+       OR w.before_2 IN (SELECT id FROM pooled) OR w.after_2 IN (SELECT id FROM pooled)
+    UNION ALL
+    SELECT n.id, n.step
+    FROM pooled_rows AS p CROSS JOIN LATERAL {probe(True)} AS n(id, step)
+    WHERE {probes}
+    UNION ALL
+    SELECT n.id, n.step
+    FROM pooled_rows AS p CROSS JOIN LATERAL {probe(False)} AS n(id, step)
+    WHERE {probes}
+)"""
 
 
 # The search statement is composed of named parts, each one stage of the ranking: the scope's
@@ -380,30 +463,13 @@ def _vector_candidates(
     LIMIT :ann_candidates
 )"""
     guard = f"\n      AND vector_dims(m.embedding) <= {COVERING_MAX_DIMENSIONS}" if covering else ""
-    keys = links = ""
-    if conversation:
-        # each row's conversation and the ids of the two rows before and after it there, for
-        # the neighbours (the keys are columns of the covering index, in its order, so the
-        # scan stays index-only and its order leaves only each conversation's rows to sort)
-        keys = ", m.application_id, m.agent_id, m.session_id, " + ", ".join(
-            f"{step}(m.id{offset}) OVER conversation AS {name}"
-            for step, offset, name in (
-                ("lag", ", 2", "before_2"),
-                ("lag", "", "before_1"),
-                ("lead", "", "after_1"),
-                ("lead", ", 2", "after_2"),
-            )
-        )
-        links = """
-    WINDOW conversation AS (
-        PARTITION BY m.user_id, m.session_id, m.agent_id, m.application_id
-        ORDER BY m.created_at, m.id
-    )"""
+    # each row's conversation, for its neighbours (:func:`_conversation_links`)
+    keys = ", m.application_id, m.agent_id, m.session_id" if conversation else ""
     return f"""candidates AS {"MATERIALIZED " if materialized else ""}(
     SELECT m.id, m.user_id, m.created_at{keys}, (m.embedding <=> :query) + 0 AS distance
     FROM pgmemory_memories AS m
     WHERE {where}{guard}
-      AND {_LIVE}{window}{links}
+      AND {_LIVE}{window}
 )"""
 
 
@@ -582,14 +648,22 @@ by_text AS (
 )"""
 
 
-def _hybrid_ranking(candidates: str, keywords: str, *, fusion: str, neighbours: bool) -> str:
+def _hybrid_ranking(
+    dimensions: tuple[str, ...],
+    candidates: str,
+    keywords: str,
+    *,
+    fusion: str,
+    neighbours: bool,
+    windowed: bool,
+) -> str:
     """``hybrid``'s CTEs: the similarity, keyword and newest-first pools fused into ``top``."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown fusion {fusion!r}; expected one of {FUSIONS}")
     fused = (
         _RANK_FUSION
         if fusion == "rank"
-        else _SCORE_FUSION_NEIGHBOURS
+        else _score_fusion_neighbours(dimensions, windowed=windowed)
         if neighbours
         else _SCORE_FUSION
     )
@@ -784,7 +858,14 @@ top AS (
     SELECT id, user_id, CAST(relevance AS real) AS score FROM by_text ORDER BY rank LIMIT :limit
 )"""
     else:
-        ranked = _hybrid_ranking(candidates, keywords, fusion=fusion, neighbours=neighbours)
+        ranked = _hybrid_ranking(
+            dimensions,
+            candidates,
+            keywords,
+            fusion=fusion,
+            neighbours=neighbours,
+            windowed=windowed,
+        )
     return ranked
 
 

@@ -407,6 +407,16 @@ MEMORY_INDEXES: tuple[IndexShape, ...] = (
         "agent_id",
         "created_at:timestamptz",
     ),
+    _shape(
+        "ix_pgmemory_memories_conversation",
+        "collection",
+        "user_id",
+        "conversation:int8",
+        "created_at:timestamptz",
+        "id:uuid",
+        "expires_at:timestamptz",
+        nullable=("expires_at",),
+    ),
 )
 #: The unique message index (partial: rows with a message id only).
 MESSAGE_INDEX = _shape("uq_pgmemory_memories_message", "collection", *_SCOPE, "message_id")

@@ -168,7 +168,8 @@ async def test_a_generic_plan_reads_a_large_scope_from_the_covering_index(
 ) -> None:
     """Without a time window the search names no time bound: a generic plan then scans the
     covering index (no heap access), where a generic plan priced the open bounds as selective
-    and read every scope row from the heap through the (user, created_at) index."""
+    and read every scope row from the heap through the (user, created_at) index; with
+    neighbours, each pooled row's from the conversation index."""
     from pgmemory.store import queries
 
     migrate.upgrade(fresh_database)
@@ -200,12 +201,27 @@ async def test_a_generic_plan_reads_a_large_scope_from_the_covering_index(
             ("user_id",), covering=True, audit=True, mode="hybrid", neighbours=True
         ),
     ]
-    for statement in defaults:
+    neighbours = [  # the statements that rank the pooled rows' neighbours too
+        defaults[-1],
+        queries.recall_memories(("user_id",), covering=True, mode="hybrid", neighbours=True),
+    ]
+    for statement in [*defaults, neighbours[-1]]:
         # no time bound for a generic plan to misprice (on 100k-1M rows a generic plan read
         # every scope row from the heap through the (user, created_at) index: bench/store/scale.py)
         assert "created_at >=" not in statement and ":since" not in statement
         plan = _generic_plan(fresh_database, statement)
         assert "Index Only Scan using ix_pgmemory_memories_user_cover" in plan, plan
+    for statement in neighbours:
+        # a large scope's neighbours: two probes of the conversation index per pooled row
+        # (0021), and the scope's rows are not sorted by conversation on the way
+        plan = _generic_plan(fresh_database, statement)
+        probes = re.findall(
+            r"Index (?:Only )?Scan (Backward )?using ix_pgmemory_memories_conversation .*\n.*"
+            r"Index Cond: .*hashtextextended.* = p_\d+\.conversation\) AND \(ROW\(created_at",
+            plan,
+        )
+        assert sorted(probes) == ["", "Backward "], plan  # one probe each way
+        assert not re.search(r"Sort Key: m(_\d+)?\.session_id", plan), plan
 
 
 def _plan_nodes(plan: object) -> list[dict]:

@@ -8,6 +8,7 @@ part is its cosine) plus BM25 / the scope's best (1 for the match, 0 elsewhere).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -180,11 +181,24 @@ def _brute_force(
     return sorted(scored, key=lambda s: (-s[1], s[0]))[:limit]
 
 
+@pytest.fixture(params=["window", "probes"])
+def links(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """How the statement finds the pooled rows' neighbours: the window over every scope row (a
+    scope of up to NEIGHBOUR_PROBES_FROM rows), or probes of the conversation index (larger
+    scopes; forced here by a bound of 0)."""
+    if request.param == "probes":
+        monkeypatch.setattr(queries, "NEIGHBOUR_PROBES_FROM", 0)
+    queries.search_memories.cache_clear()
+    yield request.param
+    queries.search_memories.cache_clear()
+
+
 async def test_the_ranking_with_neighbours_is_the_brute_force_one_over_the_whole_scope(
-    store: MemoryStore, collection: str, embedder: CachedEmbedder
+    store: MemoryStore, collection: str, embedder: CachedEmbedder, links: str
 ) -> None:
     """Small pools in interleaved conversations: the statement ranks only the rows near a
-    pooled one, and must still give exactly the ranking computed over every scope row."""
+    pooled one, and must still give exactly the ranking computed over every scope row, both
+    when a window links every scope row and when probes link the pooled ones."""
     q, make = await at_cosine(embedder, seed=5)
     rng = np.random.default_rng(5)
     words = ["zebra", "quartz", "lamp", "river", "stone", "paper", "violin", "tea"]

@@ -6,11 +6,11 @@ session, agent and application, by ``created_at`` then ``id``), and ranks the po
 neighbours too. Those links came from a window over every scope row, which sorted the scope
 (at 10,000 messages a sort of every row that spilled to disk, about half of the statement).
 Now, in a large scope, each pooled row's two rows before and two after are read by two probes
-of this index: its keys are the user, the conversation's other ids hashed to 8 bytes (so the
-entry is no wider than the (user, created_at) index's, and no id is refused for its length
-that was accepted before), then ``created_at`` and ``id``; it includes ``expires_at``. A
-probe reads those rows' entries (and checks the ids themselves on the rows) and stops,
-whatever the scope's size.
+of this index: its keys are the conversation (the user, session, agent and application ids
+hashed to 8 bytes), then ``created_at`` and ``id``; it includes ``expires_at``. A probe reads
+those rows' entries (and checks the ids themselves on the rows) and stops, whatever the
+scope's size. No id is in the entry, so the index adds no limit on the ids' lengths, and no
+search by scope (``user_id = ...``) is planned through it in place of the other indexes.
 
 Building it reads every memory row once: on a large table, run this migration in a quiet
 hour (or create the index with ``CREATE INDEX CONCURRENTLY`` first, under this name).
@@ -35,8 +35,8 @@ depends_on: str | Sequence[str] | None = None
 _NAME = "ix_pgmemory_memories_conversation"
 #: pgmemory.store.models.CONVERSATION_KEY, as of this revision.
 _CONVERSATION = (
-    "hashtextextended((((session_id || '/'::text) || agent_id) || '/'::text) || application_id,"
-    " 0::bigint)"
+    "hashtextextended((((((user_id || '/'::text) || session_id) || '/'::text) || agent_id)"
+    " || '/'::text) || application_id, 0::bigint)"
 )
 
 
@@ -45,7 +45,7 @@ def upgrade() -> None:
     op.create_index(
         _NAME,
         "pgmemory_memories",
-        ["collection", "user_id", sa.text(_CONVERSATION), "created_at", "id"],
+        ["collection", sa.text(_CONVERSATION), "created_at", "id"],
         unique=False,
         postgresql_include=["expires_at"],
         if_not_exists=True,

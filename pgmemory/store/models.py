@@ -46,13 +46,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 COVERING_MAX_DIMENSIONS = 512
 #: Largest vector a collection may hold: pgvector's index limit, and what fits an 8 kB page inline.
 MAX_DIMENSIONS = 2000
-#: A row's conversation within its user's rows (its session, agent and application ids), hashed
-#: to 8 bytes: the conversation index's key (0021), so that index adds no limit of its own on
-#: the ids' lengths. Unqualified column names: it is also written in statements over one alias.
-#: Written as PostgreSQL prints it back, so that alembic's comparison finds the index unchanged.
+#: A row's conversation (its user, session, agent and application ids), hashed to 8 bytes: the
+#: conversation index's first key after the collection (0021). No id is in that index's entry,
+#: so it adds no limit on their lengths, and no scope filter (``user_id = ...``) can use it.
+#: Written as PostgreSQL prints it back, so that alembic's comparison finds the index unchanged;
+#: unqualified column names, as it is also written in statements over one table alias.
 CONVERSATION_KEY = (
-    "hashtextextended((((session_id || '/'::text) || agent_id) || '/'::text) || application_id,"
-    " 0::bigint)"
+    "hashtextextended((((((user_id || '/'::text) || session_id) || '/'::text) || agent_id)"
+    " || '/'::text) || application_id, 0::bigint)"
 )
 
 NAMING = {
@@ -188,7 +189,6 @@ class MemoryRow(Base):
         Index(
             "ix_pgmemory_memories_conversation",
             "collection",
-            "user_id",
             text(CONVERSATION_KEY),
             "created_at",
             "id",

@@ -357,9 +357,9 @@ def _conversation_links(dimensions: tuple[str, ...], *, windowed: bool) -> str:
     In a scope of up to NEIGHBOUR_PROBES_FROM rows (``scope_n``, the hybrid statement's count
     of its candidates) they come from a window over every candidate; in a larger one, from two
     probes of ``ix_pgmemory_memories_conversation`` per pooled row (migration 0021: its keys
-    are the user, the conversation's hashed ids (``CONVERSATION_KEY``), ``created_at`` and
-    ``id``, so a probe reads its two entries and stops; the ids themselves are checked on the
-    rows). The statement holds both; a one-time filter on the scope's size runs one.
+    are the conversation's ids hashed (``CONVERSATION_KEY``), ``created_at`` and ``id``, so a
+    probe reads its two entries and stops; the ids themselves are checked on the rows). The
+    statement holds both; a one-time filter on the scope's size runs one.
     """
     where, window = _scope_filter(dimensions, windowed=windowed)
 
@@ -368,11 +368,10 @@ def _conversation_links(dimensions: tuple[str, ...], *, windowed: bool) -> str:
         return f"""unnest(ARRAY(
         SELECT m.id
         FROM pgmemory_memories AS m
-        WHERE m.collection = :collection AND m.user_id = p.user_id
-          AND {CONVERSATION_KEY} = p.conversation
+        WHERE m.collection = :collection AND {CONVERSATION_KEY} = p.conversation
           AND (m.created_at, m.id) {cmp} (p.created_at, p.id)
-          AND m.session_id = p.session_id AND m.agent_id = p.agent_id
-          AND m.application_id = p.application_id
+          AND m.user_id = p.user_id AND m.session_id = p.session_id
+          AND m.agent_id = p.agent_id AND m.application_id = p.application_id
           AND {where}
           AND {_LIVE}{window}
         ORDER BY m.created_at {order}, m.id {order}

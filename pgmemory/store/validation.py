@@ -410,7 +410,6 @@ MEMORY_INDEXES: tuple[IndexShape, ...] = (
     _shape(
         "ix_pgmemory_memories_conversation",
         "collection",
-        "user_id",
         "conversation:int8",
         "created_at:timestamptz",
         "id:uuid",

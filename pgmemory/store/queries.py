@@ -368,11 +368,11 @@ def _conversation_links(dimensions: tuple[str, ...], *, windowed: bool) -> str:
         return f"""unnest(ARRAY(
         SELECT m.id
         FROM pgmemory_memories AS m
-        WHERE m.collection = :collection AND {CONVERSATION_KEY} = p.conversation
+        WHERE {where}
+          AND {CONVERSATION_KEY} = p.conversation
           AND (m.created_at, m.id) {cmp} (p.created_at, p.id)
           AND m.user_id = p.user_id AND m.session_id = p.session_id
           AND m.agent_id = p.agent_id AND m.application_id = p.application_id
-          AND {where}
           AND {_LIVE}{window}
         ORDER BY m.created_at {order}, m.id {order}
         LIMIT 2
@@ -750,10 +750,12 @@ def _signals(*, mode: str, fusion: str) -> str:
                           1) AS recency,
            CAST(NULL AS float8) AS neighbour"""
         source = """hits AS h CROSS JOIN spread AS s CROSS JOIN relevance_map AS k"""
-        # Each keyword match's BM25 by id, built once (a join of the hits with ``bm25`` is a
-        # nested loop over every match under the one-row estimates of CTEs).
+        # The hits' BM25 by id, built once (a join of the hits with ``bm25`` is a nested loop
+        # over every match under the one-row estimates of CTEs); only the hits' own entries
+        # (a hashed lookup per match): a map of every match cost a 1,000-message recall ~5 %.
         before = """relevance_map AS MATERIALIZED (
     SELECT jsonb_object_agg(CAST(b.id AS text), b.relevance) AS relevance FROM bm25 AS b
+    WHERE (b.id, b.user_id) IN (SELECT h.id, h.user_id FROM hits AS h)
 ),
 """
     own = "COALESCE(x.similarity, 0) + COALESCE(x.keywords, 0) + COALESCE(x.recency, 0)"

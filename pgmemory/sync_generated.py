@@ -319,8 +319,8 @@ class SyncMemoryStoreMethods:
         actor: str | None = None,
         allow_unscoped: bool = False,
     ) -> int:
-        """Blocking :meth:`MemoryStore.delete`: delete memories by id within a scope, or every
-        memory of a scope; audited; returns the count."""
+        """Blocking :meth:`MemoryStore.delete`: delete memories by id within a scope, or a scope's
+        every memory; audited; returns count."""
         return self._portal.run(
             self.async_store.delete(
                 collection, ids=ids, scope=scope, actor=actor, allow_unscoped=allow_unscoped
@@ -414,7 +414,7 @@ class SyncMemoryStoreMethods:
     ) -> list[Memory]:
         """Blocking :meth:`MemoryStore.list`: live memories of a scope in time order (newest first
         by default), one page: ``limit``/``offset`` page through them; ``since`` (inclusive),
-        ``until`` bound the time."""
+        ``until`` bound time."""
         return self._portal.run(
             self.async_store.list(
                 collection,

@@ -44,15 +44,13 @@ import contextlib
 import contextvars
 import logging
 import os
-import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.util import greenlet_spawn
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
@@ -62,12 +60,12 @@ from pgmemory.store.clauses import clause
 from pgmemory.store.connector import (
     adopt_engine,
     check_database,
-    driver_error,
     has_binary_codes,
     is_distributed,
     make_engine,
 )
 from pgmemory.store.embedded import EmbeddedServer
+from pgmemory.store.fast_verbs import FastVerbs
 from pgmemory.store.held import HeldConnections
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
 from pgmemory.store.retry import outcome_unknown
@@ -84,7 +82,7 @@ NO_URL_NO_EMBEDDED = (
 )
 
 
-class Database:
+class Database(FastVerbs):
     """A PostgreSQL database holding pgmemory's schema, reached through a pooled async engine.
 
     Args:
@@ -364,9 +362,14 @@ class Database:
                 yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextlib.asynccontextmanager
-    async def unit_of_work(self) -> AsyncIterator[None]:
+    async def unit_of_work(self, *, deferred: bool = False) -> AsyncIterator[None]:
         """The unit-of-work verb: make the writes of the current task join ONE transaction
         until the block ends.
+
+        ``deferred``: while its writes are ones whose rows the caller does not need
+        (:meth:`fetch` with ``deferrable``), the block sends nothing and its end commits them
+        in one round trip (see :class:`~pgmemory.store.unit_of_work.SharedTransaction`);
+        a block inside another one has the outer one's way.
 
         Every :meth:`write` (and :meth:`fetch`) started in this task (or in tasks it starts)
         while the block runs joins one transaction on one connection: when the block ends
@@ -387,7 +390,12 @@ class Database:
         if self._shared.get() is not None:
             yield
             return
-        shared = SharedTransaction(self._connect, self.note_write)
+        shared = SharedTransaction(
+            self._connect,
+            self.note_write,
+            self._run_driver,
+            self._send_deferred if deferred else None,
+        )
         token = self._shared.set(shared)
         try:
             yield
@@ -412,122 +420,6 @@ class Database:
     def in_unit_of_work(self) -> bool:
         """Whether the current task is inside a :meth:`unit_of_work` block."""
         return self._shared.get() is not None
-
-    @contextlib.asynccontextmanager
-    async def driver_autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection's own psycopg connection, in autocommit: what :meth:`fetch` runs
-        on, skipping SQLAlchemy's statement handling (:mod:`pgmemory.store.fastpath`).
-
-        It is one the fast path held since its last statement (:mod:`pgmemory.store.held`: no
-        checkout at all), or else one checked out of the pool as a raw connection (the pool's
-        events, its checks and its reset on return still apply), without a SQLAlchemy
-        ``Connection`` around it: that wrapper cost a small search about 0.05 ms of its ~0.9 ms.
-        When done, it is held again if it may be, else it goes back to the pool.
-
-        Errors come out as from any other statement: a psycopg error raised in the block is
-        re-raised as SQLAlchemy's ``DBAPIError`` (parameters hidden). When the connection was
-        lost, the pool discards it and the error is ``connection_invalidated``, so
-        :func:`pgmemory.store.retry.retried_read` runs the read once more.
-        """
-        self._usable()
-        taken = await self._held.take()
-        if taken is None:
-            pooled = await self._checkout(self.engine.raw_connection)
-            leased_at = time.monotonic()
-        else:
-            pooled, leased_at = taken
-        kept = False
-        try:
-            driver = pooled.driver_connection
-            assert driver is not None
-            if not driver.autocommit:
-                await driver.set_autocommit(True)
-            try:
-                yield driver
-            except psycopg.Error as exc:
-                error = driver_error(exc, driver, self.engine.dialect)
-                if (driver.broken or driver.closed) and pooled.is_valid:
-                    await greenlet_spawn(pooled.invalidate)
-                raise error from exc
-            except DBAPIError:  # a psycopg error the block converted (_run_driver)
-                if (driver.broken or driver.closed) and pooled.is_valid:
-                    await greenlet_spawn(pooled.invalidate)
-                raise
-            finally:
-                if pooled.is_valid:
-                    kept = self._held.keep(pooled, leased_at)
-                    if not kept:
-                        try:
-                            await driver.set_autocommit(False)
-                        except psycopg.Error:  # e.g. cancelled mid-statement: not reusable
-                            await greenlet_spawn(pooled.invalidate)
-        finally:
-            if not kept and pooled.is_valid:
-                await greenlet_spawn(pooled.close)
-
-    async def fetch(
-        self,
-        statement: str,
-        params: Mapping[str, Any],
-        *,
-        users: Sequence[str] = (),
-        sessions: Sequence[tuple[str, str]] = (),
-        wrote: bool = False,
-    ) -> list[dict[str, Any]]:
-        """The fast verb: ``statement`` (``:name`` parameters) and the locks it needs in one
-        prepared round trip on the primary's driver connection, its rows as dicts
-        (:mod:`pgmemory.store.fastpath`): one implicit transaction, committed when it returns;
-        in a :meth:`unit_of_work`, part of the unit's transaction (the locks it holds already
-        not taken again).
-
-        Args:
-            users: The users whose rows the statement writes: their erasure lock is held,
-                shared, as :meth:`write` holds it.
-            sessions: The chat-history sessions it appends to (their append lock, exclusive).
-            wrote: It writes ``users``' data: with replicas their reads wait for it (as after
-                :meth:`write`); a lost connection leaves the outcome unknown (never retried).
-        """
-        shared = self._shared.get()
-        if shared is not None:
-            return await shared.fetch(
-                statement, params, frozenset(users), frozenset(sessions), self._run_driver
-            )
-        try:
-            async with self.driver_autocommit() as conn:
-                rows = await self._run_driver(conn, statement, params, users, sessions)
-                if wrote:
-                    await self.note_write(conn, frozenset(users))
-                return rows
-        except DBAPIError as exc:
-            if wrote:
-                outcome_unknown(exc)
-            raise
-
-    async def _run_driver(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        statement: str,
-        params: Mapping[str, Any],
-        users: Iterable[str],
-        sessions: Iterable[tuple[str, str]],
-        *,
-        begin: bool = False,
-    ) -> list[dict[str, Any]]:
-        """One statement and its locks on a driver connection (:func:`fastpath.run`); psycopg's
-        errors come out as :func:`~pgmemory.store.connector.driver_error` says."""
-        with telemetry.sql("statement"):
-            try:
-                return await fastpath.run(
-                    conn,
-                    statement,
-                    params,
-                    lock_users=tuple(users),
-                    lock_sessions=tuple(sessions),
-                    begin=begin,
-                    prepare=self.settings.prepared_statements,
-                )
-            except psycopg.Error as exc:
-                raise driver_error(exc, conn, self.engine.dialect) from exc
 
     def _usable(self) -> None:
         """Raise StoreClosedError once closed; in a forked child, leave the parent's pools (a

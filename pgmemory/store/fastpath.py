@@ -24,6 +24,7 @@ returned is audited, and a lost attempt may leave an audit row of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from functools import lru_cache
 from typing import Any
 
@@ -34,7 +35,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 
 from pgmemory.store.clauses import clause
 from pgmemory.store.queries import LOCK_FOR_WRITE
-from pgmemory.store.unit_of_work import lock_parameters
+from pgmemory.store.unit_of_work import Deferred, lock_parameters
 
 _DIALECT = PGDialectAsync_psycopg()
 
@@ -99,6 +100,42 @@ async def run(
             )
         await cursor.execute(driver_statement(statement), params, prepare=prepare)
     return await _rows(cursor)
+
+
+async def run_all(
+    conn: psycopg.AsyncConnection[Any], writes: Sequence[Deferred], *, prepare: bool = True
+) -> None:
+    """Commit ``writes`` as ONE transaction in one round trip: BEGIN, each write's locks and
+    statement, and COMMIT, before one Sync (a deferred unit of work's commit: their rows are
+    not read).
+
+    On an error nothing is written: the server skips the rest, and the failed transaction is
+    rolled back (a round trip more) before the error is raised, so ``conn`` can be reused.
+
+    Args:
+        conn: A psycopg connection in autocommit, with no transaction open.
+        writes: What the unit of work queued, in order.
+        prepare: As for :func:`run`.
+    """
+    try:
+        async with conn.pipeline():
+            await conn.cursor().execute(_begin(conn), prepare=False)
+            for write in writes:
+                if write.lock_users or write.lock_sessions:
+                    await conn.cursor().execute(
+                        driver_statement(LOCK_FOR_WRITE),
+                        lock_parameters(write.lock_users, write.lock_sessions),
+                        prepare=prepare,
+                    )
+                await conn.cursor().execute(
+                    driver_statement(write.statement), write.params, prepare=prepare
+                )
+            await conn.cursor().execute("COMMIT", prepare=False)
+    except psycopg.Error:
+        if not conn.broken and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            with suppress(psycopg.Error):
+                await conn.execute("ROLLBACK")
+        raise
 
 
 def _begin(conn: psycopg.AsyncConnection[Any]) -> str:

@@ -45,7 +45,8 @@ async def append(
     """Append messages (JSON-native dicts with ``message_id`` and ``role``) in ONE transaction.
 
     Returns:
-        How many rows were inserted.
+        How many rows were inserted (in a deferred unit of work, how many it sends with its
+        commit: a message id already stored is skipped then).
 
     Raises:
         InvalidInputError: A message is not a dict, lacks a usable ``message_id`` or ``role``,
@@ -86,21 +87,21 @@ async def append(
             return 0
         # The rows returned, not the rowcount: Citus reports the rows its INSERT ... SELECT sent
         # to the shards, the skipped ones included.
-        added = len(
-            await db.fetch(
-                q.APPEND_HISTORY,
-                {
-                    "session_id": session_id,
-                    "user_id": user_id,
-                    "message_ids": ids,
-                    "roles": roles,
-                    "messages": payloads,
-                },
-                users=(user_id,),
-                sessions=((user_id, session_id),),
-                wrote=True,
-            )
+        rows = await db.fetch(
+            q.APPEND_HISTORY,
+            {
+                "session_id": session_id,
+                "user_id": user_id,
+                "message_ids": ids,
+                "roles": roles,
+                "messages": payloads,
+            },
+            users=(user_id,),
+            sessions=((user_id, session_id),),
+            wrote=True,
+            deferrable=True,
         )
+        added = len(ids) if rows is None else len(rows)  # None: sent with the unit's commit
         op.count("record.count", added)
         return added
 

@@ -6,9 +6,9 @@ module that owns the concern (see the package docstring of :mod:`pgmemory.store`
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -164,19 +164,22 @@ class MemoryStore:
             self._embedder = make_embedder(self.settings)
         return self._embedder
 
-    def shared_transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
+    def shared_transaction(self, *, deferred: bool = False) -> AbstractAsyncContextManager[None]:
         """A block whose writes commit together, or not at all.
 
         Every write of this store by the current task (or tasks it starts) joins one
-        transaction, committed when the block ends, rolled back if it raises; blocks nest.
-        Reads outside it do not see its writes; ``create_collection`` must not run inside.
-        A turn's providers write in one block, so a turn is stored whole::
+        transaction, committed when the block ends, rolled back if it raises; blocks nest (the
+        outer one's way wins). Reads outside it do not see its writes; ``create_collection``
+        must not run inside. A turn's providers write in one block::
 
-            async with store.shared_transaction():
+            async with store.shared_transaction(deferred=True):
                 await store.append_history(session_id, messages, user_id="alice")
                 await store.add("chat", records)  # both, or neither
+
+        ``deferred``: ``add`` and ``append_history`` go with the commit, one round trip, unless
+        the block writes otherwise (that sends them first); they return what they sent.
         """
-        return self._db.unit_of_work()
+        return self._db.unit_of_work(deferred=deferred)
 
     # --- collections -----------------------------------------------------------------------
 
@@ -477,8 +480,7 @@ class MemoryStore:
         actor: str | None = None,
         allow_unscoped: bool = False,
     ) -> int:
-        """Delete memories by id within a scope, or every memory of a scope; audited; returns
-        the count.
+        """Delete memories by id within a scope, or a scope's every memory; audited; returns count.
 
         ``scope`` is always required: with ``ids`` it confines the delete to the caller's
         scope (ids are unique per user, so another user's rows with the same ids are never
@@ -588,8 +590,7 @@ class MemoryStore:
         allow_unscoped: bool = False,
     ) -> list[Memory]:
         """Live memories of a scope in time order (newest first by default), one page:
-        ``limit``/``offset`` page through them; ``since`` (inclusive), ``until`` bound the time.
-        """
+        ``limit``/``offset`` page through them; ``since`` (inclusive), ``until`` bound time."""
         return await reads.page(
             self._db, self._catalogue, collection, scope, limit=limit, offset=offset,
             newest_first=newest_first, since=since, until=until, allow_unscoped=allow_unscoped,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psycopg
@@ -67,6 +68,17 @@ class DriverRun(Protocol):
     ) -> Awaitable[list[dict[str, Any]]]: ...
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A write a deferred unit of work sends with its commit: its statement, its parameters
+    and the locks it takes that the writes queued before it did not."""
+
+    statement: str
+    params: Mapping[str, Any]
+    lock_users: tuple[str, ...]
+    lock_sessions: tuple[tuple[str, str], ...]
+
+
 class SharedTransaction:
     """One connection and transaction that the writes of a ``Database.unit_of_work``
     block join; writers from concurrent tasks take turns.
@@ -78,19 +90,36 @@ class SharedTransaction:
     (:class:`~pgmemory.errors.TurnWriteFailedError`). Only a write nested in another write of
     the same task is a savepoint of its own.
 
+    A deferred block (``send_deferred`` given) sends nothing while its writes are ones whose
+    rows their callers do not need (:meth:`fetch` with ``deferrable``): it queues them, and
+    its commit sends them all, with BEGIN and COMMIT, in one round trip (``send_deferred``).
+    The first other write (a :meth:`join`, or a statement whose rows are needed) sends the
+    queued ones first, in order, in the shared transaction, and the block goes on as an
+    undeferred one. A queued write's error comes out of the commit (nothing is written).
+
     Args:
         connect: Hands out a pooled primary connection (the database's own).
         note_write: Called after the commit with the users the block wrote (for
             read-your-writes on replicas).
+        run: Runs one statement and its locks on the shared driver connection.
+        send_deferred: Commits queued writes in one round trip, with the users they wrote
+            (None: the block defers nothing).
     """
 
     def __init__(
         self,
         connect: Callable[[], Awaitable[AsyncConnection]],
         note_write: Callable[[AsyncConnection, frozenset[str] | None], Awaitable[None]],
+        run: DriverRun,
+        send_deferred: Callable[[Sequence[Deferred], frozenset[str] | None], Awaitable[None]]
+        | None = None,
     ) -> None:
         self._connect = connect
         self._note_write = note_write
+        self._run = run
+        self._send_deferred = send_deferred
+        #: The writes queued for the commit (while nothing has been sent).
+        self._deferred: list[Deferred] = []
         #: The users the joined writes named (None once one named none: everyone).
         self._users: frozenset[str] | None = frozenset()
         #: The users and sessions whose locks the transaction holds.
@@ -129,6 +158,7 @@ class SharedTransaction:
             conn = await self._enter()
             self._owner = task
             try:
+                await self._send_queued(conn)
                 new_users = (users or frozenset()) - self._locked_users
                 new_sessions = sessions - self._locked_sessions
                 await lock(conn, frozenset(new_users), frozenset(new_sessions))
@@ -147,11 +177,16 @@ class SharedTransaction:
         params: Mapping[str, Any],
         users: frozenset[str],
         sessions: frozenset[tuple[str, str]],
-        run: DriverRun,
-    ) -> list[dict[str, Any]]:
+        *,
+        deferrable: bool = False,
+    ) -> list[dict[str, Any]] | None:
         """One statement in the shared transaction, on its driver connection: the locks the
         transaction does not hold yet and the statement in one round trip (``Database.fetch``).
         A statement of a task's own write block is one of that write's (its savepoint).
+
+        Returns:
+            Its rows; None when it was queued for the commit (``deferrable``, in a deferred
+            block that has sent nothing yet).
 
         Raises:
             TurnWriteFailedError: An earlier write of the block failed.
@@ -159,28 +194,62 @@ class SharedTransaction:
         task = asyncio.current_task()
         if task is not None and task is self._owner:
             async with self.join(users, sessions) as conn:
-                return await run(await _driver(conn), statement, params, (), ())
+                return await self._run(await _driver(conn), statement, params, (), ())
         if self._users is not None:
             self._users = self._users | users
         async with self._lock:
-            driver = await _driver(await self._enter())
             new_users = users - self._locked_users
             new_sessions = sessions - self._locked_sessions
-            # Nothing sent yet: the statement's pipeline opens the transaction itself, in
-            # autocommit (psycopg would send its own BEGIN and wait for it: a round trip more);
-            # the server then holds the transaction open, and finish() ends it.
-            begin = driver.info.transaction_status == pq.TransactionStatus.IDLE
-            if begin:
-                await driver.set_autocommit(True)
-                self._autocommit = driver
-            try:
-                rows = await run(driver, statement, params, new_users, new_sessions, begin=begin)
-            except BaseException as exc:
-                self._failed = type(exc).__name__
-                raise
+            if deferrable and self._send_deferred is not None and self._conn is None:
+                self._refuse_if_ended()
+                self._deferred.append(
+                    Deferred(
+                        statement, params, tuple(sorted(new_users)), tuple(sorted(new_sessions))
+                    )
+                )
+                self._locked_users |= new_users
+                self._locked_sessions |= new_sessions
+                return None
+            conn = await self._enter()
+            await self._send_queued(conn)
+            rows = await self._on_driver(
+                await _driver(conn), statement, params, new_users, new_sessions
+            )
             self._locked_users |= new_users
             self._locked_sessions |= new_sessions
             return rows
+
+    async def _on_driver(
+        self,
+        driver: psycopg.AsyncConnection[Any],
+        statement: str,
+        params: Mapping[str, Any],
+        users: Iterable[str],
+        sessions: Iterable[tuple[str, str]],
+    ) -> list[dict[str, Any]]:
+        """Run a statement of the block on its driver connection (called holding ``_lock``)."""
+        # Nothing sent yet: the statement's pipeline opens the transaction itself, in
+        # autocommit (psycopg would send its own BEGIN and wait for it: a round trip more);
+        # the server then holds the transaction open, and finish() ends it.
+        begin = driver.info.transaction_status == pq.TransactionStatus.IDLE
+        if begin:
+            await driver.set_autocommit(True)
+            self._autocommit = driver
+        try:
+            return await self._run(driver, statement, params, users, sessions, begin=begin)
+        except BaseException as exc:
+            self._failed = type(exc).__name__
+            raise
+
+    async def _send_queued(self, conn: AsyncConnection) -> None:
+        """Send the queued writes, in order, before the block's first other statement (called
+        holding ``_lock``, the shared connection taken): from then on nothing is queued."""
+        queued, self._deferred = self._deferred, []
+        for write in queued:
+            await self._on_driver(
+                await _driver(conn), write.statement, write.params, write.lock_users,
+                write.lock_sessions,
+            )  # fmt: skip
 
     async def _enter(self) -> AsyncConnection:
         """The shared connection for the next write (called holding ``_lock``), taken and its
@@ -189,15 +258,18 @@ class SharedTransaction:
         Raises:
             TurnWriteFailedError: An earlier write of the block failed.
         """
+        self._refuse_if_ended()
+        if self._conn is None:
+            self._conn = await self._connect()
+            self._outer = await self._conn.begin()
+        return self._conn
+
+    def _refuse_if_ended(self) -> None:
         if self._closed:
             raise RuntimeError(
                 "the shared transaction has ended; a task started inside the block wrote after it"
             )
         self._refuse_if_failed()
-        if self._conn is None:
-            self._conn = await self._connect()
-            self._outer = await self._conn.begin()
-        return self._conn
 
     def _refuse_if_failed(self) -> None:
         if self._failed is not None:
@@ -207,18 +279,24 @@ class SharedTransaction:
             )
 
     async def finish(self, *, commit: bool) -> None:
-        """Commit or roll back the shared transaction (if it began), and return the connection.
+        """Commit or roll back the shared transaction (if it began), and return the connection;
+        or send the queued writes with their commit (a deferred block that sent nothing else),
+        or drop them (rolling back).
 
         Raises:
             TurnWriteFailedError: Asked to commit after a joined write failed (it rolls back).
-            The COMMIT's error. A failed ROLLBACK is not raised: the block's own error is the one
+            The COMMIT's error, or a queued write's (nothing of the block is written). A failed ROLLBACK is not raised: the block's own error is the one
                 that matters, and a transaction whose connection failed is not committed.
         """
         async with self._lock:
             self._closed = True
             conn, outer = self._conn, self._outer
             self._conn = self._outer = None
+            queued, self._deferred = self._deferred, []
             if conn is None or outer is None:
+                if commit and queued:
+                    assert self._send_deferred is not None
+                    await self._send_deferred(queued, self._users)
                 return
             try:
                 if commit and self._failed is None:

@@ -80,7 +80,9 @@ async def add(
     """Store a batch in ONE transaction, INSERT_CHUNK_ROWS rows per statement.
 
     Returns:
-        The ids of the rows stored, in record order (a re-sent message is skipped).
+        The ids of the rows stored, in record order (a re-sent message is skipped); in a
+        deferred unit of work, of every row sent with its commit (a re-sent message is skipped
+        then, unseen here).
     """
     with telemetry.operation(
         telemetry.UPDATE_MEMORY, settings=db.settings, collection=collection
@@ -108,7 +110,8 @@ async def add(
         )
         async with _ids_stored_once(), together:
             for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
-                chunk = to_batch(ordered[start : start + INSERT_CHUNK_ROWS])
+                sent = ordered[start : start + INSERT_CHUNK_ROWS]
+                chunk = to_batch(sent)
                 chunk["embeddings"] = VectorList(chunk["embeddings"])
                 inserted = await db.fetch(
                     q.INSERT_MEMORIES,
@@ -120,8 +123,12 @@ async def add(
                     },
                     users=users,
                     wrote=True,
+                    deferrable=True,
                 )
-                stored.update(row["memory_id"] for row in inserted)
+                if inserted is None:  # queued for a deferred unit of work's commit
+                    stored.update(row["id"] for row in sent)
+                else:
+                    stored.update(row["memory_id"] for row in inserted)
         logger.info("stored %d memories in collection %s", len(stored), collection)
         ids = [row["id"] for row in rows if row["id"] in stored]
         op.written(ids)

@@ -189,11 +189,17 @@ def _records(user: str, *texts: str) -> list[MemoryRecord]:
     return [MemoryRecord(content=t, scope=MemoryScope(user_id=user)) for t in texts]
 
 
+@pytest.fixture(params=[False, True], ids=["joined", "deferred"])
+def deferred(request: pytest.FixtureRequest) -> bool:
+    """A shared transaction whose writes each go when made, or with its commit."""
+    return bool(request.param)
+
+
 async def test_shared_transaction_commits_together_and_hides_until_then(
-    store: MemoryStore, collection: str
+    store: MemoryStore, collection: str, deferred: bool
 ) -> None:
     user = unique("u")
-    async with store.shared_transaction():
+    async with store.shared_transaction(deferred=deferred):
         await store.append_history("s1", [{"message_id": "m1", "role": "user"}], user_id=user)
         await store.add(collection, _records(user, "one"))
         async with store.shared_transaction():  # a nested block joins the outer one
@@ -207,11 +213,11 @@ async def test_shared_transaction_commits_together_and_hides_until_then(
 
 
 async def test_shared_transaction_rolls_back_everything_on_error(
-    store: MemoryStore, collection: str
+    store: MemoryStore, collection: str, deferred: bool
 ) -> None:
     user = unique("u")
     with pytest.raises(KeyError):
-        async with store.shared_transaction():
+        async with store.shared_transaction(deferred=deferred):
             await store.append_history("s1", [{"message_id": "m1", "role": "user"}], user_id=user)
             await store.add(collection, _records(user, "one"))
             raise KeyError("boom")
@@ -271,9 +277,11 @@ async def test_a_block_takes_each_lock_once_and_no_savepoints(
         assert await store.count(collection, MemoryScope(user_id=user)) == 2
 
 
-async def test_concurrent_writers_share_the_block(store: MemoryStore, collection: str) -> None:
+async def test_concurrent_writers_share_the_block(
+    store: MemoryStore, collection: str, deferred: bool
+) -> None:
     user = unique("u")
-    async with store.shared_transaction():
+    async with store.shared_transaction(deferred=deferred):
         await asyncio.gather(
             *(
                 store.append_history(f"s{i}", [{"message_id": "m", "role": "user"}], user_id=user)
@@ -283,6 +291,22 @@ async def test_concurrent_writers_share_the_block(store: MemoryStore, collection
         )
     assert [await store.count_history(f"s{i}", user_id=user) for i in range(5)] == [1] * 5
     assert await store.count(collection, MemoryScope(user_id=user)) == 2
+
+
+async def test_a_deferred_blocks_queued_writes_go_first_and_in_order(store: MemoryStore) -> None:
+    """A write that cannot wait (here a delete, through the store's transaction verb) sends the
+    queued ones before it: the delete sees, and removes, the message appended before it."""
+    user = unique("u")
+    async with store.shared_transaction(deferred=True):
+        assert (
+            await store.append_history("s1", [{"message_id": "m1", "role": "user"}], user_id=user)
+            == 1
+        )
+        await store.append_history("s2", [{"message_id": "m1", "role": "user"}], user_id=user)
+        assert await store.delete_history("s1", user_id=user) == 1
+        await store.append_history("s1", [{"message_id": "m2", "role": "user"}], user_id=user)
+    assert [m.message["message_id"] for m in await store.read_history("s1", user_id=user)] == ["m2"]
+    assert await store.count_history("s2", user_id=user) == 1
 
 
 async def test_a_block_that_writes_nothing_takes_no_connection(store: MemoryStore) -> None:

@@ -11,6 +11,8 @@ import uuid
 import numpy as np
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 from tests.wire import one_connection_store, round_trips, sent
@@ -123,3 +125,93 @@ async def _stored_elsewhere(url: str, user_id: str) -> tuple[int, int]:
     taken)."""
     async with MemoryStore(url, settings=Settings(_env_file=None)) as other:  # type: ignore[call-arg]
         return await _stored(other, user_id)
+
+
+async def test_a_deferred_turns_writes_are_one_round_trip_with_their_commit(
+    database_url: str, scope: MemoryScope
+) -> None:
+    """In a deferred block the history and memory rows wait for its end: BEGIN, the locks, both
+    writes and COMMIT before one Sync. What ``add`` returns is what it sent: a message it
+    re-sends is skipped when the block commits."""
+    user = scope.user_id or ""
+    collection = f"w_{uuid.uuid4().hex[:10]}"
+    async with one_connection_store(database_url) as (store, pgconn):
+        await store.create_collection(collection, dimensions=DIM, embedding_model="test")
+        vector = np.ones(DIM, dtype=np.float32)
+        returned: list[object] = []
+
+        async def turn(n: int, message_id: str) -> None:
+            async with store.shared_transaction(deferred=True):
+                returned.append(
+                    await store.append_history(
+                        "s1", [{"message_id": message_id, "role": "user"}], user_id=user
+                    )
+                )
+                record = MemoryRecord(
+                    content=f"tea {n}", scope=scope, embedding=vector, message_id=message_id
+                )
+                returned.append(len(await store.add(collection, [record])))
+                # nothing is sent inside the block: another connection sees nothing new
+                returned.append(await _stored_elsewhere(database_url, user))
+
+        await turn(0, "m0")  # the connection prepares its statements
+        kinds = await sent(pgconn, lambda: turn(1, "m1"))
+        assert round_trips(kinds) == 1, kinds
+        # BEGIN, the erasure and append locks, the history row, the memory row, COMMIT
+        assert kinds.count("Execute") == 5, kinds
+        assert any(kind.startswith("Parse COMMIT") for kind in kinds), kinds
+        assert returned[-3:] == [1, 1, (1, 1)], returned
+        assert await _stored(store, user) == (2, 2)
+        await turn(2, "m1")  # the same message again: sent, and skipped by the commit
+        assert returned[-3:] == [1, 1, (2, 2)], returned
+        assert await _stored(store, user) == (2, 2)
+        # the block's connection is idle again, in autocommit, and takes the next write
+        await store.append_history("s1", [{"message_id": "m3", "role": "user"}], user_id=user)
+        assert await _stored(store, user) == (2, 3)
+
+
+async def test_a_deferred_write_failing_at_the_commit_writes_nothing(
+    store_url: str, owner_engine: AsyncEngine, scope: MemoryScope
+) -> None:
+    """A queued write's error comes out of the block's end; nothing of the block is written,
+    and the connection (the pool's only one) is rolled back and usable."""
+    user = scope.user_id or ""
+    collection = f"w_{uuid.uuid4().hex[:10]}"
+    async with owner_engine.begin() as conn:
+        # On Citus a trigger on a distributed table is created on every shard only with this
+        # (a placeholder setting on one server).
+        await conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
+        await conn.execute(
+            text(
+                "CREATE OR REPLACE FUNCTION pg_temp_poison_turn() RETURNS trigger LANGUAGE plpgsql "
+                "AS $$ BEGIN IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poisoned row'; "
+                "END IF; RETURN NEW; END $$"
+            )
+        )
+        await conn.execute(
+            text(
+                "CREATE TRIGGER poison_turn BEFORE INSERT ON pgmemory_memories "
+                "FOR EACH ROW EXECUTE FUNCTION pg_temp_poison_turn()"
+            )
+        )
+    try:
+        async with one_connection_store(store_url) as (store, _):
+            await store.create_collection(collection, dimensions=DIM, embedding_model="test")
+            vector = np.ones(DIM, dtype=np.float32)
+            with pytest.raises(DBAPIError, match="poisoned row"):
+                async with store.shared_transaction(deferred=True):
+                    await store.append_history(
+                        "s1", [{"message_id": "m1", "role": "user"}], user_id=user
+                    )
+                    await store.add(
+                        collection, [MemoryRecord(content="poison", scope=scope, embedding=vector)]
+                    )
+            assert await _stored(store, user) == (0, 0)
+            await store.append_history("s1", [{"message_id": "m1", "role": "user"}], user_id=user)
+            assert await _stored(store, user) == (0, 1)
+    finally:
+        async with owner_engine.begin() as conn:
+            await conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
+            await conn.execute(text("DROP TRIGGER poison_turn ON pgmemory_memories"))
+        async with owner_engine.begin() as conn:  # Citus: not after the shards' DDL in one
+            await conn.execute(text("DROP FUNCTION pg_temp_poison_turn()"))

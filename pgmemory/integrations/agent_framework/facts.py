@@ -562,7 +562,7 @@ class FactMemoryProvider(ContextProvider):
         messages = self.extraction_messages(context) if self.queue is None else []
         if self.wants_extraction(context, messages):
             context.metadata[self._extracted_key] = await self._extract_quietly(messages)
-        async with self.store.shared_transaction():
+        async with self.store.shared_transaction(deferred=True):
             yield
 
     # --- queued extraction -------------------------------------------------------------------

@@ -179,7 +179,7 @@ class PostgresHistoryProvider(HistoryProvider):
     def unit_of_work(self, context: SessionContext) -> AbstractAsyncContextManager[object]:
         """The store's shared transaction: the turn is appended together with the other
         providers' writes to the same store, or not at all."""
-        return self.store.shared_transaction()
+        return self.store.shared_transaction(deferred=True)
 
     async def write_turn(
         self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]

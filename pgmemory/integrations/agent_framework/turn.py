@@ -4,8 +4,9 @@ agent-framework calls ``after_run`` in reverse provider order and stops at the f
 no hook around the whole phase. So each pgmemory provider's ``after_run`` only registers itself
 in ``SessionContext.metadata`` until the framework reaches the first pgmemory provider in list
 order (the last it calls); that call runs every registered one in list order, inside their units
-of work (one shared transaction per store, :meth:`pgmemory.MemoryStore.shared_transaction`),
-which roll back if any fails. A framework provider failing between two of ours therefore stops
+of work (one shared transaction per store, :meth:`pgmemory.MemoryStore.shared_transaction`,
+deferred: the turn's history and memory rows are sent with its commit, one round trip), which
+roll back if any fails. A framework provider failing between two of ours therefore stops
 the framework before our last call: nothing of that turn is written.
 
 When the agent persists history per service call

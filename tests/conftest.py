@@ -166,6 +166,37 @@ async def owner_engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest_asyncio.fixture
+async def poisoned_memories(owner_engine: AsyncEngine) -> AsyncIterator[str]:
+    """For one test, the database refuses to insert a memory whose content is ``"poison"``
+    (a trigger raising ``poisoned row``): a failure a write only meets on the server."""
+    async with owner_engine.begin() as conn:
+        # On Citus a trigger on a distributed table is created on every shard only with this
+        # (a placeholder setting on one server).
+        await conn.execute(sa.text("SET LOCAL citus.enable_unsafe_triggers = on"))
+        await conn.execute(
+            sa.text(
+                "CREATE OR REPLACE FUNCTION pg_temp_poison() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poisoned row'; END IF; "
+                "RETURN NEW; END $$"
+            )
+        )
+        await conn.execute(
+            sa.text(
+                "CREATE TRIGGER poison BEFORE INSERT ON pgmemory_memories "
+                "FOR EACH ROW EXECUTE FUNCTION pg_temp_poison()"
+            )
+        )
+    try:
+        yield "poison"
+    finally:
+        async with owner_engine.begin() as conn:
+            await conn.execute(sa.text("SET LOCAL citus.enable_unsafe_triggers = on"))
+            await conn.execute(sa.text("DROP TRIGGER poison ON pgmemory_memories"))
+        async with owner_engine.begin() as conn:  # Citus: not after the shards' DDL in one
+            await conn.execute(sa.text("DROP FUNCTION pg_temp_poison()"))
+
+
+@pytest_asyncio.fixture
 async def collection(store: MemoryStore) -> str:
     """A new collection (USE model, 512 dims) with a unique name."""
     name = f"c_{uuid.uuid4().hex[:10]}"

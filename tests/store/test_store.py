@@ -409,43 +409,17 @@ async def test_large_batches_are_chunked_and_copy_import_is_audited(
 
 
 async def test_a_failure_inside_a_later_chunk_writes_nothing(
-    store: MemoryStore, collection: str, owner_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+    store: MemoryStore, collection: str, poisoned_memories: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A database-side failure in the third chunk rolls back the first two as well."""
     import pgmemory.store.writes as store_module
 
     monkeypatch.setattr(store_module, "INSERT_CHUNK_ROWS", 10)
     user = unique("u")
-    async with owner_engine.begin() as conn:
-        # On Citus a trigger on a distributed table is created on every shard only with this
-        # (a placeholder setting on one server).
-        await conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
-        await conn.execute(
-            text(
-                "CREATE OR REPLACE FUNCTION pg_temp_poison() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                "BEGIN IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poisoned row'; END IF; "
-                "RETURN NEW; END $$"
-            )
-        )
-        await conn.execute(
-            text(
-                "CREATE TRIGGER poison BEFORE INSERT ON pgmemory_memories "
-                "FOR EACH ROW EXECUTE FUNCTION pg_temp_poison()"
-            )
-        )
-    try:
-        records = [
-            MemoryRecord(content=f"ok{i}", scope=MemoryScope(user_id=user)) for i in range(25)
-        ]
-        records.append(MemoryRecord(content="poison", scope=MemoryScope(user_id=user)))
-        with pytest.raises(Exception, match="poisoned row"):
-            await store.add(collection, records)
-    finally:
-        async with owner_engine.begin() as conn:
-            await conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
-            await conn.execute(text("DROP TRIGGER poison ON pgmemory_memories"))
-        async with owner_engine.begin() as conn:  # Citus: not after the shards' DDL in one
-            await conn.execute(text("DROP FUNCTION pg_temp_poison()"))
+    records = [MemoryRecord(content=f"ok{i}", scope=MemoryScope(user_id=user)) for i in range(25)]
+    records.append(MemoryRecord(content=poisoned_memories, scope=MemoryScope(user_id=user)))
+    with pytest.raises(Exception, match="poisoned row"):
+        await store.add(collection, records)
     assert await store.count(collection, MemoryScope(user_id=user)) == 0
     async with store.engine.connect() as conn:
         audited = (

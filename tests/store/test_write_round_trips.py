@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 from tests.wire import one_connection_store, round_trips, sent
@@ -171,47 +170,22 @@ async def test_a_deferred_turns_writes_are_one_round_trip_with_their_commit(
 
 
 async def test_a_deferred_write_failing_at_the_commit_writes_nothing(
-    store_url: str, owner_engine: AsyncEngine, scope: MemoryScope
+    store_url: str, poisoned_memories: str, scope: MemoryScope
 ) -> None:
     """A queued write's error comes out of the block's end; nothing of the block is written,
     and the connection (the pool's only one) is rolled back and usable."""
     user = scope.user_id or ""
     collection = f"w_{uuid.uuid4().hex[:10]}"
-    async with owner_engine.begin() as conn:
-        # On Citus a trigger on a distributed table is created on every shard only with this
-        # (a placeholder setting on one server).
-        await conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
-        await conn.execute(
-            text(
-                "CREATE OR REPLACE FUNCTION pg_temp_poison_turn() RETURNS trigger LANGUAGE plpgsql "
-                "AS $$ BEGIN IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poisoned row'; "
-                "END IF; RETURN NEW; END $$"
-            )
-        )
-        await conn.execute(
-            text(
-                "CREATE TRIGGER poison_turn BEFORE INSERT ON pgmemory_memories "
-                "FOR EACH ROW EXECUTE FUNCTION pg_temp_poison_turn()"
-            )
-        )
-    try:
-        async with one_connection_store(store_url) as (store, _):
-            await store.create_collection(collection, dimensions=DIM, embedding_model="test")
-            vector = np.ones(DIM, dtype=np.float32)
-            with pytest.raises(DBAPIError, match="poisoned row"):
-                async with store.shared_transaction(deferred=True):
-                    await store.append_history(
-                        "s1", [{"message_id": "m1", "role": "user"}], user_id=user
-                    )
-                    await store.add(
-                        collection, [MemoryRecord(content="poison", scope=scope, embedding=vector)]
-                    )
-            assert await _stored(store, user) == (0, 0)
-            await store.append_history("s1", [{"message_id": "m1", "role": "user"}], user_id=user)
-            assert await _stored(store, user) == (0, 1)
-    finally:
-        async with owner_engine.begin() as conn:
-            await conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
-            await conn.execute(text("DROP TRIGGER poison_turn ON pgmemory_memories"))
-        async with owner_engine.begin() as conn:  # Citus: not after the shards' DDL in one
-            await conn.execute(text("DROP FUNCTION pg_temp_poison_turn()"))
+    async with one_connection_store(store_url) as (store, _):
+        await store.create_collection(collection, dimensions=DIM, embedding_model="test")
+        vector = np.ones(DIM, dtype=np.float32)
+        poison = MemoryRecord(content=poisoned_memories, scope=scope, embedding=vector)
+        with pytest.raises(DBAPIError, match="poisoned row"):
+            async with store.shared_transaction(deferred=True):
+                await store.append_history(
+                    "s1", [{"message_id": "m1", "role": "user"}], user_id=user
+                )
+                await store.add(collection, [poison])
+        assert await _stored(store, user) == (0, 0)
+        await store.append_history("s1", [{"message_id": "m1", "role": "user"}], user_id=user)
+        assert await _stored(store, user) == (0, 1)

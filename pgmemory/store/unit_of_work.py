@@ -285,8 +285,9 @@ class SharedTransaction:
 
         Raises:
             TurnWriteFailedError: Asked to commit after a joined write failed (it rolls back).
-            The COMMIT's error, or a queued write's (nothing of the block is written). A failed ROLLBACK is not raised: the block's own error is the one
-                that matters, and a transaction whose connection failed is not committed.
+            The COMMIT's error, or a queued write's (nothing of the block is written). A failed
+                ROLLBACK is not raised: the block's own error is the one that matters, and a
+                transaction whose connection failed is not committed.
         """
         async with self._lock:
             self._closed = True

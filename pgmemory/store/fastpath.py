@@ -119,6 +119,8 @@ async def run_all(
     """
     try:
         async with conn.pipeline():
+            # An explicit transaction, not the implicit one of statements before a Sync: Citus
+            # coordinates a transaction across statements only inside a transaction block.
             await conn.cursor().execute(_begin(conn), prepare=False)
             for write in writes:
                 if write.lock_users or write.lock_sessions:

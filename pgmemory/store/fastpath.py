@@ -92,13 +92,7 @@ async def run(
     async with conn.pipeline():
         if begin:
             await conn.cursor().execute(_begin(conn), prepare=False)
-        if locks:
-            await conn.cursor().execute(
-                driver_statement(LOCK_FOR_WRITE),
-                lock_parameters(lock_users, lock_sessions),
-                prepare=prepare,
-            )
-        await cursor.execute(driver_statement(statement), params, prepare=prepare)
+        await _send_locked(conn, cursor, statement, params, lock_users, lock_sessions, prepare)
     return await _rows(cursor)
 
 
@@ -123,21 +117,36 @@ async def run_all(
             # coordinates a transaction across statements only inside a transaction block.
             await conn.cursor().execute(_begin(conn), prepare=False)
             for write in writes:
-                if write.lock_users or write.lock_sessions:
-                    await conn.cursor().execute(
-                        driver_statement(LOCK_FOR_WRITE),
-                        lock_parameters(write.lock_users, write.lock_sessions),
-                        prepare=prepare,
-                    )
-                await conn.cursor().execute(
-                    driver_statement(write.statement), write.params, prepare=prepare
-                )
+                await _send_locked(
+                    conn, conn.cursor(), write.statement, write.params, write.lock_users,
+                    write.lock_sessions, prepare,
+                )  # fmt: skip
             await conn.cursor().execute("COMMIT", prepare=False)
     except psycopg.Error:
         if not conn.broken and conn.info.transaction_status != pq.TransactionStatus.IDLE:
             with suppress(psycopg.Error):
                 await conn.execute("ROLLBACK")
         raise
+
+
+async def _send_locked(
+    conn: psycopg.AsyncConnection[Any],
+    cursor: psycopg.AsyncCursor[Any],
+    statement: str,
+    params: Mapping[str, Any],
+    lock_users: Sequence[str],
+    lock_sessions: Sequence[tuple[str, str]],
+    prepare: bool,
+) -> None:
+    """In an open pipeline: the lock statement of ``lock_users`` and ``lock_sessions`` (when
+    there are any), then ``statement`` on ``cursor``."""
+    if lock_users or lock_sessions:
+        await conn.cursor().execute(
+            driver_statement(LOCK_FOR_WRITE),
+            lock_parameters(lock_users, lock_sessions),
+            prepare=prepare,
+        )
+    await cursor.execute(driver_statement(statement), params, prepare=prepare)
 
 
 def _begin(conn: psycopg.AsyncConnection[Any]) -> str:

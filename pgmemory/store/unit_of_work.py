@@ -245,11 +245,13 @@ class SharedTransaction:
         """Send the queued writes, in order, before the block's first other statement (called
         holding ``_lock``, the shared connection taken): from then on nothing is queued."""
         queued, self._deferred = self._deferred, []
+        if not queued:
+            return
+        driver = await _driver(conn)
         for write in queued:
             await self._on_driver(
-                await _driver(conn), write.statement, write.params, write.lock_users,
-                write.lock_sessions,
-            )  # fmt: skip
+                driver, write.statement, write.params, write.lock_users, write.lock_sessions
+            )
 
     async def _enter(self) -> AsyncConnection:
         """The shared connection for the next write (called holding ``_lock``), taken and its

@@ -35,7 +35,7 @@ import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context, metrics, trace
@@ -111,6 +111,8 @@ class Operation:
 
     def results(self, scores: Sequence[float | None], texts: Sequence[str] = ()) -> None:
         """How many memories came back and the best score (their texts only if sensitive)."""
+        if self.span is trace.INVALID_SPAN:  # untraced: nothing to fill
+            return
         self.span.set_attribute("pgmemory.result.count", len(scores))
         known = [s for s in scores if s is not None]
         if known:
@@ -132,7 +134,6 @@ class Operation:
         self.span.set_attribute(f"pgmemory.{name}", value)
 
 
-@contextmanager
 def operation(
     name: str,
     *,
@@ -143,7 +144,7 @@ def operation(
     mode: str | None = None,
     kind: str = "memory",
     sensitive: bool = False,
-) -> Iterator[Operation]:
+) -> AbstractContextManager[Operation]:
     """A span for one store operation ``name`` (a GenAI memory operation), the current span
     its parent.
 
@@ -156,12 +157,48 @@ def operation(
         kind: What is operated on: ``memory``, ``history``, ``facts``, ``audit``.
         sensitive: The call's own sensitive-data switch (a provider's).
     """
+    timed = name == SEARCH_MEMORY and kind == "memory"
+    if not _tracing():  # no SDK configured: no span to fill (the metrics still count)
+        return _Untraced(Operation(trace.INVALID_SPAN, sensitive=False, mode=mode), timed)
+    return _traced(name, settings, collection, scope, user_id, mode, kind, sensitive, timed)
+
+
+class _Untraced:
+    """An operation without a span (a plain object, not a generator: a small search runs
+    one per call); a memory search still records its duration."""
+
+    __slots__ = ("began", "op", "timed")
+
+    def __init__(self, op: Operation, timed: bool) -> None:
+        self.op = op
+        self.timed = timed
+        self.began = 0.0
+
+    def __enter__(self) -> Operation:
+        self.began = time.perf_counter()
+        return self.op
+
+    def __exit__(self, *exc: object) -> None:
+        if self.timed:
+            _record_recall(self.began, self.op)
+
+
+@contextmanager
+def _traced(
+    name: str,
+    settings: Settings,
+    collection: str | None,
+    scope: MemoryScope | None,
+    user_id: str | None,
+    mode: str | None,
+    kind: str,
+    sensitive: bool,
+    timed: bool,
+) -> Iterator[Operation]:
+    """:func:`operation` with an SDK configured: the operation's span."""
     began = time.perf_counter()
     op = Operation(trace.INVALID_SPAN, sensitive=False, mode=mode)
     try:
-        if not _tracing():  # no SDK configured: no span to fill (the metrics still count)
-            yield op
-            return
         with _span(
             f"{name} {collection}" if collection else f"{name} {kind}",
             _attributes(name, settings, collection, scope, user_id, mode, kind),
@@ -169,10 +206,13 @@ def operation(
             op.span, op.sensitive = span, sensitive or settings.telemetry_sensitive_data
             yield op
     finally:
-        if name == SEARCH_MEMORY and kind == "memory":
-            RECALL_DURATION.record(
-                time.perf_counter() - began, {"pgmemory.retrieval.mode": op.mode or ""}
-            )
+        if timed:
+            _record_recall(began, op)
+
+
+def _record_recall(began: float, op: Operation) -> None:
+    """A memory search's duration, by its retrieval mode."""
+    RECALL_DURATION.record(time.perf_counter() - began, {"pgmemory.retrieval.mode": op.mode or ""})
 
 
 def _attributes(
@@ -215,14 +255,15 @@ def embedding(model: str, texts: int) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def sql(what: str) -> Iterator[None]:
+def sql(what: str) -> AbstractContextManager[object]:
     """A child span for SQL: ``what`` is ``statement`` (one round trip) or ``transaction``."""
     if not _tracing():
-        yield
-        return
-    with _span(f"pgmemory.sql {what}", {"db.system.name": "postgresql"}):
-        yield
+        return _NO_SPAN
+    return _span(f"pgmemory.sql {what}", {"db.system.name": "postgresql"})
+
+
+#: What :func:`sql` enters without an SDK (reusable: it holds nothing).
+_NO_SPAN = nullcontext()
 
 
 @contextmanager

@@ -75,12 +75,12 @@ class FastVerbs:
         if taken is None:
             pooled = await self._checkout(self.engine.raw_connection)
             leased_at = time.monotonic()
-        else:
-            pooled, leased_at = taken
-        kept = False
-        try:
             driver = pooled.driver_connection
             assert driver is not None
+        else:
+            pooled, driver, leased_at = taken
+        kept = False
+        try:
             if not driver.autocommit:
                 await driver.set_autocommit(True)
             try:
@@ -96,7 +96,7 @@ class FastVerbs:
                 raise
             finally:
                 if pooled.is_valid:
-                    kept = self._held.keep(pooled, leased_at)
+                    kept = self._held.keep(pooled, driver, leased_at)
                     if not kept:
                         try:
                             await driver.set_autocommit(False)
@@ -163,7 +163,7 @@ class FastVerbs:
         return await self._on_driver(
             lambda conn: self._run_driver(conn, statement, params, users, sessions),
             wrote=wrote,
-            users=frozenset(users),
+            users=frozenset(users) if wrote else None,
         )
 
     async def _send_deferred(

@@ -47,6 +47,8 @@ LEASE_S = 60.0
 @dataclass(slots=True)
 class _Held:
     pooled: PoolProxiedConnection
+    #: ``pooled``'s psycopg connection (kept: SQLAlchemy's property is a chain of lookups).
+    driver: psycopg.AsyncConnection[Any]
     leased_at: float
     idle_since: float
 
@@ -68,13 +70,15 @@ class HeldConnections:
     def __len__(self) -> int:
         return len(self._idle)
 
-    async def take(self) -> tuple[PoolProxiedConnection, float] | None:
-        """A healthy held connection (in autocommit) and when it was checked out of the pool,
-        or None when there is none."""
+    async def take(
+        self,
+    ) -> tuple[PoolProxiedConnection, psycopg.AsyncConnection[Any], float] | None:
+        """A healthy held connection (in autocommit), its psycopg connection and when it was
+        checked out of the pool, or None when there is none."""
         while self._idle:
             held = self._idle.pop()
-            driver = held.pooled.driver_connection
-            if driver is None or driver.closed or driver.broken:
+            driver = held.driver
+            if driver.closed or driver.broken:
                 await greenlet_spawn(held.pooled.invalidate)
                 continue
             try:
@@ -85,25 +89,30 @@ class HeldConnections:
             if readable:
                 await _release(held.pooled)
                 continue
-            return held.pooled, held.leased_at
+            return held.pooled, driver, held.leased_at
         return None
 
-    def keep(self, pooled: PoolProxiedConnection, leased_at: float) -> bool:
-        """Hold ``pooled`` (a connection the fast path is done with) if it may be held: idle,
-        in autocommit, within its lease, and while there is room. Returns whether it was."""
+    def keep(
+        self,
+        pooled: PoolProxiedConnection,
+        driver: psycopg.AsyncConnection[Any],
+        leased_at: float,
+    ) -> bool:
+        """Hold ``pooled`` (a connection the fast path is done with; ``driver`` its psycopg
+        connection) if it may be held: idle, in autocommit, within its lease, and while there
+        is room. Returns whether it was."""
         now = time.monotonic()
-        driver: Any = pooled.driver_connection
         if (
             self._closed
             or len(self._idle) >= self.capacity
             or now - leased_at > LEASE_S
-            or driver is None
             or driver.closed
             or not driver.autocommit
-            or driver.info.transaction_status != TransactionStatus.IDLE
+            # the status from libpq itself (``driver.info`` makes an object per call)
+            or driver.pgconn.transaction_status != TransactionStatus.IDLE
         ):
             return False
-        self._idle.append(_Held(pooled, leased_at, now))
+        self._idle.append(_Held(pooled, driver, leased_at, now))
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(IDLE_S, self._trim_soon)
         return True

@@ -91,8 +91,8 @@ async def run(
     # part of it.
     async with conn.pipeline():
         if begin:
-            await conn.cursor().execute(_begin(conn), prepare=False)
-        await _send_locked(conn, cursor, statement, params, lock_users, lock_sessions, prepare)
+            await cursor.execute(_begin(conn), prepare=False)
+        await _send_locked(cursor, statement, params, lock_users, lock_sessions, prepare)
     return await _rows(cursor)
 
 
@@ -111,17 +111,18 @@ async def run_all(
         writes: What the unit of work queued, in order.
         prepare: As for :func:`run`.
     """
+    cursor = conn.cursor()
     try:
         async with conn.pipeline():
             # An explicit transaction, not the implicit one of statements before a Sync: Citus
             # coordinates a transaction across statements only inside a transaction block.
-            await conn.cursor().execute(_begin(conn), prepare=False)
+            await cursor.execute(_begin(conn), prepare=False)
             for write in writes:
                 await _send_locked(
-                    conn, conn.cursor(), write.statement, write.params, write.lock_users,
-                    write.lock_sessions, prepare,
+                    cursor, write.statement, write.params, write.lock_users, write.lock_sessions,
+                    prepare,
                 )  # fmt: skip
-            await conn.cursor().execute("COMMIT", prepare=False)
+            await cursor.execute("COMMIT", prepare=False)
     except psycopg.Error:
         if not conn.broken and conn.info.transaction_status != pq.TransactionStatus.IDLE:
             with suppress(psycopg.Error):
@@ -130,7 +131,6 @@ async def run_all(
 
 
 async def _send_locked(
-    conn: psycopg.AsyncConnection[Any],
     cursor: psycopg.AsyncCursor[Any],
     statement: str,
     params: Mapping[str, Any],
@@ -138,10 +138,13 @@ async def _send_locked(
     lock_sessions: Sequence[tuple[str, str]],
     prepare: bool,
 ) -> None:
-    """In an open pipeline: the lock statement of ``lock_users`` and ``lock_sessions`` (when
-    there are any), then ``statement`` on ``cursor``."""
+    """In an open pipeline, on ``cursor``: the lock statement of ``lock_users`` and
+    ``lock_sessions`` (when there are any), then ``statement``. One cursor serves the
+    pipeline's statements (making one costs more Python than a small statement's own): its
+    result is the last statement's, as a pipeline's statements before it return nothing
+    that is read."""
     if lock_users or lock_sessions:
-        await conn.cursor().execute(
+        await cursor.execute(
             driver_statement(LOCK_FOR_WRITE),
             lock_parameters(lock_users, lock_sessions),
             prepare=prepare,

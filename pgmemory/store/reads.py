@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -66,6 +67,8 @@ DISTANT_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 #: The weights of a search that names none (frozen: one instance serves every search).
 _DEFAULT_WEIGHTS = SearchWeights()
+#: The recall trace of an audited search whose caller gave none: its mode only.
+_MODE_TRACES: dict[str, RecallTrace] = {mode: RecallTrace(mode=mode) for mode in SEARCH_MODES}
 
 
 class Route(enum.Enum):
@@ -133,6 +136,7 @@ async def search(
         sensitive=trace is not None and trace.include_query_text,
     ) as op:
         check_search_scope(scope, allow_unscoped=allow_unscoped)
+        scope_columns = scope.as_dict()
         info = await catalogue.get(collection)
         check_limit(limit)
         if mode is None:
@@ -158,7 +162,7 @@ async def search(
         if vector is not None:
             vector = check_vector(vector, dimensions=info.dimensions, what="query vector")
             if query is None:
-                query_hash = sha256_hex(vector.tobytes().hex())
+                query_hash = hashlib.sha256(vector.tobytes()).hexdigest()  # its float32 bytes
         chosen = isinstance(path, Route)
         if isinstance(path, Route):
             path = await ann.route(collection, scope) if mode == "vector" and not windowed else None
@@ -178,7 +182,7 @@ async def search(
 
         def statement(on: AnnPath | None) -> str:
             return q.search_memories(
-                tuple(scope.as_dict()),
+                tuple(scope_columns),
                 covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
                 audit=audit and not replicated and not (apart and on is None),
                 mode=mode,
@@ -193,7 +197,7 @@ async def search(
             )
 
         params: dict[str, Any] = {
-            **scope.as_dict(),
+            **scope_columns,
             **(window if windowed else {}),
             "collection": collection,
             "query": vector,
@@ -213,7 +217,7 @@ async def search(
         if audit:
             # The audit names the search's mode unless the caller described its own recall mode.
             if trace is None:
-                trace = RecallTrace(mode=mode)
+                trace = _MODE_TRACES[mode]
             elif not trace.mode:
                 trace = dataclasses.replace(trace, mode=mode)
             params.update(_audit_params(scope, trace, query, query_hash))

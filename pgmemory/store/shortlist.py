@@ -124,7 +124,10 @@ class Shortlists:
 
     def state(self, collection: str) -> ShortlistState:
         """The collection's state (a fresh, unprobed one if none yet)."""
-        return self._states.setdefault(collection, ShortlistState())
+        state = self._states.get(collection)
+        if state is None:
+            state = self._states[collection] = ShortlistState()
+        return state
 
     def enabled(self, collection: str) -> bool:
         """Whether the collection's last probe measured recall at or above the floor."""
@@ -135,7 +138,7 @@ class Shortlists:
         """How many rows a vector search of ``scope`` re-ranks on the two-phase path, or None
         (exact). Counts the search; probes at the collection's ``first_probe``-th search in
         this process and after every ``probe_every`` searches then. Never raises."""
-        if set(scope.as_dict()) != {"user_id"} or not self._db.binary_codes:
+        if scope.user_id is None or not self._db.binary_codes or len(scope.as_dict()) != 1:
             return None
         state = self.state(collection)
         state.searches += 1
@@ -147,7 +150,7 @@ class Shortlists:
             )
         if due:
             await self.probe(collection)
-        if not self.enabled(collection) or scope.user_id not in state.large_users:
+        if scope.user_id not in state.large_users or not self.enabled(collection):
             return None
         return shortlist_size(limit)
 

@@ -146,10 +146,11 @@ def check_dimensions(value: object) -> int:
 
 def check_vector(value: object, *, dimensions: int, what: str) -> np.ndarray:
     """A finite float32 vector of the collection's size (a pgvector ``Vector`` is accepted)."""
-    if hasattr(value, "to_numpy"):
-        value = value.to_numpy()
-    if isinstance(value, (str, bytes)):
-        raise InvalidInputError(f"{what} must be a sequence of numbers, got {describe(value)}")
+    if not isinstance(value, np.ndarray):
+        if hasattr(value, "to_numpy"):
+            value = value.to_numpy()
+        if isinstance(value, (str, bytes)):
+            raise InvalidInputError(f"{what} must be a sequence of numbers, got {describe(value)}")
     try:
         vector = np.asarray(value, dtype=np.float32)
     except (TypeError, ValueError) as exc:
@@ -164,9 +165,10 @@ def check_vector(value: object, *, dimensions: int, what: str) -> np.ndarray:
             "embed with the collection's model, or use a collection of that size"
         )
     # One pass for the common case: a finite, positive sum of squares means every value is
-    # finite and one is non-zero (an overflow or underflow takes the precise checks below).
-    with np.errstate(over="ignore", under="ignore"):
-        square = float(np.dot(vector, vector))
+    # finite and one is non-zero. Summed in float64, where no float32 value's square overflows
+    # or underflows to zero (so no floating-point warning either).
+    wide = vector.astype(np.float64)
+    square = float(np.dot(wide, wide))
     if math.isfinite(square) and square > 0.0:
         return vector
     finite = np.isfinite(vector)

@@ -57,14 +57,14 @@ from pgmemory.integrations.agent_framework.rendering import (
     render,
     tool_kind,
 )
-from pgmemory.integrations.agent_framework.turn import after_run_together
+from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together
 from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope, Recall, RecallTrace
 from pgmemory.store.store import MemoryStore
 
 logger = logging.getLogger(__name__)
 
 
-class ChatHistoryMemoryProvider(ContextProvider):
+class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
     """Stores every turn in PostgreSQL with embeddings and recalls related ones by scope.
 
     Security: recalled memories are untrusted text placed in the model's context (they are

@@ -88,7 +88,7 @@ from pgmemory.integrations.agent_framework.messages import (
     external_only,
     user_messages,
 )
-from pgmemory.integrations.agent_framework.turn import after_run_together
+from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together
 from pgmemory.store.jobs import MAX_DELAY_S, JobQueue
 from pgmemory.store.recall_text import json_text
 from pgmemory.store.records import MemoryScope
@@ -100,7 +100,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class FactMemoryProvider(ContextProvider):
+class FactMemoryProvider(ContextProvider, TurnWriter):
     """Remembers structured facts about the user (a pydantic model) per scope, in PostgreSQL.
 
     An extraction that fails (endpoint error, reply not matching the schema, value rejected by

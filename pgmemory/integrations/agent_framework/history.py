@@ -38,7 +38,7 @@ from pgmemory.integrations.agent_framework.binding import (
     resolve_user_id,
 )
 from pgmemory.integrations.agent_framework.messages import ATTRIBUTION, CREATED_AT, ensure_identity
-from pgmemory.integrations.agent_framework.turn import after_run_together
+from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together
 from pgmemory.store.store import MemoryStore
 
 #: Where a stored message keeps the attribution it had when it was saved (the framework's
@@ -47,7 +47,7 @@ STORED_ATTRIBUTION = "pgmemory.attribution"
 _MESSAGE_KEYS = ("role", "contents", "author_name", "message_id", "additional_properties")
 
 
-class PostgresHistoryProvider(HistoryProvider):
+class PostgresHistoryProvider(HistoryProvider, TurnWriter):
     """Chat history in PostgreSQL, one row per message, kept per user and session.
 
     Every run resolves the bound user id (``user_id=``) and refuses to run without one, so no

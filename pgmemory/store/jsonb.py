@@ -9,14 +9,20 @@ float that Python would print with an exponent in positional notation with a fra
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 
+#: A number in exponent form, as :func:`json.dumps` writes a large or tiny float (also found
+#: in a string that merely looks like one, which only costs the exact path).
+_EXPONENT = re.compile(r"\d[eE][+-]?\d")
+
+
 def _float(value: float) -> str:
-    text = repr(value)
+    text = float.__repr__(value)
     if "e" not in text and "E" not in text:
         return text  # already positional, with a fraction ("1.5", "2.0")
     positional = format(Decimal(text), "f")
@@ -24,19 +30,33 @@ def _float(value: float) -> str:
 
 
 def dumps(value: Any) -> str:
-    """``value`` (JSON-native, already checked) as JSON text whose floats survive jsonb."""
+    """``value`` (JSON-native, already checked) as JSON text whose floats survive jsonb.
+
+    The C encoder writes it first; only when that text holds a number in exponent form is it
+    written again here, float by float (the same text otherwise: the same separators, and a
+    float in positional form is its ``repr`` either way).
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    if _EXPONENT.search(text) is None:
+        return text
+    return _positional(value)
+
+
+def _positional(value: Any) -> str:
+    """:func:`dumps`, every float in positional notation with a fraction."""
     if isinstance(value, float):
         return _float(value)
     if isinstance(value, dict):
         return (
             "{"
             + ", ".join(
-                f"{json.dumps(str(k), ensure_ascii=False)}: {dumps(v)}" for k, v in value.items()
+                f"{json.dumps(str(k), ensure_ascii=False)}: {_positional(v)}"
+                for k, v in value.items()
             )
             + "}"
         )
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(dumps(v) for v in value) + "]"
+        return "[" + ", ".join(_positional(v) for v in value) + "]"
     return json.dumps(value, ensure_ascii=False)
 
 

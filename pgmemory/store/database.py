@@ -15,6 +15,9 @@ verb                   transaction                      retry                   
                        round trip, its own commit;                                  row is a write)
                        joins the unit of work if one
                        is open
+:meth:`read_rows`      a read-only statement's rows:    as :meth:`read`             as :meth:`read`
+                       :meth:`fetch` without replicas,
+                       else :meth:`read`
 :meth:`write`          one transaction (joins the unit  never: a lost commit may    primary; notes the
                        of work if one is open)          have taken effect           WAL position for
                                                                                     read-your-writes
@@ -45,7 +48,7 @@ import contextvars
 import logging
 import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -360,6 +363,17 @@ class Database(FastVerbs):
                     yield conn
             else:
                 yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    async def read_rows(
+        self, statement: str, params: Mapping[str, Any], *, user: str | None
+    ) -> list[dict[str, Any]]:
+        """The rows of a read-only ``statement`` of ``user``'s data, as dicts: on a replica's
+        connection when :meth:`read` may give one (replicas configured), else as :meth:`fetch`
+        (one prepared round trip on the primary, no SQLAlchemy connection around it)."""
+        if self._replicas is None:
+            return await self.fetch(statement, params)
+        async with self.read(user) as conn:
+            return [dict(row) for row in (await conn.execute(clause(statement), params)).mappings()]
 
     @contextlib.asynccontextmanager
     async def unit_of_work(self, *, deferred: bool = False) -> AsyncIterator[None]:

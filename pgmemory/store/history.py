@@ -124,8 +124,7 @@ async def read(
             "after_seq": after_seq,
             "limit": limit,
         }
-        async with db.read(user_id) as conn:
-            rows = (await conn.execute(clause(q.READ_HISTORY), params)).mappings().all()
+        rows = await db.read_rows(q.READ_HISTORY, params, user=user_id)
         op.count("result.count", len(rows))
         return [HistoryRow(**row) for row in rows]
 

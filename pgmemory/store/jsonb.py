@@ -15,7 +15,6 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-
 #: A number in exponent form, as :func:`json.dumps` writes a large or tiny float (also found
 #: in a string that merely looks like one, which only costs the exact path).
 _EXPONENT = re.compile(r"\d[eE][+-]?\d")

@@ -429,8 +429,7 @@ async def page(
         "limit": limit,
         "offset": offset,
     }
-    async with db.read(scope.user_id) as conn:
-        rows = (await conn.execute(clause(statement), params)).mappings().all()
+    rows = await db.read_rows(statement, params, user=scope.user_id)
     return [memory_from_row(row) for row in rows]
 
 

@@ -144,3 +144,43 @@ async def test_recalls_inside_a_shared_transaction_leave_the_turn_durable(
             setting = (await conn.execute(text("SHOW synchronous_commit"))).scalar_one()
     assert setting == "on"
     assert await store.count(collection, scope) == 2
+
+
+def _array_casts() -> set[tuple[str, str]]:
+    """Every ``CAST(:name AS type[])`` of the store's statements (the module's constants and
+    the statements its builders make for a user scope), as (parameter, type)."""
+    import re
+
+    texts = [v for v in vars(q).values() if isinstance(v, str)]
+    texts += [
+        q.search_memories(("user_id",), covering=True, audit=True, mode=mode, fusion="score",
+                          neighbours=mode == "hybrid")
+        for mode in ("vector", "text", "hybrid")
+    ]  # fmt: skip
+    return {
+        (name, kind)
+        for statement in texts
+        for name, kind in re.findall(r"CAST\(:(\w+) AS ([a-z0-9_ ]+)\[\]\)", statement)
+    }
+
+
+def test_array_parameters_are_sent_in_binary() -> None:
+    from pgmemory.store.fastpath import driver_statement
+
+    casts = _array_casts()
+    assert ("users", "text") in casts and ("embeddings", "vector") in casts
+    for statement in (q.LOCK_FOR_WRITE, q.INSERT_MEMORIES, q.APPEND_HISTORY):
+        sent = driver_statement(statement)
+        assert "CAST(%(" in sent
+        assert not any(f"CAST(%({name})s AS" in sent for name, _ in casts), sent
+
+
+async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: MemoryStore) -> None:
+    """An empty list, or one of NULLs, has no element type of its own: sent in binary it must
+    still cast to each array type a statement names (as the text form did)."""
+    kinds = sorted({kind for _, kind in _array_casts()})
+    async with store.database.driver_autocommit() as conn:
+        for kind in kinds:
+            for value in ([], [None]):
+                cursor = await conn.execute(f"SELECT CAST(%(x)b AS {kind}[])", {"x": value})
+                assert (await cursor.fetchone()) == (value,), kind

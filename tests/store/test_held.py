@@ -58,6 +58,24 @@ async def test_searches_after_the_first_take_no_connection_from_the_pool(
         assert await _backend_pid(store) == first
 
 
+async def test_history_reads_and_listings_take_no_connection_from_the_pool_either(
+    database_url: str,
+) -> None:
+    async with MemoryStore(database_url, settings=_settings(pool_size=3)) as store:
+        collection, scope = await _seeded(store)
+        user = scope.user_id or ""
+        await store.append_history(
+            "s1", [{"message_id": "m1", "role": "user", "content": "hi"}], user_id=user
+        )
+        checkouts = _count_checkouts(store)
+        for _ in range(3):
+            assert [r.message["content"] for r in await store.read_history("s1", user_id=user)] == [
+                "hi"
+            ]
+            assert [m.content for m in await store.list(collection, scope)] == ["tea"]
+        assert checkouts == [], "a read checked a connection out of the pool"
+
+
 async def test_a_store_statement_gets_a_held_connection_back_when_the_pool_has_none_idle(
     database_url: str,
 ) -> None:

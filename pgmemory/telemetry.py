@@ -160,7 +160,13 @@ def operation(
     timed = name == SEARCH_MEMORY and kind == "memory"
     if not _tracing():  # no SDK configured: no span to fill (the metrics still count)
         return _Untraced(Operation(trace.INVALID_SPAN, sensitive=False, mode=mode), timed)
-    return _traced(name, settings, collection, scope, user_id, mode, kind, sensitive, timed)
+    return _traced(
+        f"{name} {collection}" if collection else f"{name} {kind}",
+        _attributes(name, settings, collection, scope, user_id, mode, kind),
+        sensitive=sensitive or settings.telemetry_sensitive_data,
+        mode=mode,
+        timed=timed,
+    )
 
 
 class _Untraced:
@@ -185,25 +191,14 @@ class _Untraced:
 
 @contextmanager
 def _traced(
-    name: str,
-    settings: Settings,
-    collection: str | None,
-    scope: MemoryScope | None,
-    user_id: str | None,
-    mode: str | None,
-    kind: str,
-    sensitive: bool,
-    timed: bool,
+    title: str, attributes: dict[str, Any], *, sensitive: bool, mode: str | None, timed: bool
 ) -> Iterator[Operation]:
     """:func:`operation` with an SDK configured: the operation's span."""
     began = time.perf_counter()
     op = Operation(trace.INVALID_SPAN, sensitive=False, mode=mode)
     try:
-        with _span(
-            f"{name} {collection}" if collection else f"{name} {kind}",
-            _attributes(name, settings, collection, scope, user_id, mode, kind),
-        ) as span:
-            op.span, op.sensitive = span, sensitive or settings.telemetry_sensitive_data
+        with _span(title, attributes) as span:
+            op.span, op.sensitive = span, sensitive
             yield op
     finally:
         if timed:

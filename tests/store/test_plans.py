@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import text
 
+from pgmemory.embedders import CachedEmbedder
 from pgmemory.settings import Settings
 from pgmemory.store import migrate
 from pgmemory.store.records import MemoryRecord, MemoryScope
@@ -437,3 +438,78 @@ async def test_prepared_statements_run_on_generic_plans_except_on_citus(database
                 mode = (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one()
             generic = prepared and not store.database.distributed
             assert mode == ("force_generic_plan" if generic else "auto")
+
+
+async def test_a_generic_plan_reads_each_hit_back_with_one_primary_key_probe(
+    fresh_database: str, embedder: CachedEmbedder
+) -> None:
+    """A search's and a recall's ranked rows are read back one primary-key probe each, under
+    a generic plan too: as a join, whose estimates said one ranked row, the read-back once
+    served its ``user_id = :user_id`` filter from an index on the user's rows and scanned all
+    of them again for every hit (queries._read_back)."""
+    from pgmemory.store.database import Database
+
+    migrate.upgrade(fresh_database)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    rng = np.random.default_rng(5)
+    dims = embedder.dimensions
+    # "big" owns every fourth row; every other row is a user of its own
+    owners = ["big" if i % 4 == 0 else f"u{i}" for i in range(8000)]
+    vectors = rng.standard_normal((len(owners), dims)).astype(np.float32)
+    captured: list[tuple[str, dict]] = []
+    fetch = Database.fetch
+
+    async def spy(self: Database, statement: str, params: dict, **kwargs: object) -> object:
+        captured.append((statement, dict(params)))
+        return await fetch(self, statement, params, **kwargs)  # type: ignore[arg-type]
+
+    async with MemoryStore(fresh_database, settings=settings, embedder=embedder) as store:
+        await store.create_collection("c", dimensions=dims, embedding_model=embedder.model_id)
+        await store.import_records(
+            "c",
+            (
+                MemoryRecord(
+                    content=f"green tea note {i}", scope=MemoryScope(user_id=o), embedding=v
+                )
+                for i, (o, v) in enumerate(zip(owners, vectors, strict=True))
+            ),
+        )
+        big = MemoryScope(user_id="big")
+        query = rng.standard_normal(dims).astype(np.float32)
+        try:
+            Database.fetch = spy  # type: ignore[method-assign]
+            await store.search("c", big, vector=query, limit=10)
+            await store.search("c", big, query="green tea", limit=10)
+            await store.recall("c", big, query="green tea", max_results=5)
+        finally:
+            Database.fetch = fetch  # type: ignore[method-assign]
+    searches = [(s, p) for s, p in captured if "pgmemory_memories" in s]
+    assert len(searches) == 3
+    engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
+            conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+            driver = conn.connection.driver_connection
+            for n, (statement, params) in enumerate(searches):
+                numbered, names = _numbered(statement)
+                conn.exec_driver_sql(f"PREPARE read_back_{n} AS " + numbered)
+                values = [
+                    str([float(x) for x in v]) if isinstance(v, np.ndarray) else v
+                    for v in (params[name] for name in names)
+                ]
+                arguments = ", ".join(psycopg.sql.Literal(v).as_string(driver) for v in values)
+                plan = conn.exec_driver_sql(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE read_back_{n}({arguments})"
+                ).scalar_one()
+                probes = [
+                    node
+                    for node in _plan_nodes(plan)
+                    if node.get("Relation Name") == "pgmemory_memories" and node["Actual Loops"] > 1
+                ]
+                assert probes, plan
+                # a probe per outer row reads a row or two (the hit, a neighbour), not the
+                # user's 2,000
+                assert max(node["Actual Rows"] for node in probes) <= 2, plan
+    finally:
+        engine.dispose()

@@ -194,6 +194,7 @@ async def search(
                 relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
                 windowed=windowed,
                 explain=explain,
+                distributed=db.distributed,
             )
 
         params: dict[str, Any] = {

@@ -184,6 +184,7 @@ async def recall(
             audit=audit and not apart,
             # A shared transaction holds the turn's writes: its commit stays durable.
             relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
+            distributed=db.distributed,
         )
         # The audit row is written under the user: the recall holds their erasure lock.
         users = (scope.user_id,) if audit and scope.user_id else ()

@@ -70,7 +70,13 @@ async def test_each_term_reads_a_bounded_number_of_rows(
     term) does not run, and the scan for each term keeps at most KEYWORD_TERM_ROWS rows,
     though the common word is in more than KEYWORD_BOUND_FROM."""
     scope = await _large_scope(store, collection)
-    statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
+    statement = queries.search_memories(
+        ("user_id",),
+        covering=True,
+        audit=False,
+        mode="text",
+        distributed=store.database.distributed,
+    )
     params = {
         "collection": collection,
         "user_id": scope.user_id,

@@ -513,3 +513,71 @@ async def test_a_generic_plan_reads_each_hit_back_with_one_primary_key_probe(
                 assert max(node["Actual Rows"] for node in probes) <= 2, plan
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+async def test_a_generic_plan_asks_the_term_index_for_a_users_matches(
+    fresh_database: str, bounded: bool
+) -> None:
+    """A user's keyword matches come from the term index under a generic plan too: every
+    matching row (up to KEYWORD_BOUND_FROM rows in the scope), or, above, each query term's
+    first rows. A generic plan, estimating a user's rows from the table's average (one or two
+    here), once read them through an index on the user's rows, working out every row's term
+    keys on the way; the rows now come from the term index, the scope filtered above it."""
+    from pgmemory.store import queries
+    from pgmemory.text import terms
+
+    migrate.upgrade(fresh_database)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    words = ["green", "tea", "noon", "walk", "river", "bread", "lamp", "chair"]
+    rows = 4 * (queries.KEYWORD_BOUND_FROM + (500 if bounded else -500))
+    owners = ["big" if i % 4 == 0 else f"u{i}" for i in range(rows)]
+    async with MemoryStore(fresh_database, settings=settings) as store:
+        await store.create_collection("c", dimensions=3, embedding_model="test")
+        await store.import_records(
+            "c",
+            (
+                MemoryRecord(
+                    content=f"{words[i % 8]} {words[(i // 8) % 8]} note {i}",
+                    scope=MemoryScope(user_id=o),
+                    embedding=[1, i, 0],
+                )
+                for i, o in enumerate(owners)
+            ),
+        )
+    statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
+    numbered, names = _numbered(statement)
+    values = {
+        "collection": "c",
+        "user_id": "big",
+        "terms": terms.query("green tea"),
+        "term_list": terms.terms("green tea"),
+        "pool": 50,
+        "limit": 10,
+        "min_score": -2.0,
+    }
+    engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
+            conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+            conn.exec_driver_sql("PREPARE large_keyword_search AS " + numbered)
+            driver = conn.connection.driver_connection
+            arguments = ", ".join(psycopg.sql.Literal(values[n]).as_string(driver) for n in names)
+            plan = conn.exec_driver_sql(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE large_keyword_search({arguments})"
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    ran = [n for n in _plan_nodes(plan) if n.get("Actual Loops", 0) > 0]
+    # the rows came from the term index: once for all the query's keys, or (the bounded
+    # pool) once per query term ...
+    term_scans = [n for n in ran if n.get("Index Name") == "ix_pgmemory_memories_scope_terms"]
+    assert [n["Actual Loops"] for n in term_scans] == [2 if bounded else 1], plan
+    # ... and no scan worked out the keys of the rows it read to filter them
+    assert not [
+        n
+        for n in ran
+        if n.get("Relation Name") == "pgmemory_memories"
+        and "pgmemory_scope_terms" in n.get("Filter", "")
+    ], plan

@@ -42,12 +42,22 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
         return
     for dims in DIMENSION_SETS:
         if builder == "search_memories":
-            for covering, audit, mode, fusion, ann, relax, windowed in itertools.product(
+            for (
+                covering,
+                audit,
+                mode,
+                fusion,
+                ann,
+                relax,
+                windowed,
+                distributed,
+            ) in itertools.product(
                 (True, False),
                 (True, False),
                 q.SEARCH_MODES,
                 q.FUSIONS,
                 (None, 384),
+                (True, False),
                 (True, False),
                 (True, False),
             ):
@@ -64,11 +74,17 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                         ann_dimensions=ann,
                         relax_commit=relax,
                         windowed=windowed,
+                        distributed=distributed,
                     ),
                 )
         elif builder == "recall_memories":
-            for covering, mode, fusion, audit, relax in itertools.product(
-                (True, False), (None, *q.SEARCH_MODES), q.FUSIONS, (True, False), (True, False)
+            for covering, mode, fusion, audit, relax, distributed in itertools.product(
+                (True, False),
+                (None, *q.SEARCH_MODES),
+                q.FUSIONS,
+                (True, False),
+                (True, False),
+                (True, False),
             ):
                 yield (
                     dims,
@@ -80,6 +96,7 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                         neighbours=mode == "hybrid" and fusion == "score",
                         audit=audit,
                         relax_commit=relax,
+                        distributed=distributed,
                     ),
                 )
         elif builder == "list_memories":

@@ -164,6 +164,64 @@ def _generic_plan(url: str, statement: str) -> str:
     return "\n".join(rows)
 
 
+def _executed_plan(url: str, statement: str, values: dict, *, plan_mode: str) -> object:
+    """EXPLAIN (ANALYZE, FORMAT JSON) of ``statement`` prepared and executed with ``values``
+    under ``plan_cache_mode = plan_mode``, on a fresh VACUUM ANALYZE of the memories."""
+    numbered, names = _numbered(statement)
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
+            conn.exec_driver_sql(f"SET plan_cache_mode = {plan_mode}")
+            conn.exec_driver_sql("PREPARE measured AS " + numbered)
+            # the values as literals (psycopg quotes them): EXECUTE's arguments take no
+            # parameters of their own; a vector as pgvector's text form
+            driver = conn.connection.driver_connection
+            arguments = ", ".join(
+                psycopg.sql.Literal(
+                    str([float(x) for x in v]) if isinstance(v, np.ndarray) else v
+                ).as_string(driver)
+                for v in (values[n] for n in names)
+            )
+            return conn.exec_driver_sql(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE measured({arguments})"
+            ).scalar_one()
+    finally:
+        engine.dispose()
+
+
+async def _keyword_search_plan(
+    url: str, owners: list[str], contents: list[str], user: str, *, plan_mode: str
+) -> object:
+    """Store row i as ``contents[i]`` of user ``owners[i]`` (3-d vectors), then the executed
+    plan (:func:`_executed_plan`) of ``user``'s keyword search for "green tea"."""
+    from pgmemory.store import queries
+    from pgmemory.text import terms
+
+    migrate.upgrade(url)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    async with MemoryStore(url, settings=settings) as store:
+        await store.create_collection("c", dimensions=3, embedding_model="test")
+        await store.import_records(
+            "c",
+            (
+                MemoryRecord(content=c, scope=MemoryScope(user_id=o), embedding=[1, i, 0])
+                for i, (o, c) in enumerate(zip(owners, contents, strict=True))
+            ),
+        )
+    statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
+    values = {
+        "collection": "c",
+        "user_id": user,
+        "terms": terms.query("green tea"),
+        "term_list": terms.terms("green tea"),
+        "pool": 50,
+        "limit": 10,
+        "min_score": -2.0,
+    }
+    return _executed_plan(url, statement, values, plan_mode=plan_mode)
+
+
 async def test_a_generic_plan_reads_a_large_scope_from_the_covering_index(
     fresh_database: str,
 ) -> None:
@@ -247,51 +305,11 @@ async def test_a_users_keyword_search_reads_only_that_users_matches(
     """The term index is keyed by collection and user (migration 0018): a user's keyword
     search reads the posting lists of its own rows, not those of another user whose every row
     holds the same words (the table-wide index read them all and dropped them afterwards)."""
-    from pgmemory.store import queries
-    from pgmemory.text import terms
-
-    migrate.upgrade(fresh_database)
-    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
     owners = ["small" if i % 100 == 0 else "big" for i in range(3000)]
-    async with MemoryStore(fresh_database, settings=settings) as store:
-        await store.create_collection("c", dimensions=3, embedding_model="test")
-        await store.add(
-            "c",
-            [
-                MemoryRecord(
-                    content=f"green tea at noon, note {i}",
-                    scope=MemoryScope(user_id=o),
-                    embedding=[1, i, 0],
-                )
-                for i, o in enumerate(owners)
-            ],
-        )
-    engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
-    statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
-    numbered, names = _numbered(statement)
-    values = {
-        "collection": "c",
-        "user_id": "small",
-        "terms": terms.query("green tea"),
-        "term_list": terms.terms("green tea"),
-        "pool": 50,
-        "limit": 10,
-        "min_score": -2.0,
-    }
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
-            conn.exec_driver_sql(f"SET plan_cache_mode = {plan_mode}")
-            conn.exec_driver_sql("PREPARE keyword_search AS " + numbered)
-            # the values as literals (psycopg quotes them): EXECUTE's arguments take no
-            # parameters of their own
-            driver = conn.connection.driver_connection
-            arguments = ", ".join(psycopg.sql.Literal(values[n]).as_string(driver) for n in names)
-            plan = conn.exec_driver_sql(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE keyword_search({arguments})"
-            ).scalar_one()
-    finally:
-        engine.dispose()
+    contents = [f"green tea at noon, note {i}" for i in range(len(owners))]
+    plan = await _keyword_search_plan(
+        fresh_database, owners, contents, "small", plan_mode=plan_mode
+    )
     nodes = _plan_nodes(plan)
     # the scans that ran (a scope this small is ranked exactly: the bounded pool's per-term
     # scans never run)
@@ -485,34 +503,16 @@ async def test_a_generic_plan_reads_each_hit_back_with_one_primary_key_probe(
             Database.fetch = fetch  # type: ignore[method-assign]
     searches = [(s, p) for s, p in captured if "pgmemory_memories" in s]
     assert len(searches) == 3
-    engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
-            conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
-            driver = conn.connection.driver_connection
-            for n, (statement, params) in enumerate(searches):
-                numbered, names = _numbered(statement)
-                conn.exec_driver_sql(f"PREPARE read_back_{n} AS " + numbered)
-                values = [
-                    str([float(x) for x in v]) if isinstance(v, np.ndarray) else v
-                    for v in (params[name] for name in names)
-                ]
-                arguments = ", ".join(psycopg.sql.Literal(v).as_string(driver) for v in values)
-                plan = conn.exec_driver_sql(
-                    f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE read_back_{n}({arguments})"
-                ).scalar_one()
-                probes = [
-                    node
-                    for node in _plan_nodes(plan)
-                    if node.get("Relation Name") == "pgmemory_memories" and node["Actual Loops"] > 1
-                ]
-                assert probes, plan
-                # a probe per outer row reads a row or two (the hit, a neighbour), not the
-                # user's 2,000
-                assert max(node["Actual Rows"] for node in probes) <= 2, plan
-    finally:
-        engine.dispose()
+    for statement, params in searches:
+        plan = _executed_plan(fresh_database, statement, params, plan_mode="force_generic_plan")
+        probes = [
+            node
+            for node in _plan_nodes(plan)
+            if node.get("Relation Name") == "pgmemory_memories" and node["Actual Loops"] > 1
+        ]
+        assert probes, plan
+        # a probe per outer row reads a row or two (the hit, a neighbour), not the user's 2,000
+        assert max(node["Actual Rows"] for node in probes) <= 2, plan
 
 
 @pytest.mark.parametrize("bounded", [False, True])
@@ -524,51 +524,15 @@ async def test_a_generic_plan_asks_the_term_index_for_a_users_matches(
     first rows. A generic plan, estimating a user's rows from the table's average (one or two
     here), once read them through an index on the user's rows, working out every row's term
     keys on the way; the rows now come from the term index, the scope filtered above it."""
-    from pgmemory.store import queries
-    from pgmemory.text import terms
+    from pgmemory.store.queries import KEYWORD_BOUND_FROM
 
-    migrate.upgrade(fresh_database)
-    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
     words = ["green", "tea", "noon", "walk", "river", "bread", "lamp", "chair"]
-    rows = 4 * (queries.KEYWORD_BOUND_FROM + (500 if bounded else -500))
+    rows = 4 * (KEYWORD_BOUND_FROM + (500 if bounded else -500))
     owners = ["big" if i % 4 == 0 else f"u{i}" for i in range(rows)]
-    async with MemoryStore(fresh_database, settings=settings) as store:
-        await store.create_collection("c", dimensions=3, embedding_model="test")
-        await store.import_records(
-            "c",
-            (
-                MemoryRecord(
-                    content=f"{words[i % 8]} {words[(i // 8) % 8]} note {i}",
-                    scope=MemoryScope(user_id=o),
-                    embedding=[1, i, 0],
-                )
-                for i, o in enumerate(owners)
-            ),
-        )
-    statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
-    numbered, names = _numbered(statement)
-    values = {
-        "collection": "c",
-        "user_id": "big",
-        "terms": terms.query("green tea"),
-        "term_list": terms.terms("green tea"),
-        "pool": 50,
-        "limit": 10,
-        "min_score": -2.0,
-    }
-    engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
-            conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
-            conn.exec_driver_sql("PREPARE large_keyword_search AS " + numbered)
-            driver = conn.connection.driver_connection
-            arguments = ", ".join(psycopg.sql.Literal(values[n]).as_string(driver) for n in names)
-            plan = conn.exec_driver_sql(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE large_keyword_search({arguments})"
-            ).scalar_one()
-    finally:
-        engine.dispose()
+    contents = [f"{words[i % 8]} {words[(i // 8) % 8]} note {i}" for i in range(rows)]
+    plan = await _keyword_search_plan(
+        fresh_database, owners, contents, "big", plan_mode="force_generic_plan"
+    )
     ran = [n for n in _plan_nodes(plan) if n.get("Actual Loops", 0) > 0]
     # the rows came from the term index: once for all the query's keys, or (the bounded
     # pool) once per query term ...

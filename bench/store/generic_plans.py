@@ -15,7 +15,8 @@ hybrid_statement.py's Zipf-worded corpus and bag-of-words embedder: no model nee
 many of them the busy user's and the rest spread over ``--users`` users. The statements the
 store sends for the busy user are captured through the public API: a vector search (top 3),
 a hybrid and a keyword search (top 10; the query: words of one of the user's messages and two
-common ones) and a recall; each is then prepared
+common ones), a recall, and the audit page's read of what the user's last 20 recalls
+returned (``Admin.user_recalls``'s statement); each is then prepared
 on a connection of its own and run under ``plan_cache_mode = force_custom_plan`` and
 ``force_generic_plan``, ``--runs`` times each; the figure is the fastest server execution time
 (EXPLAIN ANALYZE's, no round trip). A generic plan slower than the custom one by much is a
@@ -58,6 +59,7 @@ def numbered(statement: str) -> tuple[str, list[str]]:
 async def captured(url: str, big: int, args: argparse.Namespace) -> list[tuple[str, str, dict]]:
     """Seed the scratch database; the statements the store sends for the busy user."""
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
+    from pgmemory.admin import statements as admin_statements
     from pgmemory.store.database import Database
 
     embedder = BagEmbedder()
@@ -109,6 +111,18 @@ async def captured(url: str, big: int, args: argparse.Namespace) -> list[tuple[s
                 named.append((name, statement, params))
         finally:
             Database.fetch = fetch  # type: ignore[method-assign]
+        # the audit page's read of what the busy user's last 20 recalls returned (the
+        # statement Admin.user_recalls runs, with the ids of those recalls)
+        for i in range(20):
+            await store.search(COLLECTION, busy, vector=vectors[i + 1], limit=5)
+        async with store.database.driver_autocommit() as conn:
+            cur = await conn.execute(
+                "SELECT id FROM pgmemory_recall_audit WHERE user_id = 'busy' ORDER BY id DESC"
+                " LIMIT 20"
+            )
+            recall_ids = [row[0] for row in await cur.fetchall()]
+    params = {"user_id": "busy", "recall_ids": recall_ids, "per_recall": 5}
+    named.append(("audit page", admin_statements.RECALLED_MEMORIES, params))
     return named
 
 

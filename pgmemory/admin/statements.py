@@ -240,7 +240,10 @@ WHERE a.user_id = :user_id AND a.id = :recall_id
 #: What the given recalls of a user returned, in rank order (the first :per_recall of each),
 #: with each one's reason and signals (NULL in rows older than migration 0010), joined to the
 #: memories (NULL columns: deleted since) and to the latest deletion or expiry
-#: audited for each memory.
+#: audited for each memory. Each memory is one primary-key probe (a LATERAL subquery with
+#: OFFSET 0): as a join, a generic plan (estimating a user's rows from the table's average)
+#: read every row of the user and matched them against each recalled id (a busy user's page
+#: of 20 recalls: 0.4 ms with the values known, 18.9 ms on that plan).
 RECALLED_MEMORIES = """
 SELECT a.id AS recall_id, r.rank, r.memory_id, r.score, r.reason, r.signals, m.collection,
        m.role, m.content, m.session_id, m.created_at, m.expires_at, d.at AS deleted_at,
@@ -251,7 +254,12 @@ CROSS JOIN LATERAL unnest(
     ARRAY(SELECT x.value FROM jsonb_array_elements(COALESCE(a.signals, '[]')) WITH ORDINALITY
           AS x(value, i) ORDER BY x.i)
 ) WITH ORDINALITY AS r(memory_id, score, reason, signals, rank)
-LEFT JOIN pgmemory_memories AS m ON m.user_id = :user_id AND m.id = r.memory_id
+LEFT JOIN LATERAL (
+    SELECT m.id, m.collection, m.role, m.content, m.session_id, m.created_at, m.expires_at
+    FROM pgmemory_memories AS m
+    WHERE m.user_id = :user_id AND m.id = r.memory_id
+    OFFSET 0
+) AS m ON true
 LEFT JOIN LATERAL (
     SELECT x.at, x.operation FROM pgmemory_memory_audit AS x
     WHERE x.user_id = :user_id AND x.memory_id = r.memory_id

@@ -1,10 +1,12 @@
-"""Recall stays exact when an HNSW index exists and the planner is tempted to use it.
+"""The plans of pgmemory's statements: exact, and right for a busy user under generic plans.
 
 An HNSW index under a selective scope filter post-filters its approximate candidates and
-returns a fraction of the right rows. These tests give the planner every reason to use one
+returns a fraction of the right rows. The first tests give the planner every reason to use one
 (an index on the column, sorting disabled, prepared statements forced onto generic plans) and
 check that scoped search still returns exactly the brute-force top-k, while the naive
-statement does not.
+statement does not. The others check what the statements read under the generic plans
+pgmemory's connections run (which estimate a user's rows from the table's average): the
+covering index, the term index, one primary-key probe per row read back.
 """
 
 from __future__ import annotations
@@ -545,3 +547,55 @@ async def test_a_generic_plan_asks_the_term_index_for_a_users_matches(
         if n.get("Relation Name") == "pgmemory_memories"
         and "pgmemory_scope_terms" in n.get("Filter", "")
     ], plan
+
+
+async def test_a_generic_plan_reads_each_recalled_memory_with_one_probe(
+    fresh_database: str,
+) -> None:
+    """The audit page's read of what a user's recalls returned probes each memory by its
+    primary key under a generic plan: as a join it read every row of the user and matched them
+    against each recalled id."""
+    from pgmemory.admin import statements
+
+    migrate.upgrade(fresh_database)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    owners = ["big" if i % 4 == 0 else f"u{i}" for i in range(8000)]
+    big = MemoryScope(user_id="big")
+    # random directions: the recalls return memories from all over the user's rows
+    rng = np.random.default_rng(11)
+    vectors = rng.standard_normal((len(owners) + 10, 3)).astype(np.float32)
+    async with MemoryStore(fresh_database, settings=settings) as store:
+        await store.create_collection("c", dimensions=3, embedding_model="test")
+        await store.import_records(
+            "c",
+            (
+                MemoryRecord(
+                    content=f"note {i}", scope=MemoryScope(user_id=o), embedding=vectors[i]
+                )
+                for i, o in enumerate(owners)
+            ),
+        )
+        for i in range(10):
+            await store.search("c", big, vector=vectors[-1 - i], limit=5)
+        async with store.engine.connect() as conn:
+            ids = (
+                (
+                    await conn.execute(
+                        text("SELECT id FROM pgmemory_recall_audit WHERE user_id = 'big'")
+                    )
+                )
+                .scalars()
+                .all()
+            )
+    values = {"user_id": "big", "recall_ids": list(ids), "per_recall": 5}
+    plan = _executed_plan(
+        fresh_database, statements.RECALLED_MEMORIES, values, plan_mode="force_generic_plan"
+    )
+    reads = [
+        n
+        for n in _plan_nodes(plan)
+        if n.get("Relation Name") == "pgmemory_memories" and n.get("Actual Loops", 0) > 0
+    ]
+    # one probe per recalled memory (10 recalls of 5), each reading that memory only (the
+    # join read the user's ~2,000 rows)
+    assert [(n["Actual Loops"], n["Actual Rows"]) for n in reads] == [(50, 1.0)], plan

@@ -16,7 +16,8 @@ many of them the busy user's and the rest spread over ``--users`` users. The sta
 store sends for the busy user are captured through the public API: a vector search (top 3),
 a hybrid and a keyword search (top 10; the query: words of one of the user's messages and two
 common ones), a recall, and the audit page's read of what the user's last 20 recalls
-returned (``Admin.user_recalls``'s statement); each is then prepared
+returned (``Admin.user_recalls``'s statement) and ``store.delete``'s statement for one id
+the user does not hold; each is then prepared
 on a connection of its own and run under ``plan_cache_mode = force_custom_plan`` and
 ``force_generic_plan``, ``--runs`` times each; the figure is the fastest server execution time
 (EXPLAIN ANALYZE's, no round trip). A generic plan slower than the custom one by much is a
@@ -30,6 +31,7 @@ import asyncio
 import json
 import re
 import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,7 @@ async def captured(url: str, big: int, args: argparse.Namespace) -> list[tuple[s
     """Seed the scratch database; the statements the store sends for the busy user."""
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
     from pgmemory.admin import statements as admin_statements
+    from pgmemory.store import queries
     from pgmemory.store.database import Database
 
     embedder = BagEmbedder()
@@ -123,6 +126,10 @@ async def captured(url: str, big: int, args: argparse.Namespace) -> list[tuple[s
             recall_ids = [row[0] for row in await cur.fetchall()]
     params = {"user_id": "busy", "recall_ids": recall_ids, "per_recall": 5}
     named.append(("audit page", admin_statements.RECALLED_MEMORIES, params))
+    # store.delete(ids=[...]) of one id the user does not hold (each run deletes nothing,
+    # whatever the plan reads to find that out)
+    absent = {"collection": COLLECTION, "user_id": "busy", "ids": [uuid.uuid4()], "actor": ""}
+    named.append(("delete by id", queries.delete_ids(("user_id",)), absent))
     return named
 
 

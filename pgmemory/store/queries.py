@@ -1304,14 +1304,41 @@ WHERE {_scope_where(dimensions)}
 
 
 @lru_cache(maxsize=64)
-def delete_ids(dimensions: tuple[str, ...]) -> str:
+def delete_ids(dimensions: tuple[str, ...], *, distributed: bool = False) -> str:
     """Delete the memories with the given ids inside a scope, auditing each row: ids are unique
-    per user only, so the scope is what keeps a delete from reaching another tenant's row."""
-    return _audited(
-        f"""
+    per user only, so the scope is what keeps a delete from reaching another tenant's row.
+
+    In a user scope each id is found by a primary-key probe (a LATERAL subquery with
+    ``OFFSET 0`` that names the id alone), the scope is filtered above it, and the rows found
+    are deleted: with the scope's filter beside the ids, a generic plan (estimating a user's
+    rows from the table's average) read every row of the user through an index on
+    ``(collection, user_id)`` and tested each id (a 3,000-row user: 0.49 ms against 0.013
+    with the values known). On Citus (``distributed``), which routes the DELETE by the filter
+    on its target and plans with the values, the filter stays on the target.
+    """
+    if "user_id" not in dimensions or distributed:
+        return _audited(
+            f"""
     DELETE FROM pgmemory_memories AS m
     WHERE {_scope_where(dimensions)}
       AND m.id = ANY(CAST(:ids AS uuid[]))""",
+            "delete",
+        )
+    return _audited(
+        f"""
+    DELETE FROM pgmemory_memories AS gone
+    USING (
+        SELECT m.id AS found_id, m.user_id AS found_user
+        FROM unnest(CAST(:ids AS uuid[])) AS d(wanted)
+        CROSS JOIN LATERAL (
+            SELECT m.id, m.user_id, m.collection, m.application_id, m.agent_id, m.session_id
+            FROM pgmemory_memories AS m
+            WHERE m.id = d.wanted
+            OFFSET 0
+        ) AS m
+        WHERE {_scope_where(dimensions)}
+    ) AS found
+    WHERE gone.id = found.found_id AND gone.user_id = found.found_user""",
         "delete",
     )
 

@@ -599,3 +599,39 @@ async def test_a_generic_plan_reads_each_recalled_memory_with_one_probe(
     # one probe per recalled memory (10 recalls of 5), each reading that memory only (the
     # join read the user's ~2,000 rows)
     assert [(n["Actual Loops"], n["Actual Rows"]) for n in reads] == [(50, 1.0)], plan
+
+
+async def test_a_generic_plan_deletes_by_id_with_one_probe_per_id(fresh_database: str) -> None:
+    """Deleting a busy user's memories by id finds each id by a primary-key probe under a
+    generic plan: with the scope's filter on the deleted table, the plan read every row of the
+    user through an index on (collection, user_id) and tested each id."""
+    from pgmemory.store import queries
+
+    migrate.upgrade(fresh_database)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    # as bench/store/generic_plans.py: a busy user's 3,000 rows among 3,000 users' 9,000
+    owners = ["big" if i % 4 == 0 else f"u{i % 3000}" for i in range(12_000)]
+    vectors = np.random.default_rng(3).standard_normal((len(owners), 384)).astype(np.float32)
+    async with MemoryStore(fresh_database, settings=settings) as store:
+        await store.create_collection("c", dimensions=384, embedding_model="test")
+        ids = await store.add(
+            "c",
+            [
+                MemoryRecord(content=f"note {i}", scope=MemoryScope(user_id=o), embedding=v)
+                for i, (o, v) in enumerate(zip(owners, vectors, strict=True))
+            ],
+        )
+    big = [i for i, o in zip(ids, owners, strict=True) if o == "big"]
+    values = {"collection": "c", "user_id": "big", "ids": big[:3], "actor": ""}
+    plan = _executed_plan(
+        fresh_database, queries.delete_ids(("user_id",)), values, plan_mode="force_generic_plan"
+    )
+    # rows each scan of the memories read: those it returned and those its filter dropped
+    reads = [
+        n["Actual Loops"] * (n["Actual Rows"] + n.get("Rows Removed by Filter", 0))
+        for n in _plan_nodes(plan)
+        if n.get("Relation Name") == "pgmemory_memories" and n.get("Actual Loops", 0) > 0
+    ]
+    # the three rows deleted, a probe per id and the three rows found by their key; not the
+    # user's 3,000
+    assert sum(reads) <= 9, (reads, plan)

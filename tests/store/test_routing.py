@@ -102,7 +102,10 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
         elif builder == "list_memories":
             for newest_first in (True, False):
                 yield dims, q.list_memories(dims, newest_first=newest_first)
-        elif builder in ("count_memories", "delete_scope", "delete_ids"):
+        elif builder == "delete_ids":
+            for distributed in (True, False):
+                yield dims, q.delete_ids(dims, distributed=distributed)
+        elif builder in ("count_memories", "delete_scope"):
             yield dims, getattr(q, builder)(dims)
         else:
             raise AssertionError(

@@ -541,6 +541,27 @@ KEYWORD_TERM_ROWS = 800
 _QUERY_KEYS = """(SELECT pgmemory_scope_terms(:collection, :user_id, to_tsvector(
                  'simple', array_to_string(CAST(:term_list AS text[]), ' '))))"""
 
+#: A query term (``{term}``, a lexeme) as a one-term tsquery: quoted as tsquery input quotes
+#: an operand (a backslash or a quote escaped), so the lexeme is taken whole, never parsed.
+_PROBE = """CAST('''' || replace(replace({term}, '\\', '\\\\'), '''', '''''') || ''''
+                 AS tsquery)"""
+
+#: How often a query term (its ``probe``) occurs in ``{vector}``, without unnesting the vector
+#: (``unnest`` of a tsvector costs ~4 µs a row: it builds each lexeme's position and weight
+#: arrays). ``ts_rank`` of one term with every weight 1 is H(tf) / ζ(2), H(n) = Σ 1/j² for
+#: j ≤ n (PostgreSQL's ``calc_rank_or``); since 1 / (ζ(2) - H(n)) = n + 1/2 + O(1/n), the
+#: count is recovered exactly for every count below the 256 positions a tsvector keeps
+#: (tests/store/test_keywords.py), a lexeme without positions counting 1.
+_TERM_FREQUENCY = """round(1 / (1.64493406685
+                          * (1 - CAST(ts_rank('{{1,1,1,1}}', {vector}, {probe}) AS float8)))
+                     - 0.5)"""
+
+#: Each query term found in each of ``tested``'s rows: its frequency there.
+_TESTED_PAIRS = f"""SELECT q.term, m.id, m.user_id, m.dl,
+           {_TERM_FREQUENCY.format(vector="m.search_vector", probe="q.probe")} AS tf
+    FROM tested AS m CROSS JOIN query_terms AS q
+    WHERE m.search_vector @@ q.probe"""
+
 
 def _term_rows(term_key: str, where: str, *, distributed: bool) -> tuple[str, str]:
     """The FROM and the WHERE's scope part for a user scope's rows matching ``term_key`` (a
@@ -572,25 +593,28 @@ def _keyword_ranking(
     """The ``by_text`` CTEs: BM25 (k1 1.2, b 0.75) of ``:terms`` over the scope, best
     ``:pool`` rows.
 
-    The rows matching any query term come, in a user scope, through the scoped term index
-    (``pgmemory_scope_terms``, migration 0018: its posting lists hold one collection's rows of
-    one user, so the search reads no other user's matches); in a scope without a user, from
-    the scope's rows by ``@@``. Each comes with only its query terms cut out of its vector
-    (``hits``: marked with weight A, then kept by weight; stored
-    vectors carry the default weight D), so neither the whole vector is kept nor its other
-    terms unnested. Document frequencies are counted among them (a row without a term never
-    matches it), N is the scope's size (counted from ``candidates`` when the statement has
-    them), and a row's length is its number of distinct terms, against the average over the
-    matching rows.
+    BM25 is summed over ``pairs``: each query term found in a ranked row, with the row's
+    length (its number of distinct terms) and the term's frequency in it
+    (:data:`_TERM_FREQUENCY`). Document frequencies are counted among the pairs (a row without
+    a term never matches it), N is the scope's size (counted from ``candidates`` when the
+    statement has them), and the average length is over the ranked rows.
+
+    In a user scope the pairs come from the scoped term index (``pgmemory_scope_terms``,
+    migration 0018: its posting lists hold one collection's rows of one user, so the search
+    reads no other user's matches), one read per query term: a row is read once for each
+    query term it holds, and nothing of its vector is unnested. In a scope without a user,
+    the scope's rows matching ``:terms`` (by ``@@``) are each tested for every query term
+    (:data:`_TESTED_PAIRS`).
 
     A user scope of more than KEYWORD_BOUND_FROM live rows is ranked from a bounded pool
     instead, so that a recall does not read every row holding a common word: each query term's
     first KEYWORD_TERM_ROWS matching rows are read (``posting``); a term with fewer is rare,
     its rows and count exact. The pool is every row holding a rare term, and, when those are
-    fewer than ``:pool``, the rows read for the common terms too. A common term's document
-    frequency is estimated from its share of the pool (at least KEYWORD_TERM_ROWS), and the
-    rows holding only common terms that were not read are not ranked by keywords. Measured
-    against the exact ranking: docs/performance.md.
+    fewer than ``:pool``, the rows read for the common terms too; the pooled rows are tested
+    for every query term. A common term's document frequency is estimated from its share of
+    the pool (at least KEYWORD_TERM_ROWS), and the rows holding only common terms that were
+    not read are not ranked by keywords. Measured against the exact ranking:
+    docs/performance.md.
 
     In a user scope the matching rows come from the term index alone, the scope filtered
     above them (:func:`_term_rows`): with the scope's filter beside the key test, a generic
@@ -605,43 +629,52 @@ def _keyword_ranking(
         if scope_from_candidates
         else f"SELECT count(*) AS n FROM pgmemory_memories AS m WHERE {where} AND {_LIVE}{window}"
     )
-    hits = """length(m.search_vector) AS dl,
-           ts_filter(setweight(m.search_vector, 'A', CAST(:term_list AS text[])), '{a}') AS hits"""
+    length = "CAST(length(m.search_vector) AS float8) AS dl"
     if "user_id" not in dimensions:
         matched = f"""scope_n AS MATERIALIZED ({scope_size}),
-matched AS MATERIALIZED (
-    SELECT m.id, m.user_id, {hits}
+query_terms AS MATERIALIZED (
+    SELECT t.term, {_PROBE.format(term="t.term")} AS probe
+    FROM unnest(tsvector_to_array(to_tsvector(
+             'simple', array_to_string(CAST(:term_list AS text[]), ' ')))) AS t(term)
+),
+tested AS MATERIALIZED (
+    SELECT m.id, m.user_id, {length}, m.search_vector
     FROM pgmemory_memories AS m
     WHERE {where}
       AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
       AND {_LIVE}{window}
+),
+pairs AS MATERIALIZED (
+    {_TESTED_PAIRS}
 ),"""
         doc_freq = """doc_freq AS (
-    SELECT lexeme, CAST(count(*) AS float8) AS df FROM term_hits GROUP BY lexeme
+    SELECT term, CAST(count(*) AS float8) AS df FROM pairs GROUP BY term
 ),"""
     else:
         cap = KEYWORD_TERM_ROWS
-        keyed = "pgmemory_scope_terms(m.collection, m.user_id, m.search_vector) && "
-        source, scoped = _term_rows(keyed + "ARRAY[q.key]", where, distributed=distributed)
-        every, every_scoped = _term_rows(keyed + _QUERY_KEYS, where, distributed=distributed)
-        # Exactly one of the two parts of ``matched`` runs (a one-time filter on the scope's
-        # size): every row holding a query term, through the index with all the query's keys;
-        # or the bounded pool. Both repeat ``m.user_id = :user_id`` (Citus routes by it).
+        bounded = f"(SELECT n FROM scope_n) > {KEYWORD_BOUND_FROM}"
+        keyed = "pgmemory_scope_terms(m.collection, m.user_id, m.search_vector) && ARRAY[q.key]"
+        source, scoped = _term_rows(keyed, where, distributed=distributed)
+        tf = _TERM_FREQUENCY.format(vector="m.search_vector", probe="q.probe")
+        # Exactly one of the two parts of ``pairs`` runs (a one-time filter on the scope's
+        # size): every row holding each query term, read per term; or the bounded pool's rows,
+        # each tested for every query term. Every read repeats ``m.user_id = :user_id``
+        # (Citus routes by it).
         matched = f"""scope_n AS MATERIALIZED ({scope_size}),
-query_keys AS (
-    SELECT k.key, substr(k.key, 9) AS term
+query_terms AS MATERIALIZED (
+    SELECT k.key, substr(k.key, 9) AS term, {_PROBE.format(term="substr(k.key, 9)")} AS probe
     FROM unnest({_QUERY_KEYS}) AS k(key)
-    WHERE (SELECT n FROM scope_n) > {KEYWORD_BOUND_FROM}
 ),
 posting AS MATERIALIZED (
     SELECT q.term, r.id, r.user_id
-    FROM query_keys AS q CROSS JOIN LATERAL (
+    FROM query_terms AS q CROSS JOIN LATERAL (
         SELECT m.id, m.user_id
         FROM {source}
         WHERE {scoped}
           AND {_LIVE}{window}
         LIMIT {cap}
     ) AS r
+    WHERE {bounded}
 ),
 term_rows AS MATERIALIZED (
     SELECT term, count(*) AS n FROM posting GROUP BY term
@@ -656,49 +689,56 @@ pool_ids AS MATERIALIZED (
     UNION
     SELECT id, user_id FROM posting WHERE (SELECT count(*) FROM rare_ids) < :pool
 ),
-matched AS MATERIALIZED (
-    SELECT m.id, m.user_id, m.dl, m.hits
+tested AS MATERIALIZED (
+    SELECT m.id, m.user_id, m.dl, m.search_vector
     FROM pool_ids AS p
-    {_read_back("p", "m.id, m.user_id, " + hits, routed=True)}
+    {_read_back("p", f"m.id, m.user_id, {length}, m.search_vector", routed=True)}
+),
+pairs AS MATERIALIZED (
+    SELECT q.term, r.id, r.user_id, r.dl, r.tf
+    FROM query_terms AS q CROSS JOIN LATERAL (
+        SELECT m.id, m.user_id, {length}, {tf} AS tf
+        FROM {source}
+        WHERE {scoped}
+          AND {_LIVE}{window}
+    ) AS r
+    WHERE NOT {bounded}
     UNION ALL
-    SELECT m.id, m.user_id, {hits}
-    FROM {every}
-    WHERE {every_scoped}
-      AND {_LIVE}{window}
-      AND (SELECT n FROM scope_n) <= {KEYWORD_BOUND_FROM}
+    {_TESTED_PAIRS}
 ),"""
         # A rare term's frequency is its count; a common one's, estimated from the pool.
         doc_freq = f"""doc_freq AS (
-    SELECT h.lexeme,
-           CAST(CASE WHEN t.n IS NULL OR t.n < {cap} THEN count(*)
-                     ELSE GREATEST({cap}, count(*) * (SELECT n FROM scope_n)
-                                          / GREATEST((SELECT count(*) FROM matched), 1))
+    SELECT d.term,
+           CAST(CASE WHEN t.n IS NULL OR t.n < {cap} THEN d.rows
+                     ELSE GREATEST({cap}, d.rows * (SELECT n FROM scope_n)
+                                          / GREATEST((SELECT rows FROM ranked), 1))
                 END AS float8) AS df
-    FROM term_hits AS h LEFT JOIN term_rows AS t ON t.term = h.lexeme
-    GROUP BY h.lexeme, t.n
+    FROM (SELECT term, count(*) AS rows FROM pairs GROUP BY term) AS d
+    LEFT JOIN term_rows AS t ON t.term = d.term
 ),"""
     return f"""{matched}
-term_hits AS (
-    SELECT d.id, d.user_id, d.dl, t.lexeme,
-           CAST(COALESCE(cardinality(t.positions), 1) AS float8) AS tf
-    FROM matched AS d CROSS JOIN LATERAL unnest(d.hits) AS t
+ranked AS MATERIALIZED (
+    SELECT count(*) AS rows, CAST(avg(dl) AS float8) AS avgdl
+    FROM (SELECT DISTINCT id, user_id, dl FROM pairs) AS r
 ),
 {doc_freq}
-corpus AS (
-    SELECT CAST((SELECT n FROM scope_n) AS float8) AS n,
-           (SELECT CAST(avg(dl) AS float8) FROM matched) AS avgdl
+idf AS MATERIALIZED (
+    SELECT f.term, ln(1 + (c.n - f.df + 0.5) / (f.df + 0.5)) AS idf
+    FROM doc_freq AS f CROSS JOIN (SELECT CAST(n AS float8) AS n FROM scope_n) AS c
+),
+length_norm AS (
+    SELECT 1.2 * 0.75 / avgdl AS per_term FROM ranked
 ),
 bm25 AS (
-    SELECT h.id, h.user_id,
-           sum(ln(1 + (c.n - f.df + 0.5) / (f.df + 0.5))
-               * h.tf * 2.2 / (h.tf + 1.2 * (0.25 + 0.75 * h.dl / c.avgdl))) AS relevance
-    FROM term_hits AS h JOIN doc_freq AS f USING (lexeme) CROSS JOIN corpus AS c
-    GROUP BY h.id, h.user_id
+    SELECT p.id, p.user_id,
+           sum(i.idf * p.tf * 2.2 / (p.tf + 0.3 + l.per_term * p.dl)) AS relevance
+    FROM pairs AS p JOIN idf AS i USING (term) CROSS JOIN length_norm AS l
+    GROUP BY p.id, p.user_id
 ),
 by_text AS (
     SELECT id, user_id, relevance, row_number() OVER (ORDER BY relevance DESC, id) AS rank
     FROM bm25
-    ORDER BY rank
+    ORDER BY relevance DESC, id
     LIMIT :pool
 )"""
 

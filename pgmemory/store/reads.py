@@ -197,13 +197,14 @@ async def search(
                 distributed=db.distributed,
             )
 
+        found = terms.distinct(query) if query is not None else []  # stemmed once
         params: dict[str, Any] = {
             **scope_columns,
             **(window if windowed else {}),
             "collection": collection,
             "query": vector,
-            "terms": terms.query(query) if query is not None else "",
-            "term_list": list(dict.fromkeys(terms.terms(query))) if query is not None else [],
+            "terms": terms.or_query(found),
+            "term_list": found,
             "pool": max(weights.pool, limit),
             "rrf_k": weights.rrf_k,
             "vector_weight": weights.vector,

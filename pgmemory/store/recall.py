@@ -141,11 +141,12 @@ async def recall(
         }
         if matched:
             vector = None if mode == "text" else (await catalogue.embed(info, [cleaned]))[0]
+            found = terms.distinct(cleaned)  # stemmed once
             params.update(
                 {
                     "query": vector,
-                    "terms": terms.query(cleaned),
-                    "term_list": list(dict.fromkeys(terms.terms(cleaned))),
+                    "terms": terms.or_query(found),
+                    "term_list": found,
                     "pool": max(weights.pool, fetch),
                     "rrf_k": weights.rrf_k,
                     "vector_weight": weights.vector,

@@ -114,7 +114,17 @@ def document(text: str) -> str:
     return " ".join(terms(text))
 
 
+def distinct(text: str) -> list[str]:
+    """A text's distinct terms, in the order they first appear (a search's ``term_list``)."""
+    return list(dict.fromkeys(terms(text)))
+
+
+def or_query(distinct_terms: list[str]) -> str:
+    """An OR query over distinct terms (:func:`distinct`), for ``websearch_to_tsquery('simple',
+    ...)``; a term ``or`` would read as the operator, so it is left out."""
+    return " or ".join(t for t in distinct_terms if t != "or")
+
+
 def query(text: str) -> str:
-    """An OR query over a text's distinct terms, for ``websearch_to_tsquery('simple', ...)``."""
-    seen = dict.fromkeys(t for t in terms(text) if t != "or")
-    return " or ".join(seen)
+    """An OR query over a text's distinct terms (:func:`or_query` of :func:`distinct`)."""
+    return or_query(distinct(text))

@@ -177,6 +177,13 @@ def test_query_is_an_or_of_distinct_stems() -> None:
     assert t.document("Ordered pizzas") == "order pizza"
 
 
+def test_a_searchs_terms_come_from_one_pass() -> None:
+    """A search binds the distinct terms (first seen first) and the OR query made of them."""
+    assert t.distinct("pizzas ordered pizza orders") == ["pizza", "order"]
+    assert t.distinct("or ors tea") == ["or", "tea"]  # the term "or" is matched as a term ...
+    assert t.or_query(t.distinct("or ors tea")) == t.query("or ors tea") == "tea"  # not an operator
+
+
 async def test_keyword_search_finds_inflected_forms(store, collection: str) -> None:
     from pgmemory.store.records import MemoryRecord, MemoryScope
     from tests.conftest import unique

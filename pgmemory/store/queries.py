@@ -716,6 +716,8 @@ pairs AS MATERIALIZED (
     FROM (SELECT term, count(*) AS rows FROM pairs GROUP BY term) AS d
     LEFT JOIN term_rows AS t ON t.term = d.term
 ),"""
+    # A pair's share: idf * tf * (k1 + 1) / (tf + k1 * (1 - b) + k1 * b * dl / avgdl), with
+    # k1 = 1.2 and b = 0.75: 2.2, 0.3, and ``per_term`` = 0.9 / avgdl, worked out once.
     return f"""{matched}
 ranked AS MATERIALIZED (
     SELECT count(*) AS rows, CAST(avg(dl) AS float8) AS avgdl

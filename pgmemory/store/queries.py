@@ -556,11 +556,18 @@ _TERM_FREQUENCY = """round(1 / (1.64493406685
                           * (1 - CAST(ts_rank('{{1,1,1,1}}', {vector}, {probe}) AS float8)))
                      - 0.5)"""
 
-#: Each query term found in each of ``tested``'s rows: its frequency there.
+#: A row's vector cut to the query's terms: theirs marked with weight A, then kept by weight
+#: (stored vectors carry the default weight D).
+_HITS = """ts_filter(setweight(m.search_vector, 'A', CAST(:term_list AS text[])), '{a}') AS hits"""
+
+#: Each query term found in each of ``tested``'s rows (``hits``: :data:`_HITS`), with its
+#: frequency there: the row's own query terms, so the work is a row's matches, not every
+#: query term tested against every row (a 500-term query over a large scope's pool).
 _TESTED_PAIRS = f"""SELECT q.term, m.id, m.user_id, m.dl,
-           {_TERM_FREQUENCY.format(vector="m.search_vector", probe="q.probe")} AS tf
-    FROM tested AS m CROSS JOIN query_terms AS q
-    WHERE m.search_vector @@ q.probe"""
+           {_TERM_FREQUENCY.format(vector="m.hits", probe="q.probe")} AS tf
+    FROM tested AS m
+    CROSS JOIN LATERAL unnest(tsvector_to_array(m.hits)) AS h(term)
+    JOIN query_terms AS q ON q.term = h.term"""
 
 
 def _term_rows(term_key: str, where: str, *, distributed: bool) -> tuple[str, str]:
@@ -603,17 +610,17 @@ def _keyword_ranking(
     migration 0018: its posting lists hold one collection's rows of one user, so the search
     reads no other user's matches), one read per query term: a row is read once for each
     query term it holds, and nothing of its vector is unnested. In a scope without a user,
-    the scope's rows matching ``:terms`` (by ``@@``) are each tested for every query term
-    (:data:`_TESTED_PAIRS`).
+    the scope's rows matching ``:terms`` (by ``@@``) are each cut to the query's terms and
+    paired with the ones they hold (:data:`_TESTED_PAIRS`).
 
     A user scope of more than KEYWORD_BOUND_FROM live rows is ranked from a bounded pool
     instead, so that a recall does not read every row holding a common word: each query term's
     first KEYWORD_TERM_ROWS matching rows are read (``posting``); a term with fewer is rare,
     its rows and count exact. The pool is every row holding a rare term, and, when those are
-    fewer than ``:pool``, the rows read for the common terms too; the pooled rows are tested
-    for every query term. A common term's document frequency is estimated from its share of
-    the pool (at least KEYWORD_TERM_ROWS), and the rows holding only common terms that were
-    not read are not ranked by keywords. Measured against the exact ranking:
+    fewer than ``:pool``, the rows read for the common terms too; the pooled rows are paired
+    with the query terms they hold as above. A common term's document frequency is estimated
+    from its share of the pool (at least KEYWORD_TERM_ROWS), and the rows holding only common
+    terms that were not read are not ranked by keywords. Measured against the exact ranking:
     docs/performance.md.
 
     In a user scope the matching rows come from the term index alone, the scope filtered
@@ -638,7 +645,7 @@ query_terms AS MATERIALIZED (
              'simple', array_to_string(CAST(:term_list AS text[]), ' ')))) AS t(term)
 ),
 tested AS MATERIALIZED (
-    SELECT m.id, m.user_id, {length}, m.search_vector
+    SELECT m.id, m.user_id, {length}, {_HITS}
     FROM pgmemory_memories AS m
     WHERE {where}
       AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
@@ -658,8 +665,8 @@ pairs AS MATERIALIZED (
         tf = _TERM_FREQUENCY.format(vector="m.search_vector", probe="q.probe")
         # Exactly one of the two parts of ``pairs`` runs (a one-time filter on the scope's
         # size): every row holding each query term, read per term; or the bounded pool's rows,
-        # each tested for every query term. Every read repeats ``m.user_id = :user_id``
-        # (Citus routes by it).
+        # each paired with the query terms it holds. Every read repeats
+        # ``m.user_id = :user_id`` (Citus routes by it).
         matched = f"""scope_n AS MATERIALIZED ({scope_size}),
 query_terms AS MATERIALIZED (
     SELECT k.key, substr(k.key, 9) AS term, {_PROBE.format(term="substr(k.key, 9)")} AS probe
@@ -690,9 +697,9 @@ pool_ids AS MATERIALIZED (
     SELECT id, user_id FROM posting WHERE (SELECT count(*) FROM rare_ids) < :pool
 ),
 tested AS MATERIALIZED (
-    SELECT m.id, m.user_id, m.dl, m.search_vector
+    SELECT m.id, m.user_id, m.dl, m.hits
     FROM pool_ids AS p
-    {_read_back("p", f"m.id, m.user_id, {length}, m.search_vector", routed=True)}
+    {_read_back("p", f"m.id, m.user_id, {length}, {_HITS}", routed=True)}
 ),
 pairs AS MATERIALIZED (
     SELECT q.term, r.id, r.user_id, r.dl, r.tf

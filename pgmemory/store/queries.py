@@ -542,23 +542,28 @@ _QUERY_KEYS = """(SELECT pgmemory_scope_terms(:collection, :user_id, to_tsvector
                  'simple', array_to_string(CAST(:term_list AS text[]), ' '))))"""
 
 #: A query term (``{term}``, a lexeme) as a one-term tsquery: quoted as tsquery input quotes
-#: an operand (a backslash or a quote escaped), so the lexeme is taken whole, never parsed.
-_PROBE = """CAST('''' || replace(replace({term}, '\\', '\\\\'), '''', '''''') || ''''
-                 AS tsquery)"""
+#: an operand (a backslash, chr(92), or a quote escaped), so the lexeme is taken whole, never
+#: parsed (no backslash in the statement's text: it reads the same whatever
+#: ``standard_conforming_strings`` says).
+_PROBE = """CAST('''' || replace(replace({term}, chr(92), chr(92) || chr(92)), '''', '''''')
+                 || '''' AS tsquery)"""
 
 #: How often a query term (its ``probe``) occurs in ``{vector}``, without unnesting the vector
 #: (``unnest`` of a tsvector costs ~4 µs a row: it builds each lexeme's position and weight
 #: arrays). ``ts_rank`` of one term with every weight 1 is H(tf) / ζ(2), H(n) = Σ 1/j² for
 #: j ≤ n (PostgreSQL's ``calc_rank_or``); since 1 / (ζ(2) - H(n)) = n + 1/2 + O(1/n), the
-#: count is recovered exactly for every count below the 256 positions a tsvector keeps
-#: (tests/store/test_keywords.py), a lexeme without positions counting 1.
+#: count is recovered exactly up to 255, the most positions ``to_tsvector`` keeps of a lexeme
+#: (tests/store/test_keywords.py). Stored vectors always carry positions.
 _TERM_FREQUENCY = """round(1 / (1.64493406685
                           * (1 - CAST(ts_rank('{{1,1,1,1}}', {vector}, {probe}) AS float8)))
                      - 0.5)"""
 
-#: A row's vector cut to the query's terms: theirs marked with weight A, then kept by weight
-#: (stored vectors carry the default weight D).
-_HITS = """ts_filter(setweight(m.search_vector, 'A', CAST(:term_list AS text[])), '{a}') AS hits"""
+#: A row's vector cut to the query's terms (the lexemes of ``query_terms``, which the term
+#: index's reads use too): theirs marked with weight A, then kept by weight (stored vectors
+#: carry the default weight D).
+_HITS = """ts_filter(
+               setweight(m.search_vector, 'A', (SELECT array_agg(q.term) FROM query_terms AS q)),
+               '{a}') AS hits"""
 
 #: Each query term found in each of ``tested``'s rows (``hits``: :data:`_HITS`), with its
 #: frequency there: the row's own query terms, so the work is a row's matches, not every
@@ -597,8 +602,8 @@ def _keyword_ranking(
     scope_from_candidates: bool,
     distributed: bool = False,
 ) -> str:
-    """The ``by_text`` CTEs: BM25 (k1 1.2, b 0.75) of ``:terms`` over the scope, best
-    ``:pool`` rows.
+    """The ``by_text`` CTEs: BM25 (k1 1.2, b 0.75) of the query's terms (``:term_list``)
+    over the scope, best ``:pool`` rows.
 
     BM25 is summed over ``pairs``: each query term found in a ranked row, with the row's
     length (its number of distinct terms) and the term's frequency in it

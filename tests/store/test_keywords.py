@@ -24,8 +24,8 @@ def engine(database_url: str):
 
 
 def test_a_terms_frequency_comes_back_from_its_rank(engine: sa.Engine) -> None:
-    """Every count a tsvector keeps comes back exactly (256 positions, its cap, give 255), and
-    a lexeme without positions counts once."""
+    """Every count to_tsvector keeps comes back exactly (it keeps at most 255 positions of a
+    lexeme, so 256 and more repeats count 255), and a lexeme without positions counts once."""
     frequency = _TERM_FREQUENCY.format(
         vector="to_tsvector('simple', repeat('tea cup ', n))", probe="CAST('tea' AS tsquery)"
     )
@@ -104,7 +104,7 @@ async def test_text_scores_are_bm25_over_each_terms_frequency(
 ) -> None:
     """A text search's scores are BM25 with each term's count in the row, in a user's scope
     (pairs read per query term from the term index) and in one without a user (each matching
-    row tested for every query term)."""
+    row cut to the query's terms and paired with those it holds)."""
     scope = MemoryScope(user_id=unique("u"), agent_id=unique("a"))
     await store.add(collection, [MemoryRecord(content=t, scope=scope) for t in TEXTS])
     searched = scope if with_user else MemoryScope(agent_id=scope.agent_id)

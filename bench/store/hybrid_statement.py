@@ -153,12 +153,13 @@ def statement_params(user: str, vector: np.ndarray, query: str) -> dict[str, Any
     from pgmemory.text import terms
 
     weights = SearchWeights()
+    found = terms.distinct(query)
     return {
         "collection": COLLECTION,
         "user_id": user,
         "query": vector,
-        "terms": terms.or_query(terms.distinct(query)),
-        "term_list": terms.distinct(query),
+        "terms": terms.or_query(found),
+        "term_list": found,
         "pool": max(weights.pool, LIMIT),
         "rrf_k": weights.rrf_k,
         "vector_weight": weights.vector,

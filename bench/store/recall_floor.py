@@ -94,21 +94,24 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             options="" if db.distributed else connector.GENERIC_PLANS,
         )
         await register_vector_async(raw)
+        connector.register_adapters(raw.adapters)
         # Behind a pooler in transaction mode (PgBouncer) nothing may be prepared.
         unprepared = await MemoryStore(url, settings=Settings(prepared_statements=False)).open()
 
-        async def raw_run(statement: str) -> None:
-            cursor = raw.cursor(row_factory=dict_row)
-            await cursor.execute(statement, params, prepare=True)
+        async def raw_run(statement: fastpath.DriverStatement) -> None:
+            cursor = psycopg.AsyncRawCursor(raw, row_factory=dict_row)
+            await cursor.execute(statement.sql, statement.values(params), prepare=True)
             await cursor.fetchall()
 
         lock = fastpath.driver_statement(q.LOCK_FOR_WRITE)
 
         async def raw_locked(prepare: bool = True) -> None:
-            cursor = raw.cursor(row_factory=dict_row)
+            cursor = psycopg.AsyncRawCursor(raw, row_factory=dict_row)
             async with raw.pipeline():
-                await raw.cursor().execute(lock, lock_parameters([scope.user_id]), prepare=prepare)
-                await cursor.execute(audited, params, prepare=prepare)
+                await psycopg.AsyncRawCursor(raw).execute(
+                    lock.sql, lock.values(lock_parameters([scope.user_id])), prepare=prepare
+                )
+                await cursor.execute(audited.sql, audited.values(params), prepare=prepare)
             await cursor.fetchall()
 
         async def pool_only() -> None:
@@ -129,7 +132,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             "raw: the same, unprepared": lambda: raw_locked(prepare=False),
             "raw: audited statement": lambda: raw_run(audited),
             "raw: search statement, no audit": lambda: raw_run(plain),
-            "raw: SELECT 1": lambda: raw_run("SELECT 1"),
+            "raw: SELECT 1": lambda: raw_run(fastpath.driver_statement("SELECT 1")),
         }
         lat: dict[str, list[float]] = {name: [] for name in steps}
         try:

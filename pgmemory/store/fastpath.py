@@ -5,7 +5,8 @@ was everything around it: SQLAlchemy turning ``clause()`` into the driver's stat
 processing the result on every call (about a millisecond of Python), and the audited
 transaction's four round trips (BEGIN, ``SET LOCAL synchronous_commit``, the statement,
 COMMIT), each a wake-up of the server and of the caller. Here the statement is translated to
-psycopg's placeholders once per statement text, prepared server-side on its first run on each
+the server's own ``$n`` placeholders once per statement text (:func:`driver_statement`: psycopg
+would split a long one again on every run), prepared server-side on its first run on each
 connection, and run in autocommit: one round trip, its own transaction. An audited search
 statement relaxes its own commit (:func:`pgmemory.store.queries.search_memories` with
 ``relax_commit``), so the audit row is written in the same statement and committed with it,
@@ -26,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -35,29 +37,78 @@ from psycopg.rows import dict_row
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 
 from pgmemory.store.clauses import clause
+from pgmemory.store.connector import BinaryList
 from pgmemory.store.queries import LOCK_FOR_WRITE
 from pgmemory.store.unit_of_work import Deferred, lock_parameters
 
 _DIALECT = PGDialectAsync_psycopg()
 
 
+#: A parameter as SQLAlchemy compiles ``:name`` (``%(name)s``), or an escaped ``%``.
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
 #: A parameter cast to an array type, as SQLAlchemy compiles ``CAST(:name AS type[])``.
-_ARRAY_PARAMETER = re.compile(r"CAST\(%\((\w+)\)s AS ([a-z0-9_ ]+)\[\]\)")
+_ARRAY_PARAMETER = re.compile(r"CAST\(%\((\w+)\)s AS [a-z0-9_ ]+\[\]\)")
+
+
+@dataclass(frozen=True, slots=True)
+class DriverStatement:
+    """A statement as the server parses it: ``$n`` placeholders, sent as it is.
+
+    psycopg keeps its own translation of ``%(name)s`` placeholders only for statements of up to
+    4,096 bytes and 50 parameters; a recall (~21 KB) or a hybrid search (~12 KB) was split
+    again on every run (0.24 and 0.13 ms of Python). This one is made once per statement text
+    (:func:`driver_statement`) and run on a raw cursor.
+
+    Attributes:
+        sql: The statement, ``$1``, ``$2``... in place of its ``:name`` parameters.
+        names: The parameter each ``$n`` stands for (``names[n - 1]``).
+        arrays: The parameters cast to an array type, sent in binary (:class:`BinaryList`).
+    """
+
+    sql: str
+    names: tuple[str, ...]
+    arrays: frozenset[str]
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        """``params`` in placeholder order, each array parameter as a :class:`BinaryList`."""
+        arrays = self.arrays
+        out = []
+        for name in self.names:
+            value = params[name]
+            if name in arrays and value is not None and not isinstance(value, BinaryList):
+                value = BinaryList(value)
+            out.append(value)
+        return out
 
 
 @lru_cache(maxsize=256)
-def driver_statement(statement: str) -> str:
-    """A statement with ``:name`` parameters in psycopg's ``%(name)s`` form (``%`` escaped),
-    as SQLAlchemy itself would send it; translated once per statement text.
-
-    A parameter cast to an array type (``CAST(:name AS type[])``: the batched writes' columns,
-    the locks' users, the query's terms) is sent in binary (``%(name)b``): psycopg writes a
-    list in text form element by element through a regular expression (an insert of two
-    memories spent ~130 us of Python on its 17 arrays, ~37 us in binary), and the cast names
-    the type either way (an empty list or one of NULLs included).
-    """
+def driver_statement(statement: str) -> DriverStatement:
+    """``statement`` (``:name`` parameters, ``::`` casts) as the server takes it, compiled as
+    SQLAlchemy itself would send it; translated once per statement text."""
     compiled = clause(statement).compile(dialect=_DIALECT).string
-    return _ARRAY_PARAMETER.sub(r"CAST(%(\1)b AS \2[])", compiled)
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return DriverStatement(
+        sql=_PLACEHOLDER.sub(number, compiled),
+        names=tuple(names),
+        arrays=frozenset(_ARRAY_PARAMETER.findall(compiled)),
+    )
+
+
+async def execute(
+    cursor: psycopg.AsyncRawCursor[Any], statement: str, params: Mapping[str, Any], prepare: bool
+) -> None:
+    """Send ``statement`` (``:name`` parameters) with ``params`` on ``cursor``."""
+    sent = driver_statement(statement)
+    await cursor.execute(sent.sql, sent.values(params), prepare=prepare)
 
 
 async def run(
@@ -93,10 +144,10 @@ async def run(
     Returns:
         Its rows, as dicts by column name (none for a statement that returns no rows).
     """
-    cursor = conn.cursor(row_factory=dict_row)
+    cursor = psycopg.AsyncRawCursor(conn, row_factory=dict_row)
     locks = bool(lock_users or lock_sessions)
     if not locks and not begin:
-        await cursor.execute(driver_statement(statement), params, prepare=prepare)
+        await execute(cursor, statement, params, prepare)
         return await _rows(cursor)
     # All go before one Sync: in autocommit the server runs the lock and the statement as one
     # implicit transaction, so the lock holds until the statement's commit (and the
@@ -124,7 +175,7 @@ async def run_all(
         writes: What the unit of work queued, in order.
         prepare: As for :func:`run`.
     """
-    cursor = conn.cursor()
+    cursor = psycopg.AsyncRawCursor(conn)
     try:
         async with conn.pipeline():
             # An explicit transaction, not the implicit one of statements before a Sync: Citus
@@ -144,7 +195,7 @@ async def run_all(
 
 
 async def _send_locked(
-    cursor: psycopg.AsyncCursor[Any],
+    cursor: psycopg.AsyncRawCursor[Any],
     statement: str,
     params: Mapping[str, Any],
     lock_users: Sequence[str],
@@ -157,12 +208,8 @@ async def _send_locked(
     result is the last statement's, as a pipeline's statements before it return nothing
     that is read."""
     if lock_users or lock_sessions:
-        await cursor.execute(
-            driver_statement(LOCK_FOR_WRITE),
-            lock_parameters(lock_users, lock_sessions),
-            prepare=prepare,
-        )
-    await cursor.execute(driver_statement(statement), params, prepare=prepare)
+        await execute(cursor, LOCK_FOR_WRITE, lock_parameters(lock_users, lock_sessions), prepare)
+    await execute(cursor, statement, params, prepare)
 
 
 def _begin(conn: psycopg.AsyncConnection[Any]) -> str:
@@ -173,7 +220,7 @@ def _begin(conn: psycopg.AsyncConnection[Any]) -> str:
     return "BEGIN ISOLATION LEVEL " + psycopg.IsolationLevel(level).name.replace("_", " ")
 
 
-async def _rows(cursor: psycopg.AsyncCursor[dict[str, Any]]) -> list[dict[str, Any]]:
+async def _rows(cursor: psycopg.AsyncRawCursor[dict[str, Any]]) -> list[dict[str, Any]]:
     """The statement's rows; none when it returned no rows. Asked of the result's status:
     ``cursor.description`` would build a column object per column on every call (~20 µs)."""
     result = cursor.pgresult

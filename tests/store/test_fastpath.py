@@ -7,6 +7,7 @@ import asyncio
 import uuid
 
 import numpy as np
+import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -165,22 +166,43 @@ def _array_casts() -> set[tuple[str, str]]:
 
 
 def test_array_parameters_are_sent_in_binary() -> None:
+    from pgmemory.store.connector import BinaryList
     from pgmemory.store.fastpath import driver_statement
 
     casts = _array_casts()
     assert ("users", "text") in casts and ("embeddings", "vector") in casts
     for statement in (q.LOCK_FOR_WRITE, q.INSERT_MEMORIES, q.APPEND_HISTORY):
         sent = driver_statement(statement)
-        assert "CAST(%(" in sent
-        assert not any(f"CAST(%({name})s AS" in sent for name, _ in casts), sent
+        named = {name for name, _ in casts if f"CAST(:{name} AS" in statement}
+        assert named and sent.arrays == named, statement
+        values = sent.values({key: ["x"] for key in sent.names})
+        assert [type(v) is BinaryList for v in values] == [n in named for n in sent.names]
+
+
+def test_a_statement_is_sent_with_numbered_placeholders() -> None:
+    """Each parameter becomes one ``$n`` (a repeated one the same), ``::`` casts and ``%``
+    stay as written, and the values follow the numbers."""
+    from pgmemory.store.fastpath import driver_statement
+
+    sent = driver_statement(
+        "SELECT CAST(:b AS text[]), CAST(:a AS text), 'y'::text, :b, '100%' WHERE :a <> 'a%'"
+    )
+    assert sent.sql == (
+        "SELECT CAST($1 AS text[]), CAST($2 AS text), 'y'::text, $1, '100%' WHERE $2 <> 'a%'"
+    )
+    assert sent.names == ("b", "a") and sent.arrays == {"b"}
+    assert sent.values({"a": "x", "b": None, "c": 1}) == [None, "x"]
 
 
 async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: MemoryStore) -> None:
     """An empty list, or one of NULLs, has no element type of its own: sent in binary it must
     still cast to each array type a statement names (as the text form did)."""
     kinds = sorted({kind for _, kind in _array_casts()})
+    from pgmemory.store.connector import BinaryList
+
     async with store.database.driver_autocommit() as conn:
         for kind in kinds:
             for value in ([], [None]):
-                cursor = await conn.execute(f"SELECT CAST(%(x)b AS {kind}[])", {"x": value})
+                cursor = psycopg.AsyncRawCursor(conn)
+                await cursor.execute(f"SELECT CAST($1 AS {kind}[])", [BinaryList(value)])
                 assert (await cursor.fetchone()) == (value,), kind

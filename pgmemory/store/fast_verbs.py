@@ -36,6 +36,7 @@ class FastVerbs:
     """The fast verbs of :class:`~pgmemory.store.database.Database` (on what it holds)."""
 
     settings: Settings
+    distributed: bool
     _held: HeldConnections
     _shared: contextvars.ContextVar[SharedTransaction | None]
 
@@ -175,11 +176,22 @@ class FastVerbs:
         async def commit(conn: psycopg.AsyncConnection[Any]) -> None:
             with telemetry.sql("statement"):
                 try:
-                    await fastpath.run_all(conn, writes, prepare=self.settings.prepared_statements)
+                    await fastpath.run_all(
+                        conn,
+                        writes,
+                        prepare=self.settings.prepared_statements,
+                        block=self._needs_block(),
+                    )
                 except psycopg.Error as exc:
                     raise driver_error(exc, conn, self.engine.dialect) from exc
 
         await self._on_driver(commit, wrote=True, users=users)
+
+    def _needs_block(self) -> bool:
+        """Whether a deferred unit of work's commit needs an explicit transaction block
+        (:func:`fastpath.run_all`'s ``block``): on Citus, or when the server's default
+        isolation (what SQLAlchemy read on its first connection) is not READ COMMITTED."""
+        return self.distributed or self.engine.dialect.default_isolation_level != "READ COMMITTED"
 
     async def _on_driver(
         self,

@@ -161,32 +161,42 @@ async def run(
 
 
 async def run_all(
-    conn: psycopg.AsyncConnection[Any], writes: Sequence[Deferred], *, prepare: bool = True
+    conn: psycopg.AsyncConnection[Any],
+    writes: Sequence[Deferred],
+    *,
+    prepare: bool = True,
+    block: bool = True,
 ) -> None:
-    """Commit ``writes`` as ONE transaction in one round trip: BEGIN, each write's locks and
-    statement, and COMMIT, before one Sync (a deferred unit of work's commit: their rows are
-    not read).
+    """Commit ``writes`` as ONE transaction in one round trip: each write's locks and
+    statement before one Sync (a deferred unit of work's commit: their rows are not read).
 
     On an error nothing is written: the server skips the rest, and the failed transaction is
-    rolled back (a round trip more) before the error is raised, so ``conn`` can be reused.
+    rolled back (a round trip more when it was a block) before the error is raised, so
+    ``conn`` can be reused.
 
     Args:
         conn: A psycopg connection in autocommit, with no transaction open.
         writes: What the unit of work queued, in order.
         prepare: As for :func:`run`.
+        block: Between BEGIN (the connection's isolation level) and COMMIT. Without, the
+            writes are the implicit transaction of the statements before a Sync, in the
+            session's default isolation: one transaction all the same, two statements fewer.
+            Citus needs the block (it coordinates a transaction across statements only inside
+            one), and so does a session whose default isolation is not READ COMMITTED (each
+            lock is taken before the snapshot of the statement it guards).
     """
     cursor = psycopg.AsyncRawCursor(conn)
     try:
         async with conn.pipeline():
-            # An explicit transaction, not the implicit one of statements before a Sync: Citus
-            # coordinates a transaction across statements only inside a transaction block.
-            await cursor.execute(_begin(conn), prepare=False)
+            if block:
+                await cursor.execute(_begin(conn), prepare=False)
             for write in writes:
                 await _send_locked(
                     cursor, write.statement, write.params, write.lock_users, write.lock_sessions,
                     prepare,
                 )  # fmt: skip
-            await cursor.execute("COMMIT", prepare=False)
+            if block:
+                await cursor.execute("COMMIT", prepare=False)
     except psycopg.Error:
         if not conn.broken and conn.info.transaction_status != pq.TransactionStatus.IDLE:
             with suppress(psycopg.Error):

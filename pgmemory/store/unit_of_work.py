@@ -92,7 +92,7 @@ class SharedTransaction:
 
     A deferred block (``send_deferred`` given) sends nothing while its writes are ones whose
     rows their callers do not need (:meth:`fetch` with ``deferrable``): it queues them, and
-    its commit sends them all, with BEGIN and COMMIT, in one round trip (``send_deferred``).
+    its commit sends them all as one transaction in one round trip (``send_deferred``).
     The first other write (a :meth:`join`, or a statement whose rows are needed) sends the
     queued ones first, in order, in the shared transaction, and the block goes on as an
     undeferred one. A queued write's error comes out of the commit (nothing is written).

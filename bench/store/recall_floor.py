@@ -52,7 +52,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
     from pgmemory.store import connector, fastpath, queries as q
-    from pgmemory.store.unit_of_work import lock_parameters
+    from pgmemory.store.unit_of_work import lock_statement
 
     sent: dict[str, Any] = {}
     run_one = fastpath.run
@@ -103,13 +103,14 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             await cursor.execute(statement.sql, statement.values(params), prepare=True)
             await cursor.fetchall()
 
-        lock = fastpath.driver_statement(q.LOCK_FOR_WRITE)
+        lock_sql, lock_params = lock_statement([scope.user_id or ""])
+        lock = fastpath.driver_statement(lock_sql)
 
         async def raw_locked(prepare: bool = True) -> None:
             cursor = psycopg.AsyncRawCursor(raw, row_factory=dict_row)
             async with raw.pipeline():
                 await psycopg.AsyncRawCursor(raw).execute(
-                    lock.sql, lock.values(lock_parameters([scope.user_id])), prepare=prepare
+                    lock.sql, lock.values(lock_params), prepare=prepare
                 )
                 await cursor.execute(audited.sql, audited.values(params), prepare=prepare)
             await cursor.fetchall()

@@ -38,8 +38,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 
 from pgmemory.store.clauses import clause
 from pgmemory.store.connector import BinaryList
-from pgmemory.store.queries import LOCK_FOR_WRITE
-from pgmemory.store.unit_of_work import Deferred, lock_parameters
+from pgmemory.store.unit_of_work import Deferred, lock_statement
 
 _DIALECT = PGDialectAsync_psycopg()
 
@@ -218,7 +217,7 @@ async def _send_locked(
     result is the last statement's, as a pipeline's statements before it return nothing
     that is read."""
     if lock_users or lock_sessions:
-        await execute(cursor, LOCK_FOR_WRITE, lock_parameters(lock_users, lock_sessions), prepare)
+        await execute(cursor, *lock_statement(lock_users, lock_sessions), prepare)
     await execute(cursor, statement, params, prepare)
 
 

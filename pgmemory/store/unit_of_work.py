@@ -2,8 +2,7 @@
 
 :class:`SharedTransaction` is what :meth:`pgmemory.store.database.Database.unit_of_work` makes
 the current task's writes join; :func:`lock` takes a write's erasure and append locks in one
-statement (:data:`pgmemory.store.queries.LOCK_FOR_WRITE`), and :func:`lock_parameters` is its
-parameters, also for the fast path's pipeline.
+statement, the one :func:`lock_statement` chooses (also for the fast path's pipeline).
 """
 
 from __future__ import annotations
@@ -27,20 +26,26 @@ async def lock(
     conn: AsyncConnection, users: frozenset[str], sessions: frozenset[tuple[str, str]]
 ) -> None:
     """Hold the erasure lock of ``users`` (shared) and the append lock of ``sessions``
-    (exclusive) until the transaction ends, in one statement
-    (:data:`pgmemory.store.queries.LOCK_FOR_WRITE`); a write naming neither takes none."""
+    (exclusive) until the transaction ends, in one statement (:func:`lock_statement`); a write
+    naming neither takes none."""
     if users or sessions:
-        await conn.execute(clause(q.LOCK_FOR_WRITE), lock_parameters(users, sessions))
+        statement, params = lock_statement(users, sessions)
+        await conn.execute(clause(statement), params)
 
 
-def lock_parameters(
+def lock_statement(
     users: Iterable[str], sessions: Iterable[tuple[str, str]] = ()
-) -> dict[str, list[str]]:
-    """:data:`~pgmemory.store.queries.LOCK_FOR_WRITE`'s parameters, each kind in sorted order
-    (so two writes naming the same users or sessions never wait for each other in a cycle)."""
+) -> tuple[str, dict[str, Any]]:
+    """The statement that takes these locks, and its parameters: one user's erasure lock alone
+    is :data:`~pgmemory.store.queries.LOCK_USER_SHARED`; any other set is
+    :data:`~pgmemory.store.queries.LOCK_FOR_WRITE`, each kind in sorted order (so two writes
+    naming the same users or sessions never wait for each other in a cycle)."""
+    named = sorted(users)
     ordered = sorted(sessions)
-    return {
-        "users": sorted(users),
+    if len(named) == 1 and not ordered:
+        return q.LOCK_USER_SHARED, {"user_id": named[0]}
+    return q.LOCK_FOR_WRITE, {
+        "users": named,
         "session_users": [user for user, _ in ordered],
         "sessions": [session for _, session in ordered],
     }

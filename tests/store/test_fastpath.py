@@ -206,3 +206,19 @@ async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: Me
                 cursor = psycopg.AsyncRawCursor(conn)
                 await cursor.execute(f"SELECT CAST($1 AS {kind}[])", [BinaryList(value)])
                 assert (await cursor.fetchone()) == (value,), kind
+
+
+def test_one_users_lock_is_the_short_statement() -> None:
+    """A search or recall locks one user: the one-lock statement. Several users, or any
+    session, take LOCK_FOR_WRITE with each kind sorted."""
+    from pgmemory.store.unit_of_work import lock_statement
+
+    assert lock_statement(["u"]) == (q.LOCK_USER_SHARED, {"user_id": "u"})
+    assert lock_statement(["b", "a"]) == (
+        q.LOCK_FOR_WRITE,
+        {"users": ["a", "b"], "session_users": [], "sessions": []},
+    )
+    assert lock_statement(["u"], [("u", "s2"), ("u", "s1")]) == (
+        q.LOCK_FOR_WRITE,
+        {"users": ["u"], "session_users": ["u", "u"], "sessions": ["s1", "s2"]},
+    )

@@ -94,7 +94,7 @@ def make_engine(url: str, settings: Settings, *, generic_plans: bool = True) -> 
             "application_name": "pgmemory",
         },
     )
-    event.listen(engine.sync_engine, "connect", _register_vector)
+    event.listen(engine.sync_engine, "connect", _register_types)
     event.listen(engine.sync_engine, "checkout", _replace_if_gone)
     _prepare_as_configured(engine, settings)
     return engine
@@ -123,7 +123,7 @@ def adopt_engine(engine: AsyncEngine, settings: Settings) -> AsyncEngine:
             "needs psycopg 3: create it with a 'postgresql+psycopg://' URL"
         )
     engine.sync_engine.hide_parameters = True
-    for name, hook in (("connect", _register_vector), ("checkout", _replace_if_gone)):
+    for name, hook in (("connect", _register_types), ("checkout", _replace_if_gone)):
         if not event.contains(engine.sync_engine, name, hook):
             event.listen(engine.sync_engine, name, hook)
     _prepare_as_configured(engine, settings)
@@ -302,7 +302,8 @@ class BinaryList(list[Any]):
     :func:`register_adapters` registers it on every connection."""
 
 
-def _register_vector(dbapi_connection: Any, _record: Any) -> None:
+def _register_types(dbapi_connection: Any, _record: Any) -> None:
+    """A new connection's adapters: pgmemory's own (:func:`register_adapters`) and pgvector's."""
     register_adapters(dbapi_connection.driver_connection.adapters)
     try:
         dbapi_connection.run_async(register_vector_async)

@@ -24,7 +24,6 @@ from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.clauses import clause
 from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
-from pgmemory.store.connector import BinaryList
 from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
@@ -112,7 +111,6 @@ async def add(
             for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
                 sent = ordered[start : start + INSERT_CHUNK_ROWS]
                 chunk = to_batch(sent)
-                chunk["embeddings"] = BinaryList(chunk["embeddings"])
                 inserted = await db.fetch(
                     q.INSERT_MEMORIES,
                     {

@@ -29,9 +29,11 @@ embedding inside them: SQL round trips, pool waits, the store's own Python), ``m
 chat client call: openai SDK + HTTP + the scripted server), ``ours`` (the rest of the turn
 inside the handler: agent, providers, rendering) and ``http`` (client latency minus the
 handler: uvicorn, FastAPI, the load generator, queueing for the event loop). Also the mean
-batch size, the application's CPU ms per turn, and start-up figures: ``import pgmemory``
-(fresh interpreter, best of 3) and the first recall after opening a store, with and without
-warming the embedder up first.
+batch size; the CPU ms per turn of the application, of the scripted model and, on the
+embedded server, of PostgreSQL (every backend; ``app_cores`` in the JSON is the application's
+CPU over the wall time: near 1.0 the application's process is the bound); and start-up
+figures: ``import pgmemory`` (fresh interpreter, best of 3) and the first recall after opening
+a store, with and without warming the embedder up first.
 
 Usage::
 
@@ -72,6 +74,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
+from bench._common.cpu import postmaster_pid, server_cpu_s
 from bench._common.paths import BENCH, PEER_ENVS, ROOT
 from bench._common.scratch import Server
 
@@ -325,6 +328,7 @@ class Run:
     stats: dict[str, Any] = field(default_factory=dict)
     loadavg: tuple[float, float, float] = (0.0, 0.0, 0.0)
     loadgen_cpu_s: float = 0.0
+    db_cpu_s: float | None = None
     free_embedder: bool = False
     error_samples: list[str] = field(default_factory=list)
 
@@ -370,6 +374,10 @@ class Run:
                 else None
             ),
             "loadgen_cpu_ms_per_turn": 1000 * self.loadgen_cpu_s / max(done, 1),
+            "db_cpu_ms_per_turn": (
+                1000 * self.db_cpu_s / max(done, 1) if self.db_cpu_s is not None else None
+            ),
+            "app_cores": self.stats.get("cpu_s", 0.0) / self.wall_s if self.wall_s else None,
             "loadavg_1m": self.loadavg[0],
             "wall_s": self.wall_s,
         }
@@ -393,6 +401,7 @@ async def run_point(
     free_embedder: bool = False,
     scenario: str = "agent",
     memory: str = "pgmemory",
+    db_pid: int | None = None,
 ) -> Run:
     """``clients`` concurrent users, ``turns`` turns in all; a new session every
     ``session_turns`` turns of a client (the model is sent the session's whole history).
@@ -464,12 +473,16 @@ async def run_point(
                         run.error_samples.append(f"{type(exc).__name__}: {exc}"[:300])
 
         run.loadavg = os.getloadavg()
+        db_cpu = server_cpu_s(db_pid)
         cpu = time.process_time()
         start = time.perf_counter()
         tasks = [asyncio.create_task(client_loop(c)) for c in range(clients)]
         _, pending = await asyncio.wait(tasks, timeout=timeout_s)
         run.wall_s = time.perf_counter() - start
         run.loadgen_cpu_s = time.process_time() - cpu
+        db_after = server_cpu_s(db_pid)
+        if db_cpu is not None and db_after is not None:
+            run.db_cpu_s = db_after - db_cpu
         if pending:
             run.timed_out = True
             for task in pending:
@@ -495,6 +508,7 @@ def row(f: dict[str, Any]) -> str:
     """One table row."""
     s = f["split_ms"]
     batch = f"{f['mean_batch']:.1f}" if f["mean_batch"] else "-"
+    db = f"{f['db_cpu_ms_per_turn']:.1f}" if f.get("db_cpu_ms_per_turn") is not None else "-"
     flags = " CUT" if f["timed_out"] else ""
     flags += f" {f['errors']} errors" if f["errors"] else ""
     name = label(f.get("memory", "pgmemory"), f["batching"], f.get("embedder") == "free")
@@ -503,14 +517,14 @@ def row(f: dict[str, Any]) -> str:
         f"| {f['p50_ms']:7.1f} | {f['p95_ms']:7.1f} | {f['p99_ms']:7.1f} "
         f"| {s['embed']:6.1f} | {s['sql']:6.1f} | {s['model']:6.1f} | {s['ours']:6.1f} "
         f"| {s['http']:6.1f} | {batch:>5} | {f['app_cpu_ms_per_turn']:5.1f} "
-        f"| {f['model_cpu_ms_per_turn']:5.1f} |{flags}"
+        f"| {f['model_cpu_ms_per_turn']:5.1f} | {db:>5} |{flags}"
     )
 
 
 HEADER = (
     "| memory (batching) | clients | turns/s | p50 ms | p95 ms | p99 ms | embed | sql | model "
-    "| ours | http | batch | app CPU ms/turn | model CPU ms/turn |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| ours | http | batch | app CPU ms/turn | model CPU ms/turn | db CPU ms/turn |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -557,6 +571,11 @@ def summarise(runs: list[dict[str, Any]], raw: list[Run]) -> list[dict[str, Any]
                 "mean_batch": statistics.fmean(batches) if batches else None,
                 "app_cpu_ms_per_turn": statistics.fmean(r["app_cpu_ms_per_turn"] for r in mine),
                 "model_cpu_ms_per_turn": statistics.fmean(r["model_cpu_ms_per_turn"] for r in mine),
+                "db_cpu_ms_per_turn": (
+                    statistics.fmean(r["db_cpu_ms_per_turn"] for r in mine)
+                    if all(r.get("db_cpu_ms_per_turn") is not None for r in mine)
+                    else None
+                ),
             }
         )
     return out
@@ -712,6 +731,7 @@ async def measure(
                         session_turns=args.session_turns,
                         scenario=args.scenario,
                         memory=app.memory,
+                        db_pid=args.db_pid,
                     )
                     raw.append(run)
                     print(row(run.figures()), flush=True)
@@ -726,6 +746,7 @@ async def measure(
                     session_turns=args.session_turns,
                     free_embedder=True,
                     scenario=args.scenario,
+                    db_pid=args.db_pid,
                 )
                 ceiling.append(run)
                 print(row(run.figures()), flush=True)
@@ -835,6 +856,8 @@ def main() -> None:
     print(f"import pgmemory: {startup['import_pgmemory_s']:.3f} s (best of 3)", flush=True)
     server = Server()
     server_info = server.info()
+    # the embedded server's processes, for the database's CPU a turn (None on another server)
+    args.db_pid = postmaster_pid(server.embedded.data_dir) if server.embedded else None
     print(server_info, flush=True)
     for memory in args.memory:
         print(f"embedding, {memory}: {EMBEDDING[memory]}", flush=True)

@@ -1,8 +1,10 @@
 """CPU seconds a local PostgreSQL server has used, read from Linux's ``/proc``.
 
 A benchmark snapshots :func:`server_cpu_s` before and after a measured window: the difference
-is what the server's processes (the postmaster, every backend and worker) spent in it. On a
-server elsewhere (``PGMEMORY_DATABASE_URL``), or without ``/proc``, the figure is None.
+is what the server's processes (the postmaster, every backend and worker, of every database)
+spent in it, except that a backend which exits within the window counts with its whole life
+(the postmaster collects it only then). On a server elsewhere (``PGMEMORY_DATABASE_URL``), or
+without ``/proc``, the figure is None.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ Three figures per size, each query run on every side in rotating order:
   and the ``before`` hybrid statement (``pgmemory/store/queries.py`` at ``--before``, read with
   ``git show``), with the default :class:`SearchWeights`;
 * **end to end**: ``store.search(query=..., limit=12)`` (embedding and audit included) in vector
-  and hybrid mode, and the ``before`` read path's hybrid search on the same store;
+  and hybrid mode, and the ``before`` read path's hybrid search on the same store (left out,
+  with the reason printed, when that checkout's read path does not run on today's
+  ``Database``: issue 22's reference, 026b354, is such a checkout);
 * **overlap**: per query, the share of the before statement's top-5 that today's top-5 holds.
 """
 
@@ -193,6 +195,8 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
 
     before_queries = queries_at(args.before)
     before_reads = reads_at(args.before)
+    #: Why the before checkout's own read path cannot run on today's Database, once it failed.
+    before_path: str | None = None
     embedder = BagEmbedder()
     corpus = Corpus()
     texts = corpus.messages(max(args.sizes))
@@ -257,12 +261,19 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 for side in order:
                     t = time.perf_counter()
                     if side == "before":
-                        await before_reads.search(
-                            db, store._catalogue, store._ann, COLLECTION, scope,
-                            query=qtext, vector=None, limit=LIMIT, mode="hybrid", weights=None,
-                            min_score=None, since=None, until=None, allow_unscoped=False,
-                            audit=True, trace=None,
-                        )  # fmt: skip
+                        if before_path is not None:
+                            continue
+                        try:
+                            await before_reads.search(
+                                db, store._catalogue, store._ann, COLLECTION, scope,
+                                query=qtext, vector=None, limit=LIMIT, mode="hybrid",
+                                weights=None, min_score=None, since=None, until=None,
+                                allow_unscoped=False, audit=True, trace=None,
+                            )  # fmt: skip
+                        except AttributeError as exc:  # that checkout's Database was another
+                            before_path = f"{args.before}'s read path does not run here ({exc})"
+                            print(f"{before_path}: its end-to-end time is not measured")
+                            continue
                     else:
                         await store.search(COLLECTION, scope, query=qtext, limit=LIMIT, mode=side)
                     elapsed = (time.perf_counter() - t) * 1000
@@ -275,7 +286,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             figures[str(n)] = {
                 "statement_p50_ms": {k: p50(v) for k, v in lat.items()},
                 "statement_p95_ms": {k: float(np.percentile(v, 95)) for k, v in lat.items()},
-                "end_to_end_p50_ms": {k: p50(v) for k, v in e2e.items()},
+                "end_to_end_p50_ms": {k: p50(v) if v else None for k, v in e2e.items()},
                 "hybrid_over_vector": p50(lat["hybrid"]) / p50(lat["vector"]),
                 "before_over_vector": p50(lat["before"]) / p50(lat["vector"]),
                 "end_to_end_hybrid_over_vector": p50(e2e["hybrid"]) / p50(e2e["vector"]),
@@ -309,10 +320,11 @@ def main() -> None:
     )
     for n, f in figures.items():
         s, e = f["statement_p50_ms"], f["end_to_end_p50_ms"]
+        before = f"{e['before']:>7.2f}" if e["before"] is not None else f"{'-':>7}"
         print(
             f"{n:>8} | {s['vector']:>7.2f} {s['hybrid']:>7.2f} {s['before']:>7.2f} "
             f"{f['hybrid_over_vector']:>5.2f}x | {e['vector']:>7.2f} {e['hybrid']:>7.2f} "
-            f"{e['before']:>7.2f} {f['end_to_end_hybrid_over_vector']:>5.2f}x | "
+            f"{before} {f['end_to_end_hybrid_over_vector']:>5.2f}x | "
             f"{f['top5_overlap']:>12.3f}"
         )
     if args.json:

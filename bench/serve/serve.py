@@ -637,9 +637,14 @@ class App:
 
 
 async def measure(
-    args: argparse.Namespace, url: str, peer_urls: dict[str, str], env: dict[str, str]
+    args: argparse.Namespace,
+    url: str,
+    peer_urls: dict[str, str],
+    env: dict[str, str],
+    db_pid: int | None,
 ) -> dict[str, Any]:
-    """Start the model server and every application, run every point, stop them."""
+    """Start the model server and every application, run every point, stop them (``db_pid``:
+    the database server's postmaster, for its CPU a point; None when it is not local)."""
     procs: list[Proc] = []
     try:
         chat = start(
@@ -731,7 +736,7 @@ async def measure(
                         session_turns=args.session_turns,
                         scenario=args.scenario,
                         memory=app.memory,
-                        db_pid=args.db_pid,
+                        db_pid=db_pid,
                     )
                     raw.append(run)
                     print(row(run.figures()), flush=True)
@@ -746,7 +751,7 @@ async def measure(
                     session_turns=args.session_turns,
                     free_embedder=True,
                     scenario=args.scenario,
-                    db_pid=args.db_pid,
+                    db_pid=db_pid,
                 )
                 ceiling.append(run)
                 print(row(run.figures()), flush=True)
@@ -857,7 +862,7 @@ def main() -> None:
     server = Server()
     server_info = server.info()
     # the embedded server's processes, for the database's CPU a turn (None on another server)
-    args.db_pid = postmaster_pid(server.embedded.data_dir) if server.embedded else None
+    db_pid = postmaster_pid(server.embedded.data_dir) if server.embedded else None
     print(server_info, flush=True)
     for memory in args.memory:
         print(f"embedding, {memory}: {EMBEDDING[memory]}", flush=True)
@@ -882,7 +887,7 @@ def main() -> None:
                 f"{startup['first_recall_cold_ms']:.1f} ms; open {startup['open_store_s']:.2f} s",
                 flush=True,
             )
-            measured = asyncio.run(measure(args, url, peer_urls, env))
+            measured = asyncio.run(measure(args, url, peer_urls, env, db_pid))
     finally:
         server.close()
     raw: list[Run] = measured["raw"]

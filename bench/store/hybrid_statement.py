@@ -195,8 +195,8 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
 
     before_queries = queries_at(args.before)
     before_reads = reads_at(args.before)
-    #: Why the before checkout's own read path cannot run on today's Database, once it failed.
-    before_path: str | None = None
+    #: Whether the before checkout's own read path runs on today's Database (it may not).
+    before_runs = True
     embedder = BagEmbedder()
     corpus = Corpus()
     texts = corpus.messages(max(args.sizes))
@@ -261,7 +261,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 for side in order:
                     t = time.perf_counter()
                     if side == "before":
-                        if before_path is not None:
+                        if not before_runs:
                             continue
                         try:
                             await before_reads.search(
@@ -271,8 +271,11 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                                 allow_unscoped=False, audit=True, trace=None,
                             )  # fmt: skip
                         except AttributeError as exc:  # that checkout's Database was another
-                            before_path = f"{args.before}'s read path does not run here ({exc})"
-                            print(f"{before_path}: its end-to-end time is not measured")
+                            before_runs = False
+                            print(
+                                f"{args.before}'s read path does not run here ({exc}): "
+                                "its end-to-end time is not measured"
+                            )
                             continue
                     else:
                         await store.search(COLLECTION, scope, query=qtext, limit=LIMIT, mode=side)

@@ -584,7 +584,8 @@ APP_ROLE_GRANTS = (
     "GRANT SELECT ON pgmemory_alembic_version TO {role}",
     "GRANT EXECUTE ON FUNCTION pgmemory_keyed_sha256(text, text), "
     "pgmemory_erase_user(text, text), pgmemory_erase_user_audit(text, text), "
-    "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text) TO {role}",
+    "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text), "
+    "pgmemory_erasure_stamp(text), pgmemory_erasure_guard(text, text) TO {role}",
 )
 
 #: The identity sequences of the audit tables (their ``id`` columns), as quoted names.

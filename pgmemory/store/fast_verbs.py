@@ -193,6 +193,16 @@ class FastVerbs:
         isolation (what SQLAlchemy read on its first connection) is not READ COMMITTED."""
         return self.distributed or self.engine.dialect.default_isolation_level != "READ COMMITTED"
 
+    @property
+    def guards_in_statement(self) -> bool:
+        """Whether an audited read takes its user's erasure lock in its own statement (the
+        queries' ``guarded``: a guard that refuses, to be run again, when an erasure
+        committed between the statement's snapshot and the lock) instead of in a lock
+        statement before it. On one server in READ COMMITTED, outside a unit of work: the
+        guard's fresh read needs READ COMMITTED, Citus takes locks on the coordinator, and a
+        unit of work's transaction could not run the statement again."""
+        return not self._needs_block() and self._shared.get() is None
+
     async def _on_driver(
         self,
         work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]],

@@ -201,6 +201,22 @@ def _scope_where(dimensions: tuple[str, ...]) -> str:
 #: the statement, it costs no round trip of its own.
 _RELAX_COMMIT = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
 
+#: A condition that is true or raises: it takes the audited user's erasure lock (shared) and
+#: refuses (SQLSTATE 40001) if an erasure of the user committed after the statement's snapshot
+#: and before the lock was held (their audit secret's stamp, read by the statement, differs
+#: from a fresh read: migration 0022). An audited read guarded so needs no lock statement
+#: before it, on a server whose isolation is READ COMMITTED
+#: (:attr:`pgmemory.store.database.Database.guards_in_statement`).
+_ERASURE_GUARD = "pgmemory_erasure_guard(:audit_user_id, pgmemory_erasure_stamp(:audit_user_id))"
+
+
+def _audit_having(*, relax_commit: bool, guarded: bool) -> str:
+    """The HAVING of an audit row's one-row step (no GROUP BY: it runs exactly once, with or
+    without hits): :data:`_ERASURE_GUARD` when ``guarded``, :data:`_RELAX_COMMIT` when
+    ``relax_commit``."""
+    conditions = [c for c, on in ((_ERASURE_GUARD, guarded), (_RELAX_COMMIT, relax_commit)) if on]
+    return f"\n    HAVING {' AND '.join(conditions)}" if conditions else ""
+
 
 # The hybrid statement's last ranking step (see search_memories): reciprocal-rank fusion ...
 _RANK_FUSION = """top AS (
@@ -895,11 +911,11 @@ _SIGNALS_JSON = """jsonb_build_object(
                'neighbour', round(CAST({p}neighbour AS numeric), 4))"""
 
 
-def _recall_audit(*, relax_commit: bool, explained: bool = False) -> str:
+def _recall_audit(*, relax_commit: bool, guarded: bool, explained: bool = False) -> str:
     """The ``audit`` CTE: the recall audit row of the hits, written in the same statement
-    (with ``explained``, each hit's reason and signals too, from :func:`_signals`)."""
-    # One group (no GROUP BY), so this HAVING runs exactly once, with or without hits.
-    relax = f"\n    HAVING {_RELAX_COMMIT}" if relax_commit else ""
+    (with ``explained``, each hit's reason and signals too, from :func:`_signals`; with
+    ``guarded``, :data:`_ERASURE_GUARD`)."""
+    relax = _audit_having(relax_commit=relax_commit, guarded=guarded)
     order = "ORDER BY h.score DESC, h.id"
     columns = values = ""
     source = "hits AS h"
@@ -996,6 +1012,7 @@ def search_memories(
     ann_dimensions: int | None = None,
     shortlist: bool = False,
     relax_commit: bool = False,
+    guarded: bool = False,
     windowed: bool = False,
     explain: bool = False,
     distributed: bool = False,
@@ -1033,7 +1050,8 @@ def search_memories(
     of the covering scan's 1–1.5).
     Unless ``audit`` is off, the same statement appends the recall audit row; with
     ``relax_commit`` it also lets its transaction commit without waiting for the disk flush
-    (:data:`_RELAX_COMMIT`, so a search in autocommit is one statement). With ``explain``
+    (:data:`_RELAX_COMMIT`, so a search in autocommit is one statement); with ``guarded`` it
+    takes the user's erasure lock itself (:data:`_ERASURE_GUARD`). With ``explain``
     each hit also carries what each signal contributed to its score (:func:`_signals`: the
     columns ``similarity``, ``keywords``, ``recency``, ``neighbour``), and the audit row
     records them with each hit's reason.
@@ -1064,7 +1082,11 @@ def search_memories(
         distributed=distributed,
     )
     if explain:
-        audit_cte = _recall_audit(relax_commit=relax_commit, explained=True) if audit else ""
+        audit_cte = (
+            _recall_audit(relax_commit=relax_commit, guarded=guarded, explained=True)
+            if audit
+            else ""
+        )
         return f"""
 WITH {ranked},
 {_hits(dimensions, columns=("embedding",))},
@@ -1074,7 +1096,7 @@ SELECT {_READ_COLUMNS.replace("m.", "h.")}, h.score,
 FROM hits AS h JOIN explained AS e ON e.id = h.id AND e.user_id = h.user_id
 ORDER BY h.score DESC, h.id
 """
-    audit_cte = _recall_audit(relax_commit=relax_commit) if audit else ""
+    audit_cte = _recall_audit(relax_commit=relax_commit, guarded=guarded) if audit else ""
     return f"""
 WITH {ranked},
 {_hits(dimensions)}{audit_cte}
@@ -1147,6 +1169,7 @@ def recall_memories(
     max_results: int = 3,
     audit: bool = True,
     relax_commit: bool = False,
+    guarded: bool = False,
     distributed: bool = False,
 ) -> str:
     """What a provider injects, chosen in one statement, with its recall audit row.
@@ -1165,7 +1188,8 @@ def recall_memories(
       every recent row is shown) the further matches (:func:`_stage`), each section heading
       costing ``:related_cost`` / ``:recent_cost`` once;
     * the audit row (unless ``audit`` is off) holds exactly the shown rows, in shown order,
-      with their scores, reasons and signals, and ``:mode``.
+      with their scores, reasons and signals, and ``:mode``; ``relax_commit`` and
+      ``guarded`` as for :func:`search_memories`.
 
     Returns the shown rows in shown order (related most relevant first, then recent oldest
     first): the memory, ``reason``, ``score``, ``cap`` and the signal columns.
@@ -1302,7 +1326,7 @@ shown AS MATERIALIZED (
     {explained}
 )""")
     if audit:
-        relax = f"\n    HAVING {_RELAX_COMMIT}" if relax_commit else ""
+        relax = _audit_having(relax_commit=relax_commit, guarded=guarded)
         signals = _SIGNALS_JSON.format(p="s.")
         ctes.append(f"""audit AS (
     INSERT INTO pgmemory_recall_audit

@@ -179,6 +179,8 @@ async def search(
         # transaction: Citus runs a search-and-insert statement in steps (intermediate results
         # on every worker, the insert through the coordinator, two-phase commit).
         apart = audit and db.distributed and not replicated
+        # An audited statement of a user takes the user's erasure lock itself, where it can.
+        guarded = audit and not replicated and bool(scope.user_id) and db.guards_in_statement
 
         def statement(on: AnnPath | None) -> str:
             return q.search_memories(
@@ -192,6 +194,7 @@ async def search(
                 shortlist=on is None and shortlist is not None,
                 # A shared transaction holds the turn's writes: its commit stays durable.
                 relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
+                guarded=guarded,
                 windowed=windowed,
                 explain=explain,
                 distributed=db.distributed,
@@ -231,8 +234,9 @@ async def search(
             wanted = limit if min_score is None else 0
             try:
                 rows = await run(
-                    db, statement(path), params, audit=audit, path=path, wanted=wanted, scope=scope
-                )
+                    db, statement(path), params, lock_user=audit and not guarded, path=path,
+                    wanted=wanted, scope=scope,
+                )  # fmt: skip
             except Exception as exc:
                 logger.warning(
                     "approximate path of collection %s not used for a search (%s); searched exactly",
@@ -252,8 +256,9 @@ async def search(
             )
         if rows is None:
             rows = await run(
-                db, statement(path), params, audit=audit, path=path, wanted=0, scope=scope
-            )
+                db, statement(path), params, lock_user=audit and not guarded, path=path,
+                wanted=0, scope=scope,
+            )  # fmt: skip
         if audit and replicated:
             await insert_recall(
                 db, _audit_row(params, rows, collection=collection, explain=explain)
@@ -296,7 +301,7 @@ async def _run(
     statement: str,
     params: dict[str, Any],
     *,
-    audit: bool,
+    lock_user: bool,
     path: AnnPath | None,
     wanted: int,
     scope: MemoryScope,
@@ -305,11 +310,12 @@ async def _run(
 
     The exact path runs as one prepared round trip (:meth:`Database.fetch`), its audit row
     committing with it (or with the task's unit of work); the approximate path needs its
-    settings in the same transaction.
+    settings in the same transaction. ``lock_user``: the statement writes an audit row under
+    the scope's user without taking their erasure lock itself (not ``guarded``), so a lock
+    statement before it holds the lock.
     """
     if path is None:
-        # An audited search writes its audit row under the user: it holds their erasure lock.
-        users = (scope.user_id,) if audit and scope.user_id else ()
+        users = (scope.user_id,) if lock_user and scope.user_id else ()
         return await db.fetch(statement, params, users=users)
     async with db.write(users=()) as conn:
         return await _execute(conn, statement, params, path=path, wanted=wanted)
@@ -336,7 +342,7 @@ async def _run_replicated(
     statement: str,
     params: dict[str, Any],
     *,
-    audit: bool,
+    lock_user: bool,
     path: AnnPath | None,
     wanted: int,
     scope: MemoryScope,

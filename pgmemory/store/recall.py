@@ -175,6 +175,9 @@ async def recall(
         # On Citus the audit row is a statement of its own in the recall's transaction (as
         # for a search: see pgmemory.store.reads.search).
         apart = audit and db.distributed and db.replicas is None
+        # The audit row is written under the user: the recall holds their erasure lock, taken
+        # in its own statement where it can (guarded), else by a lock statement before it.
+        guarded = audit and not apart and bool(scope.user_id) and db.guards_in_statement
         statement = q.recall_memories(
             tuple(scope.as_dict()),
             covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
@@ -185,10 +188,10 @@ async def recall(
             audit=audit and not apart,
             # A shared transaction holds the turn's writes: its commit stays durable.
             relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
+            guarded=guarded,
             distributed=db.distributed,
         )
-        # The audit row is written under the user: the recall holds their erasure lock.
-        users = (scope.user_id,) if audit and scope.user_id else ()
+        users = (scope.user_id,) if audit and scope.user_id and not guarded else ()
         rows: Sequence[Any]
         if apart:
             rows = await run_audited_apart(

@@ -1,6 +1,6 @@
 """The read retry: a reading method runs once more, on a fresh connection, after losing its
 connection midway (:func:`retried`), unless a write in it may have committed
-(:func:`outcome_unknown`)."""
+(:func:`outcome_unknown`); and once more when the erasure guard refused it."""
 
 from __future__ import annotations
 
@@ -21,13 +21,27 @@ S = TypeVar("S")
 _COMMIT_OUTCOME_UNKNOWN = "_pgmemory_commit_outcome_unknown"
 
 
+#: How the erasure guard of an audited read refuses it (SQLSTATE 40001, migration 0022): an
+#: erasure of its user committed between the statement's snapshot and its lock. Nothing of it
+#: was written; run again, it reads what the erasure left.
+ERASED_WHILE_READING = "pgmemory: the user was erased while this statement read"
+
+
+def _erased_while_reading(exc: DBAPIError) -> bool:
+    """Whether ``exc`` is the erasure guard's refusal."""
+    orig = exc.orig
+    message = getattr(getattr(orig, "diag", None), "message_primary", None) or ""
+    return getattr(orig, "sqlstate", None) == "40001" and message.startswith(ERASED_WHILE_READING)
+
+
 def outcome_unknown(exc: DBAPIError) -> None:
     """Mark ``exc`` as raised by a commit that may have taken effect: it is never retried."""
     setattr(exc, _COMMIT_OUTCOME_UNKNOWN, True)
 
 
 async def retried(operation: Callable[[], Awaitable[T]]) -> T:
-    """Run a read; once more, on a fresh connection, if it lost its connection midway.
+    """Run a read; once more, on a fresh connection, if it lost its connection midway; once
+    more if the erasure guard refused it (:data:`ERASED_WHILE_READING`).
 
     Only for operations that change nothing but recall audit rows written in the same
     transaction (a transaction that lost its connection before its commit did not commit,
@@ -46,12 +60,15 @@ async def retried(operation: Callable[[], Awaitable[T]]) -> T:
     try:
         return await operation()
     except DBAPIError as exc:
-        if not exc.connection_invalidated or getattr(exc, _COMMIT_OUTCOME_UNKNOWN, False):
+        if _erased_while_reading(exc):
+            logger.info("an erasure of the read's user committed while it ran; running it again")
+        elif not exc.connection_invalidated or getattr(exc, _COMMIT_OUTCOME_UNKNOWN, False):
             raise
-        logger.warning(
-            "a read lost its database connection (%s); running it once more",
-            type(exc.orig).__name__,
-        )
+        else:
+            logger.warning(
+                "a read lost its database connection (%s); running it once more",
+                type(exc.orig).__name__,
+            )
     return await operation()
 
 

@@ -155,6 +155,61 @@ async def test_a_recorded_recall_waits_for_the_erasures_lock(
     assert waited, "a recorded recall of the user did not wait for the erasure's lock"
 
 
+async def test_a_read_whose_snapshot_predates_an_erasure_shows_nothing_erased(
+    store: MemoryStore, small: str, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An audited search and recall that start while an erasure of their user is still open
+    (their snapshot holds the user's memories) and wait for its lock: once it commits they show
+    none of the erased memories and leave no audit row under the user naming one. Where the
+    read takes the lock in its own statement, its guard sees the erasure committed after the
+    snapshot and the read runs again; elsewhere the lock statement before it made it wait
+    before its snapshot."""
+    user = unique("u")
+    scope = MemoryScope(user_id=user)
+    await store.import_records(small, (_record(user, i) for i in range(5)))
+    hold = asyncio.Event()
+    started = asyncio.Event()
+
+    async def open_erasure() -> None:
+        async with store.shared_transaction(), store.database.write() as conn:
+            await conn.execute(sa.text(q.LOCK_USER_FOR_ERASURE), {"user_id": user})
+            await conn.execute(sa.text(q.ERASE_USER), {"user_id": user, "actor": ""})
+            started.set()
+            await hold.wait()
+
+    eraser = asyncio.create_task(open_erasure())
+    await started.wait()
+    guarded = store.database.guards_in_statement
+    caplog.set_level("INFO", logger="pgmemory.store.retry")
+    search = asyncio.create_task(store.search(small, scope, vector=[1, 0, 0], limit=3))
+    recall = asyncio.create_task(store.recall(small, scope, query="m1", mode="text"))
+    try:
+        await asyncio.sleep(0.3)
+        waited = not search.done() and not recall.done()
+    finally:
+        hold.set()
+        await eraser
+    hits, recalled = await search, await recall
+    assert waited, "an audited read did not wait for the erasure's lock"
+    assert hits == []
+    assert recalled.items == []
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            named = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pgmemory_recall_audit "
+                    "WHERE user_id = :u AND cardinality(memory_ids) > 0"
+                ),
+                {"u": user},
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert named == 0
+    runs_again = [r for r in caplog.records if "committed while it ran" in r.getMessage()]
+    assert len(runs_again) == (2 if guarded else 0)
+
+
 @pytest.mark.parametrize(
     ("seed", "rows", "writers"), [(1, 50, 2), (2, 500, 4), (3, 2_000, 4)], ids=str
 )

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -128,3 +129,44 @@ def test_eight_processes_migrate_one_fresh_database_at_once(
     heavy: None, fresh_database: str
 ) -> None:
     _migrate_at_once(fresh_database, 8)
+
+
+def test_an_app_role_set_up_before_the_erasure_guard_may_call_it(fresh_database: str) -> None:
+    """Migration 0022's functions (an audited read's erasure guard) reach a role that could
+    already audit (granted ``pgmemory_keyed_sha256`` by ``pgmemory db roles`` before it), and
+    no other."""
+    migrate.upgrade(fresh_database, "0021")
+    engine = sa.create_engine(fresh_database, isolation_level="AUTOCOMMIT")
+    suffix = uuid.uuid4().hex[:8]
+    app, other = f"app_{suffix}", f"other_{suffix}"
+    try:
+        with engine.connect() as conn:
+            for role in (app, other):
+                conn.execute(sa.text(f"CREATE ROLE {role}"))
+            conn.execute(
+                sa.text(f"GRANT EXECUTE ON FUNCTION pgmemory_keyed_sha256(text, text) TO {app}")
+            )
+        migrate.upgrade(fresh_database)
+        with engine.connect() as conn:
+            granted = {
+                (role, function): conn.execute(
+                    sa.text("SELECT has_function_privilege(:role, :function, 'EXECUTE')"),
+                    {"role": role, "function": function},
+                ).scalar_one()
+                for role in (app, other)
+                for function in (
+                    "pgmemory_erasure_stamp(text)",
+                    "pgmemory_erasure_guard(text, text)",
+                )
+            }
+            for role in (app, other):  # dropped with the database, but roles are the server's
+                conn.execute(sa.text(f"DROP OWNED BY {role}"))
+                conn.execute(sa.text(f"DROP ROLE {role}"))
+    finally:
+        engine.dispose()
+    assert granted == {
+        (app, "pgmemory_erasure_stamp(text)"): True,
+        (app, "pgmemory_erasure_guard(text, text)"): True,
+        (other, "pgmemory_erasure_stamp(text)"): False,
+        (other, "pgmemory_erasure_guard(text, text)"): False,
+    }

@@ -18,7 +18,7 @@ process and connection pool:
   parsing and planning the statement on every run;
 * ``raw: what search sends``: what ``search`` sends exactly, on that connection, the floor of
   ``search`` itself. On one server in READ COMMITTED that is the audited statement alone (it
-  takes the user's erasure lock itself: ``Database.guards_in_statement``), so this is the
+  takes the user's erasure lock itself: ``Database.guards_reads``), so this is the
   previous step once more; elsewhere (Citus, another isolation) the user's erasure lock and
   the audited statement in one pipeline (one round trip, one implicit transaction; the lock
   makes an erasure running meanwhile either see the audit row or precede it).

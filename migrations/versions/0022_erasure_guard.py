@@ -1,4 +1,4 @@
-"""An audited read guards itself against an erasure in its own statement.
+"""Reads and writes of a user take their locks in their own statements.
 
 An audited search or recall writes its audit row under the user, so it holds the user's erasure
 lock (shared) until it commits: an erasure either sees the row and moves it to the pseudonym,
@@ -25,9 +25,17 @@ Here the read takes the lock itself, in its audit row's one-row step:
   snapshot holds no memory of the user to have been erased (a secret another statement
   created since changes nothing). Any later erasure waits for this statement's commit.
 
-A read under REPEATABLE READ or SERIALIZABLE gets no fresh snapshot in the function, and a
+A chat-history append takes its locks the same way: ``pgmemory_history_tail(user_id,
+session_id)`` takes the user's erasure lock (shared) and the session's append lock (exclusive,
+key ``hashtextextended(session_id, hashtext(user_id))``, as the lock statement takes it), then
+returns the session's last ``seq`` read with a fresh snapshot: the appends to one session take
+turns, and each numbers its messages after what the one before it committed. (A memory insert
+needs no function: it reads nothing its snapshot could have missed, and takes its users' erasure
+locks with ``pg_advisory_xact_lock_shared`` before its first row.)
+
+A statement under REPEATABLE READ or SERIALIZABLE gets no fresh snapshot in a function, and a
 Citus cluster takes locks on the coordinator, so those keep the lock statement (the library
-decides: ``Database.guards_in_statement``).
+decides: ``Database.locks_in_statement``).
 
 Roles that may already call ``pgmemory_keyed_sha256`` (an application role set up by
 ``pgmemory db roles``) are granted both functions here, so they need no new setup.
@@ -69,7 +77,25 @@ END
 $$
 """
 
-_SIGNATURES = ("pgmemory_erasure_stamp(text)", "pgmemory_erasure_guard(text, text)")
+_TAIL = """
+CREATE FUNCTION pgmemory_history_tail(p_user_id text, p_session_id text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1885826405, hashtext(p_user_id));
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_session_id, hashtext(p_user_id)));
+    RETURN (
+        SELECT COALESCE(max(seq), 0) FROM pgmemory_chat_messages
+        WHERE user_id = p_user_id AND session_id = p_session_id
+    );
+END
+$$
+"""
+
+_SIGNATURES = (
+    "pgmemory_erasure_stamp(text)",
+    "pgmemory_erasure_guard(text, text)",
+    "pgmemory_history_tail(text, text)",
+)
 
 #: Grant the new functions to every role that may call pgmemory_keyed_sha256 (the owner and
 #: PUBLIC aside: PUBLIC has no grant on it). The names come from the catalog, quoted there.
@@ -86,7 +112,8 @@ BEGIN
           AND x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner
     LOOP
         EXECUTE 'GRANT EXECUTE ON FUNCTION pgmemory_erasure_stamp(text), '
-             || 'pgmemory_erasure_guard(text, text) TO ' || r;
+             || 'pgmemory_erasure_guard(text, text), pgmemory_history_tail(text, text) TO '
+             || r;
     END LOOP;
 END
 $$
@@ -94,9 +121,11 @@ $$
 
 
 def upgrade() -> None:
-    """Create the stamp and the guard, callable by the roles that audit already."""
+    """Create the stamp, the guard and the history tail, callable by the roles that audit
+    already."""
     op.execute(_STAMP)
     op.execute(_GUARD)
+    op.execute(_TAIL)
     for signature in _SIGNATURES:
         op.execute(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC")
         # Only the schema's own objects, pg_temp last, as 0006 pinned its functions. The
@@ -110,6 +139,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Drop them (the library before this revision takes the lock in a statement of its own)."""
+    """Drop them (the library before this revision takes the locks in statements of their
+    own)."""
+    op.execute("DROP FUNCTION IF EXISTS pgmemory_history_tail(text, text)")
     op.execute("DROP FUNCTION IF EXISTS pgmemory_erasure_guard(text, text)")
     op.execute("DROP FUNCTION IF EXISTS pgmemory_erasure_stamp(text)")

@@ -585,7 +585,8 @@ APP_ROLE_GRANTS = (
     "GRANT EXECUTE ON FUNCTION pgmemory_keyed_sha256(text, text), "
     "pgmemory_erase_user(text, text), pgmemory_erase_user_audit(text, text), "
     "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text), "
-    "pgmemory_erasure_stamp(text), pgmemory_erasure_guard(text, text) TO {role}",
+    "pgmemory_erasure_stamp(text), pgmemory_erasure_guard(text, text), "
+    "pgmemory_history_tail(text, text) TO {role}",
 )
 
 #: The identity sequences of the audit tables (their ``id`` columns), as quoted names.

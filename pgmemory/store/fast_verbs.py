@@ -117,6 +117,7 @@ class FastVerbs:
         sessions: Sequence[tuple[str, str]] = (),
         wrote: bool = False,
         deferrable: Literal[False] = False,
+        locking: bool = False,
     ) -> list[dict[str, Any]]: ...
 
     @overload
@@ -129,6 +130,7 @@ class FastVerbs:
         sessions: Sequence[tuple[str, str]] = (),
         wrote: bool = False,
         deferrable: bool,
+        locking: bool = False,
     ) -> list[dict[str, Any]] | None: ...
 
     async def fetch(
@@ -140,6 +142,7 @@ class FastVerbs:
         sessions: Sequence[tuple[str, str]] = (),
         wrote: bool = False,
         deferrable: bool = False,
+        locking: bool = False,
     ) -> list[dict[str, Any]] | None:
         """The fast verb: ``statement`` (``:name`` parameters) and the locks it needs in one
         prepared round trip on the primary's driver connection, its rows as dicts
@@ -155,14 +158,20 @@ class FastVerbs:
                 :meth:`write`); a lost connection leaves the outcome unknown (never retried).
             deferrable: The caller can do without its rows: in a deferred unit of work that
                 has sent nothing yet it is queued for the commit, and None is returned.
+            locking: The statement takes the locks of ``users`` and ``sessions`` itself
+                (:attr:`locks_in_statement`): no lock statement is sent.
         """
         shared = self._shared.get()
         if shared is not None:
             return await shared.fetch(
-                statement, params, frozenset(users), frozenset(sessions), deferrable=deferrable
-            )
+                statement, params, frozenset(users), frozenset(sessions),
+                deferrable=deferrable, locking=locking,
+            )  # fmt: skip
+        locks: tuple[Sequence[str], Sequence[tuple[str, str]]] = (
+            ((), ()) if locking else (users, sessions)
+        )
         return await self._on_driver(
-            lambda conn: self._run_driver(conn, statement, params, users, sessions),
+            lambda conn: self._run_driver(conn, statement, params, *locks),
             wrote=wrote,
             users=frozenset(users) if wrote else None,
         )
@@ -194,14 +203,21 @@ class FastVerbs:
         return self.distributed or self.engine.dialect.default_isolation_level != "READ COMMITTED"
 
     @property
-    def guards_in_statement(self) -> bool:
-        """Whether an audited read takes its user's erasure lock in its own statement (the
-        queries' ``guarded``: a guard that refuses, to be run again, when an erasure
-        committed between the statement's snapshot and the lock) instead of in a lock
-        statement before it. On one server in READ COMMITTED, outside a unit of work: the
-        guard's fresh read needs READ COMMITTED, Citus takes locks on the coordinator, and a
-        unit of work's transaction could not run the statement again."""
-        return not self._needs_block() and self._shared.get() is None
+    def locks_in_statement(self) -> bool:
+        """Whether a statement of one user takes its locks itself (migration 0022: an audited
+        read's erasure guard, a history append's tail, a memory insert's lock step) instead
+        of a lock statement before it: on one server in READ COMMITTED. Under another
+        isolation a function's query gets no fresh snapshot, and Citus takes locks on the
+        coordinator."""
+        return not self._needs_block()
+
+    @property
+    def guards_reads(self) -> bool:
+        """Whether an audited read of a user takes the user's erasure lock in its own statement
+        (the queries' ``guarded``): where :attr:`locks_in_statement`, outside a unit of work
+        (the guard may refuse the read, to be run again, which a unit of work's transaction
+        could not)."""
+        return self.locks_in_statement and self._shared.get() is None
 
     async def _on_driver(
         self,

@@ -12,9 +12,11 @@ statement relaxes its own commit (:func:`pgmemory.store.queries.search_memories`
 ``relax_commit``), so the audit row is written in the same statement and committed with it,
 as before: nothing is deferred, batched or written later. A caller's own recall record
 (:func:`pgmemory.store.recall.record`) is one such statement too, and so are the writes of
-memories and chat history: the locks a write holds and its statement go in one pipeline, one
-round trip, committed as one implicit transaction (or, in a unit of work, part of its
-transaction: see :meth:`pgmemory.store.database.Database.fetch`).
+memories and chat history. On one server in READ COMMITTED those statements take their locks
+themselves (migration 0022; ``Database.locks_in_statement``); elsewhere the locks a statement
+needs and the statement go in one pipeline, one round trip, committed as one implicit
+transaction (or, in a unit of work, part of its transaction: see
+:meth:`pgmemory.store.database.Database.fetch`).
 
 What a lost connection does: the statement is its own commit, so when the connection is lost
 while it runs, its audit row may have committed or not; :meth:`Database.read` runs the search

@@ -140,6 +140,27 @@ INSERT_MEMORIES = _audited(
     "insert",
 )
 
+#: The advisory-lock class of a user's erasure lock ('pgme'), a key space of its own (migration
+#: 0022's functions name it as a number).
+_ERASURE_LOCK_CLASS = 0x70676D65
+
+#: INSERT_MEMORIES taking its users' erasure locks (shared, in the order of ``:lock_users``,
+#: sorted) before its first row: the condition names no row, so it runs once, first (a
+#: one-time filter). A memory insert reads nothing its snapshot could have missed (a stored
+#: message id is found by the unique index, committed or not), so its snapshot may predate the
+#: locks.
+INSERT_MEMORIES_LOCKING = _audited(
+    _insert_memories(
+        f"""unnest(
+        {_SENT_ARRAYS}
+    ) AS r({_SENT_VALUES})""",
+        "r",
+        where=f"""(SELECT count(pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(u)))
+           FROM unnest(CAST(:lock_users AS text[])) AS u) >= 0""",
+    ),
+    "insert",
+)
+
 #: A bulk import may run longer than the interactive statement timeout (this transaction only).
 NO_STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = 0"
 
@@ -206,7 +227,7 @@ _RELAX_COMMIT = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
 #: and before the lock was held (their audit secret's stamp, read by the statement, differs
 #: from a fresh read: migration 0022). An audited read guarded so needs no lock statement
 #: before it, on a server whose isolation is READ COMMITTED
-#: (:attr:`pgmemory.store.database.Database.guards_in_statement`).
+#: (:attr:`pgmemory.store.database.Database.guards_reads`).
 _ERASURE_GUARD = "pgmemory_erasure_guard(:audit_user_id, pgmemory_erasure_stamp(:audit_user_id))"
 
 
@@ -1537,9 +1558,6 @@ LIMIT :samples
 
 # --- chat history --------------------------------------------------------------------------
 
-#: Serialise appends to one session (two writers would otherwise pick the same seq).
-#: The advisory-lock class of a user's erasure lock ('pgme'), a key space of its own.
-_ERASURE_LOCK_CLASS = 0x70676D65
 
 #: A write takes the erasure lock of each user it names, shared (in sorted order): a running
 #: erasure of one of them makes it wait, and an erasure waits for it. In the same statement it
@@ -1564,19 +1582,39 @@ LOCK_USER_SHARED = f"SELECT pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, 
 #: first (and are erased with the user), later ones wait for the erasure to commit.
 LOCK_USER_FOR_ERASURE = f"SELECT pg_advisory_xact_lock({_ERASURE_LOCK_CLASS}, hashtext(:user_id))"
 
-#: Append messages after the session's last seq; a message id already stored is skipped.
-APPEND_HISTORY = """
+#: A chat-history append: its messages after ``base.last_seq``, the session's last seq
+#: (``{base}``, with any ``{head}`` it needs); a message id already stored is skipped.
+_APPEND_HISTORY = """{head}
 INSERT INTO pgmemory_chat_messages (user_id, session_id, seq, message_id, role, message)
 SELECT :user_id, :session_id, base.last_seq + r.ord, r.message_id, r.role, r.message
-FROM (
-    SELECT COALESCE(max(seq), 0) AS last_seq FROM pgmemory_chat_messages
-    WHERE user_id = :user_id AND session_id = :session_id
-) AS base,
+FROM {base},
 unnest(CAST(:message_ids AS text[]), CAST(:roles AS text[]), CAST(:messages AS jsonb[]))
     WITH ORDINALITY AS r(message_id, role, message, ord)
 ON CONFLICT (user_id, session_id, message_id) DO NOTHING
 RETURNING seq
 """
+
+#: Append messages after the session's last seq; a message id already stored is skipped (its
+#: locks taken before it, by LOCK_FOR_WRITE).
+APPEND_HISTORY = _APPEND_HISTORY.format(
+    head="",
+    base="""(
+    SELECT COALESCE(max(seq), 0) AS last_seq FROM pgmemory_chat_messages
+    WHERE user_id = :user_id AND session_id = :session_id
+) AS base""",
+)
+
+#: APPEND_HISTORY taking its own locks: the session's last seq comes from
+#: ``pgmemory_history_tail`` (migration 0022), evaluated once (a materialised step), after it
+#: holds the user's erasure lock and the session's append lock, read with a fresh snapshot (so
+#: it follows what the append before it committed).
+APPEND_HISTORY_LOCKING = _APPEND_HISTORY.format(
+    head="""
+WITH base AS MATERIALIZED (
+    SELECT pgmemory_history_tail(:user_id, :session_id) AS last_seq
+)""",
+    base="base",
+)
 
 #: A page of a session's history in order.
 READ_HISTORY = """

@@ -180,7 +180,7 @@ async def search(
         # on every worker, the insert through the coordinator, two-phase commit).
         apart = audit and db.distributed and not replicated
         # An audited statement of a user takes the user's erasure lock itself, where it can.
-        guarded = audit and not replicated and bool(scope.user_id) and db.guards_in_statement
+        guarded = audit and not replicated and bool(scope.user_id) and db.guards_reads
 
         def statement(on: AnnPath | None) -> str:
             return q.search_memories(

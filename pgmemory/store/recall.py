@@ -177,7 +177,7 @@ async def recall(
         apart = audit and db.distributed and db.replicas is None
         # The audit row is written under the user: the recall holds their erasure lock, taken
         # in its own statement where it can (guarded), else by a lock statement before it.
-        guarded = audit and not apart and bool(scope.user_id) and db.guards_in_statement
+        guarded = audit and not apart and bool(scope.user_id) and db.guards_reads
         statement = q.recall_memories(
             tuple(scope.as_dict()),
             covering=info.dimensions <= COVERING_MAX_DIMENSIONS,

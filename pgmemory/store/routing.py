@@ -32,13 +32,16 @@ PER_USER_TABLES = (
     "pgmemory_user_secrets",
 )
 
-#: pgmemory's own SQL functions (migrations 0006, 0014) that read or write per-user tables. The
-#: first argument of the first three is the user, so a call with a bound first argument names
-#: one user (an erasure also writes the pseudonym's rows and the records user's); the prune
-#: takes a cutoff and sweeps every user's audit rows.
+#: pgmemory's own SQL functions (migrations 0006, 0014, 0022) that read or write per-user
+#: tables. The first argument of the first five is the user, so a call with a bound first
+#: argument names one user (an erasure also writes the pseudonym's rows and the records
+#: user's); the prune takes a cutoff and sweeps every user's audit rows.
 PER_USER_FUNCTIONS = (
     "pgmemory_keyed_sha256",
     "pgmemory_erase_user",
+    "pgmemory_erasure_stamp",
+    "pgmemory_erasure_guard",
+    "pgmemory_history_tail",
     "pgmemory_erase_user_audit",
     "pgmemory_prune_audit",
 )
@@ -67,6 +70,7 @@ FAN_OUT: dict[str, str] = {
         "one batch may hold several users' rows (INSERT ... SELECT from arrays): each row goes "
         "to its user's shard; a batch of one user's rows touches one shard"
     ),
+    "INSERT_MEMORIES_LOCKING": "INSERT_MEMORIES taking its locks itself: one server only",
     "INSERT_FROM_STAGING": "bulk import from the local staging table: rows of any users",
     "INSERT_FROM_STAGING_UNKEYED": "bulk import from the local staging table: rows of any users",
     "DELETE_EXPIRED": "the expiry sweep: every user's expired rows, on every shard",
@@ -100,7 +104,7 @@ _USER_FILTER = re.compile(r"\buser_id\s*=\s*:\w+")
 _USER_VALUE = re.compile(r"\bINSERT\b.*:(?:audit_)?user_id\b", re.DOTALL | re.IGNORECASE)
 #: A call of one of the user-first functions with the user bound.
 _USER_CALL = re.compile(
-    r"\b(?:" + "|".join(PER_USER_FUNCTIONS[:2]) + r")\(\s*:(?:audit_)?user_id\b"
+    r"\b(?:" + "|".join(PER_USER_FUNCTIONS[:5]) + r")\(\s*:(?:audit_)?user_id\b"
 )
 
 

@@ -184,10 +184,12 @@ class SharedTransaction:
         sessions: frozenset[tuple[str, str]],
         *,
         deferrable: bool = False,
+        locking: bool = False,
     ) -> list[dict[str, Any]] | None:
         """One statement in the shared transaction, on its driver connection: the locks the
         transaction does not hold yet and the statement in one round trip (``Database.fetch``).
-        A statement of a task's own write block is one of that write's (its savepoint).
+        A statement of a task's own write block is one of that write's (its savepoint). With
+        ``locking`` the statement takes its locks itself: none is sent before it.
 
         Returns:
             Its rows; None when it was queued for the commit (``deferrable``, in a deferred
@@ -205,11 +207,18 @@ class SharedTransaction:
         async with self._lock:
             new_users = users - self._locked_users
             new_sessions = sessions - self._locked_sessions
+            # What the statement itself locks is held once it has run (or, queued, once it
+            # runs: before the queued writes after it).
+            sent_users, sent_sessions = (
+                (frozenset[str](), frozenset[tuple[str, str]]())
+                if locking
+                else (new_users, new_sessions)
+            )
             if deferrable and self._send_deferred is not None and self._conn is None:
                 self._refuse_if_ended()
                 self._deferred.append(
                     Deferred(
-                        statement, params, tuple(sorted(new_users)), tuple(sorted(new_sessions))
+                        statement, params, tuple(sorted(sent_users)), tuple(sorted(sent_sessions))
                     )
                 )
                 self._locked_users |= new_users
@@ -218,7 +227,7 @@ class SharedTransaction:
             conn = await self._enter()
             await self._send_queued(conn)
             rows = await self._on_driver(
-                await _driver(conn), statement, params, new_users, new_sessions
+                await _driver(conn), statement, params, sent_users, sent_sessions
             )
             self._locked_users |= new_users
             self._locked_sessions |= new_sessions

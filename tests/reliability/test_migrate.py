@@ -131,8 +131,16 @@ def test_eight_processes_migrate_one_fresh_database_at_once(
     _migrate_at_once(fresh_database, 8)
 
 
+#: The functions statements call to take their own locks (migration 0022).
+FUNCTIONS_0022 = (
+    "pgmemory_erasure_stamp(text)",
+    "pgmemory_erasure_guard(text, text)",
+    "pgmemory_history_tail(text, text)",
+)
+
+
 def test_an_app_role_set_up_before_the_erasure_guard_may_call_it(fresh_database: str) -> None:
-    """Migration 0022's functions (an audited read's erasure guard) reach a role that could
+    """Migration 0022's functions (the statements' own locks) reach a role that could
     already audit (granted ``pgmemory_keyed_sha256`` by ``pgmemory db roles`` before it), and
     no other."""
     migrate.upgrade(fresh_database, "0021")
@@ -154,10 +162,7 @@ def test_an_app_role_set_up_before_the_erasure_guard_may_call_it(fresh_database:
                     {"role": role, "function": function},
                 ).scalar_one()
                 for role in (app, other)
-                for function in (
-                    "pgmemory_erasure_stamp(text)",
-                    "pgmemory_erasure_guard(text, text)",
-                )
+                for function in FUNCTIONS_0022
             }
             for role in (app, other):  # dropped with the database, but roles are the server's
                 conn.execute(sa.text(f"DROP OWNED BY {role}"))
@@ -165,8 +170,5 @@ def test_an_app_role_set_up_before_the_erasure_guard_may_call_it(fresh_database:
     finally:
         engine.dispose()
     assert granted == {
-        (app, "pgmemory_erasure_stamp(text)"): True,
-        (app, "pgmemory_erasure_guard(text, text)"): True,
-        (other, "pgmemory_erasure_stamp(text)"): False,
-        (other, "pgmemory_erasure_guard(text, text)"): False,
+        (role, function): role == app for role in (app, other) for function in FUNCTIONS_0022
     }

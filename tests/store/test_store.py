@@ -464,6 +464,38 @@ async def test_concurrent_history_appends_do_not_collide(store: MemoryStore) -> 
     assert len(rows) == 20 and len({r.seq for r in rows}) == 20
 
 
+async def test_an_append_waiting_for_the_session_numbers_after_what_committed_meanwhile(
+    store: MemoryStore,
+) -> None:
+    """An append that starts while another append to the session is still open waits for it,
+    then numbers its messages after the rows that append committed (its snapshot, taken
+    before, would not show them)."""
+    import asyncio
+
+    session = unique("s")
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    async def open_append() -> None:
+        async with store.shared_transaction():
+            await store.append_history(session, [{"message_id": "first", "role": "user"}])
+            inside.set()
+            await release.wait()
+
+    holder = asyncio.create_task(open_append())
+    await inside.wait()
+    second = asyncio.create_task(
+        store.append_history(session, [{"message_id": "second", "role": "user"}])
+    )
+    await asyncio.sleep(0.3)
+    waited = not second.done()
+    release.set()
+    await holder
+    assert await second == 1
+    assert waited, "the second append did not wait for the session's append lock"
+    rows = await store.read_history(session)
+    assert [(r.seq, r.message["message_id"]) for r in rows] == [(1, "first"), (2, "second")]
+
+
 async def test_keyword_search_matches_chinese_and_english(
     store: MemoryStore, collection: str
 ) -> None:

@@ -1,4 +1,5 @@
-"""A write is its locks and its statement in one round trip; a turn's writes share a transaction.
+"""A write is its locks and its statement in one round trip (on one server, one statement that
+takes its locks itself); a turn's writes share a transaction.
 
 What the client sends is read from libpq's own protocol trace (:mod:`tests.wire`).
 """
@@ -61,14 +62,17 @@ async def test_a_write_is_its_locks_and_statement_in_one_round_trip(
                 "s1", [{"message_id": "m1", "role": "user", "content": "hi"}], user_id=user
             )
 
+        # One server: the write takes its locks itself, one statement. Citus: the lock
+        # statement and the write, each bound and executed, before one Sync. Either way no
+        # BEGIN, no COMMIT (one implicit transaction).
+        statements = 1 if store.database.locks_in_statement else 2
         for action in (add, append):
+            await action()  # its first run on the connection prepares it
             kinds = await sent(pgconn, action)
-            # the lock statement and the write, each bound and executed, before one Sync:
-            # no BEGIN, no COMMIT (one implicit transaction)
             assert round_trips(kinds) == 1, kinds
-            assert kinds.count("Execute") == 2, kinds
+            assert kinds.count("Execute") == statements, kinds
             assert not any("BEGIN" in kind or "COMMIT" in kind for kind in kinds), kinds
-        assert await _stored(store, user) == (1, 1)  # committed
+        assert await _stored(store, user) == (2, 1)  # committed (the message once)
 
 
 async def test_a_turns_writes_share_one_transaction_and_take_the_locks_once(
@@ -92,10 +96,10 @@ async def test_a_turns_writes_share_one_transaction_and_take_the_locks_once(
 
         await turn(0)  # the connection prepares its statements (a round trip of its own, once)
         kinds = await sent(pgconn, lambda: turn(1))
-        # BEGIN, the locks and the history row; the memory row (its user's lock is held
-        # already); COMMIT
+        # BEGIN, the locks (on one server taken by the statement itself) and the history row;
+        # the memory row (its user's lock is held already); COMMIT
         assert round_trips(kinds) == 3, kinds
-        assert kinds.count("Execute") == 4, kinds
+        assert kinds.count("Execute") == (3 if store.database.locks_in_statement else 4), kinds
         assert kinds[-1] == "Query COMMIT", kinds
         assert await _stored(store, user) == (2, 2)
         # The block's connection (the pool's only one) went back out of autocommit: the two
@@ -156,10 +160,11 @@ async def test_a_deferred_turns_writes_are_one_round_trip_with_their_commit(
         await turn(0, "m0")  # the connection prepares its statements
         kinds = await sent(pgconn, lambda: turn(1, "m1"))
         assert round_trips(kinds) == 1, kinds
-        # The erasure and append locks, the history row, the memory row: one server runs them
-        # as the implicit transaction before the Sync; Citus needs BEGIN and COMMIT around them.
+        # The history row and the memory row, each taking its locks itself: one server runs
+        # them as the implicit transaction before the Sync; Citus needs BEGIN and COMMIT around
+        # them and the lock statement before them.
         block = store.database.distributed
-        assert kinds.count("Execute") == (5 if block else 3), kinds
+        assert kinds.count("Execute") == (5 if block else 2), kinds
         assert any(kind.startswith("Parse COMMIT") for kind in kinds) == block, kinds
         assert returned[-3:] == [1, 1, (1, 1)], returned
         assert await _stored(store, user) == (2, 2)

@@ -24,9 +24,12 @@ process and connection pool:
   makes an erasure running meanwhile either see the audit row or precede it).
 
 The audited statement and its parameters are the very ones ``search`` sent (captured once from
-the fast path). Rounds interleave the steps, each round starting one step later, so machine
-noise and position hit them alike; note that on an idle virtual machine a round trip is often
-slower than under load (idle cores, and a backend that slept, wake up late).
+the fast path). Each round runs the steps in an order of its own (shuffled with ``--seed``), so
+machine noise, position and the step run just before hit them alike: with a fixed order, a step
+that followed several steps on other connections found its backend asleep more often than one
+that followed a step on its own connection (two identical raw steps read 7-10 % apart). On an
+idle virtual machine a round trip is often slower than under load (idle cores, and a backend
+that slept, wake up late).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -144,11 +148,13 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
         lat: dict[str, list[float]] = {name: [] for name in steps}
         try:
             names = list(steps)
+            order = random.Random(args.seed)
             for warm in (True, False):
-                for r in range(200 if warm else args.rounds):
-                    # each round starts one step later: every step runs in every position
-                    # equally often (the first statement after a pause wakes a sleeping backend)
-                    for name in names[r % len(names) :] + names[: r % len(names)]:
+                for _ in range(200 if warm else args.rounds):
+                    # a fresh order each round: every step runs after every other one alike
+                    # (the first statement after a pause wakes a sleeping backend)
+                    order.shuffle(names)
+                    for name in names:
                         step = steps[name]
                         t = time.perf_counter()
                         await step()

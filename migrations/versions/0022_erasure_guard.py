@@ -38,7 +38,7 @@ Citus cluster takes locks on the coordinator, so those keep the lock statement (
 decides: ``Database.locks_in_statement``).
 
 Roles that may already call ``pgmemory_keyed_sha256`` (an application role set up by
-``pgmemory db roles``) are granted both functions here, so they need no new setup.
+``pgmemory db roles``) are granted the new functions here, so they need no new setup.
 
 Revision ID: 0022
 Revises: 0021

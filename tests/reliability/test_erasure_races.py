@@ -210,6 +210,38 @@ async def test_a_read_whose_snapshot_predates_an_erasure_shows_nothing_erased(
     assert len(runs_again) == (2 if guarded else 0)
 
 
+async def test_the_guard_refuses_a_statement_whose_snapshot_an_erasure_outdated(
+    store: MemoryStore, small: str, database_url: str
+) -> None:
+    """The erasure commits while the statement runs but before it takes the lock (so nothing
+    waits): the stamp the statement passes is read under its own snapshot, so the guard still
+    sees that the secret went, and refuses. (A stamp read with a fresh snapshot would match
+    the guard's, and the statement would go on with what its snapshot showed.)"""
+    user = unique("u")
+    await store.add(small, [_record(user, 0)])  # the user's audit secret exists
+    engine = sa.create_engine(database_url)
+
+    def late_guard() -> None:
+        with engine.connect() as conn:
+            conn.execute(
+                sa.text(
+                    "SELECT pg_sleep(0.5), pgmemory_erasure_guard(:u, pgmemory_erasure_stamp(:u))"
+                ),
+                {"u": user},
+            )
+
+    try:
+        statement = asyncio.create_task(asyncio.to_thread(late_guard))
+        await asyncio.sleep(0.1)
+        await store.erase_user(user)  # commits during the statement's sleep, without waiting
+        with pytest.raises(sa.exc.DBAPIError) as refused:
+            await statement
+    finally:
+        engine.dispose()
+    assert refused.value.orig.sqlstate == "40001"
+    assert "erased while this statement read" in str(refused.value.orig)
+
+
 @pytest.mark.parametrize(
     ("seed", "rows", "writers"), [(1, 50, 2), (2, 500, 4), (3, 2_000, 4)], ids=str
 )

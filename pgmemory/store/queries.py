@@ -128,17 +128,14 @@ def _insert_memories(source: str, alias: str, *, where: str = "", keyed: bool = 
 #: The unique message key within a collection, in the order rows are inserted by.
 MESSAGE_KEY = ("user_id", "application_id", "agent_id", "session_id", "message_id")
 
+#: A batch given as parallel arrays (one per sent column), its rows named ``r``.
+_SENT_BATCH = f"""unnest(
+        {_SENT_ARRAYS}
+    ) AS r({_SENT_VALUES})"""
+
 #: Insert a batch given as parallel arrays, in message-key order, auditing each row, in one
 #: statement; a record whose message id the collection already holds in the scope is skipped.
-INSERT_MEMORIES = _audited(
-    _insert_memories(
-        f"""unnest(
-        {_SENT_ARRAYS}
-    ) AS r({_SENT_VALUES})""",
-        "r",
-    ),
-    "insert",
-)
+INSERT_MEMORIES = _audited(_insert_memories(_SENT_BATCH, "r"), "insert")
 
 #: The advisory-lock class of a user's erasure lock ('pgme'), a key space of its own (migration
 #: 0022's functions name it as a number).
@@ -151,9 +148,7 @@ _ERASURE_LOCK_CLASS = 0x70676D65
 #: locks.
 INSERT_MEMORIES_LOCKING = _audited(
     _insert_memories(
-        f"""unnest(
-        {_SENT_ARRAYS}
-    ) AS r({_SENT_VALUES})""",
+        _SENT_BATCH,
         "r",
         where=f"""(SELECT count(pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(u)))
            FROM unnest(CAST(:lock_users AS text[])) AS u) >= 0""",

@@ -254,9 +254,12 @@ class SyncMemoryStoreMethods:
         m: int = 16,
         ef_construction: int = 64,
         maintenance_work_mem: str | None = None,
+        method: str = "hnsw",
+        lists: int | None = None,
+        probes: int | None = None,
     ) -> AnnStatus:
         """Blocking :meth:`MemoryStore.enable_ann`: let vector searches of large user scopes use an
-        HNSW index."""
+        approximate index."""
         return self._portal.run(
             self.async_store.enable_ann(
                 collection,
@@ -266,6 +269,9 @@ class SyncMemoryStoreMethods:
                 m=m,
                 ef_construction=ef_construction,
                 maintenance_work_mem=maintenance_work_mem,
+                method=method,
+                lists=lists,
+                probes=probes,
             )
         )
 

@@ -1,7 +1,12 @@
-"""The approximate path: HNSW index scans for the vector searches of large user scopes.
+"""The approximate path: index scans (HNSW or IVFFlat) for the vector searches of large user scopes.
 
-Exact search reads every row of a scope; past some ten thousand rows an HNSW index answers in a
-fraction of the time. A collection gets the path only on request (:meth:`AnnPaths.enable`),
+Exact search reads every row of a scope; past some ten thousand rows an approximate index
+answers in a fraction of the time. Two kinds are offered (``method``): HNSW (a graph: the best
+recall per row read, but slow to build, ~12 minutes for 1M rows of 384 d on 2 cores) and
+IVFFlat (the rows clustered into lists around k-means centres: built in well under a minute
+for the same rows; a search reads the ``probes`` lists nearest the query). Which one keeps
+recall on a collection's data is for the probe to say. A collection gets the path only on
+request (:meth:`AnnPaths.enable`),
 and keeps it only while a recall probe, which compares index and exact answers on the
 collection's own stored vectors, measures recall@10 at or above the floor. Then a search takes
 the path when its scope is exactly one user whose memories numbered more than
@@ -25,6 +30,7 @@ refuses it with an error saying so.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,7 +42,7 @@ from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.records import AnnStatus, MemoryHit, MemoryScope
-from pgmemory.store.validation import check_limit, check_number
+from pgmemory.store.validation import check_choice, check_limit, check_number
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +54,24 @@ ANN_EF_SEARCH = 400
 ANN_RECALL_FLOOR = 0.99
 #: Searches of a collection between two recall probes (each also refreshes which scopes are large).
 ANN_PROBE_EVERY = 1_000
+#: The kinds of approximate index (PostgreSQL access methods of pgvector).
+ANN_METHODS = ("hnsw", "ivfflat")
+
+
+def ivfflat_lists(rows: int) -> int:
+    """An IVFFlat index's default number of lists for a collection of ``rows`` rows:
+    pgvector's rule of thumb, rows / 1000 up to 1M rows and their square root beyond
+    (at least 1). On ``bench/store/scale.py``'s 1M rows, 1,000 lists read 8-16 lists a
+    search at recall@3 0.99-1.0 (docs/performance.md)."""
+    if rows > 1_000_000:
+        return max(1, math.isqrt(rows))
+    return max(1, rows // 1_000)
+
+
+def ivfflat_probes(lists: int) -> int:
+    """An IVFFlat search's default lists read first: half the square root of ``lists``,
+    rounded up (16 of 1,000), at least 1."""
+    return max(1, math.ceil(math.sqrt(lists) / 2))
 
 
 @dataclass(kw_only=True)
@@ -57,6 +81,10 @@ class AnnPath:
     ef_search: int
     recall_floor: float
     min_scope_rows: int
+    #: The index's kind (:data:`ANN_METHODS`).
+    method: str = "hnsw"
+    #: IVFFlat: the lists a search reads first (None for HNSW).
+    probes: int | None = None
     recall: float | None = None
     probed_scopes: int = 0
     searches: int = 0
@@ -78,7 +106,15 @@ class AnnPath:
             min_scope_rows=self.min_scope_rows,
             ef_search=self.ef_search,
             probed_scopes=self.probed_scopes,
+            method=self.method,
+            probes=self.probes,
         )
+
+    def settings(self) -> tuple[str, dict[str, Any]]:
+        """The statement (and its parameters) that sets a transaction up for this path."""
+        if self.method == "ivfflat":
+            return q.ANN_IVFFLAT_SETTINGS, {"probes": self.probes}
+        return q.ANN_SETTINGS, {"ef_search": self.ef_search}
 
 
 class PathSearch(Protocol):
@@ -114,12 +150,21 @@ class AnnPaths:
         m: int,
         ef_construction: int,
         maintenance_work_mem: str | None,
+        method: str = "hnsw",
+        lists: int | None = None,
+        probes: int | None = None,
     ) -> AnnStatus:
-        """Build the collection's HNSW index if it is missing (or invalid), then probe it."""
+        """Build the collection's index of kind ``method`` if it is missing (or invalid, or of
+        the other kind), then probe it."""
         info = await self._catalogue.get(collection)
+        check_choice(method, what="method", choices=ANN_METHODS)
         check_limit(ef_search, what="ef_search", maximum=1_000)
         check_limit(min_scope_rows, what="min_scope_rows", maximum=100_000_000)
         check_number(recall_floor, what="recall_floor", low=0.0, high=1.0)
+        if lists is not None:
+            check_limit(lists, what="lists", maximum=32_768)  # pgvector's own maximum
+        if probes is not None:
+            check_limit(probes, what="probes", maximum=32_768)
         params = {
             "collection": collection,
             "dimensions": info.dimensions,
@@ -128,19 +173,32 @@ class AnnPaths:
         }
         async with self._db.ddl() as conn:
             valid = (await conn.execute(clause(q.ANN_INDEX_VALID), params)).scalar()
-            if valid is False:  # a failed concurrent build leaves an invalid index behind
+            built = (await conn.execute(clause(q.ANN_INDEX_METHOD), params)).scalar()
+            if valid is False or (built is not None and built != method):
+                # A failed concurrent build leaves an invalid index behind; an index of the
+                # other kind is replaced.
                 drop = (await conn.execute(clause(q.ANN_DROP_DDL), params)).scalar_one()
                 await _run_ddl(conn, drop)
+                valid = None
+            if method == "ivfflat":
+                if lists is None:
+                    rows = (await conn.execute(clause(q.ANN_COLLECTION_ROWS), params)).scalar_one()
+                    lists = ivfflat_lists(rows)
+                params["lists"] = lists
+                probes = min(probes or ivfflat_probes(lists), lists)
+            else:
+                probes = None
             if not valid and (await conn.execute(clause(q.MEMORIES_RELKIND))).scalar() == "p":
                 raise DatabaseNotReadyError(
-                    f"the approximate path of collection {collection!r} needs its HNSW index "
+                    f"the approximate path of collection {collection!r} needs its index "
                     "built with CREATE INDEX CONCURRENTLY, which PostgreSQL refuses on the "
                     "partitioned pgmemory_memories table (pgmemory db partition); nothing was "
                     "changed. Leave the path off (searches stay exact over the user's one "
                     "partition), or use an unpartitioned database for enable_ann"
                 )
             if not valid:
-                ddl = (await conn.execute(clause(q.ANN_INDEX_DDL), params)).scalar_one()
+                make = q.ANN_IVFFLAT_DDL if method == "ivfflat" else q.ANN_INDEX_DDL
+                ddl = (await conn.execute(clause(make), params)).scalar_one()
                 await conn.execute(
                     clause(q.ANN_BUILD_SETTINGS), {"maintenance_work_mem": maintenance_work_mem}
                 )
@@ -149,7 +207,11 @@ class AnnPaths:
                 finally:
                     await _run_ddl(conn, q.ANN_BUILD_RESET)
         self._paths[collection] = AnnPath(
-            ef_search=ef_search, recall_floor=recall_floor, min_scope_rows=min_scope_rows
+            ef_search=ef_search,
+            recall_floor=recall_floor,
+            min_scope_rows=min_scope_rows,
+            method=method,
+            probes=probes,
         )
         return await self.probe(collection, samples=20, limit=10)
 

@@ -1473,12 +1473,33 @@ SELECT format(
     CAST(:m AS int), CAST(:ef_construction AS int), :collection)
 """
 
-#: The DROP INDEX statement for a collection's HNSW index (to run in autocommit).
+#: The CREATE INDEX statement for a collection's IVFFlat index (to run in autocommit): the
+#: collection's vectors clustered into :lists lists (k-means over the rows stored at build
+#: time), each row filed under its nearest list's centre.
+ANN_IVFFLAT_DDL = """
+SELECT format(
+    'CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON pgmemory_memories '
+    'USING ivfflat ((CAST(embedding AS vector(%s))) vector_cosine_ops) '
+    'WITH (lists = %s) WHERE collection = %L',
+    'pgmemory_ann_' || left(md5(:collection), 16), CAST(:dimensions AS int),
+    CAST(:lists AS int), :collection)
+"""
+
+#: The access method (``hnsw``, ``ivfflat``) of a collection's approximate index, if any.
+ANN_INDEX_METHOD = """
+SELECT a.amname FROM pg_class AS c JOIN pg_am AS a ON a.oid = c.relam
+WHERE c.oid = to_regclass('pgmemory_ann_' || left(md5(:collection), 16))
+"""
+
+#: The rows of a collection (what an IVFFlat index's default number of lists follows).
+ANN_COLLECTION_ROWS = "SELECT count(*) FROM pgmemory_memories WHERE collection = :collection"
+
+#: The DROP INDEX statement for a collection's approximate index (to run in autocommit).
 ANN_DROP_DDL = """
 SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', 'pgmemory_ann_' || left(md5(:collection), 16))
 """
 
-#: Session settings for building an HNSW index: no statement timeout (a build takes minutes),
+#: Session settings for building an approximate index: no statement timeout (a build takes minutes),
 #: and optionally more memory (a build that fits in maintenance_work_mem is several times faster).
 ANN_BUILD_SETTINGS = """
 SELECT set_config('statement_timeout', '0', false),
@@ -1489,13 +1510,13 @@ SELECT set_config('statement_timeout', '0', false),
 #: Back to the connection's own settings after a build.
 ANN_BUILD_RESET = "RESET statement_timeout; RESET maintenance_work_mem"
 
-#: Whether a collection's HNSW index exists and is valid (a failed concurrent build is not).
+#: Whether a collection's approximate index exists and is valid (a failed concurrent build is not).
 ANN_INDEX_VALID = """
 SELECT i.indisvalid FROM pg_index AS i
 WHERE i.indexrelid = to_regclass('pgmemory_ann_' || left(md5(:collection), 16))
 """
 
-#: Settings of a transaction on the approximate path: iterative scan (keep walking the graph
+#: Settings of a transaction on the HNSW path: iterative scan (keep walking the graph
 #: until enough rows pass the scope filter), the search breadth, a custom plan (the partial
 #: index matches only a literal collection, and a generic plan prices the scope at an average
 #: size), and no sort-based plan for the candidates (sorting the scope's B-tree rows is the
@@ -1503,6 +1524,16 @@ WHERE i.indexrelid = to_regclass('pgmemory_ann_' || left(md5(:collection), 16))
 ANN_SETTINGS = """
 SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
        set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
+       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('enable_sort', 'off', true)
+"""
+
+#: :data:`ANN_SETTINGS` for an IVFFlat index: the lists nearest the query read first
+#: (:probes), then, while too few of their rows pass the scope filter, the next ones
+#: (iterative scan).
+ANN_IVFFLAT_SETTINGS = """
+SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', true),
+       set_config('ivfflat.probes', CAST(:probes AS text), true),
        set_config('plan_cache_mode', 'force_custom_plan', true),
        set_config('enable_sort', 'off', true)
 """

@@ -363,7 +363,8 @@ async def _execute(
 ) -> Sequence[Any]:
     """Run a search statement (with the approximate path's settings when on it)."""
     if path is not None:
-        await conn.execute(clause(q.ANN_SETTINGS), {"ef_search": path.ef_search})
+        settings, values = path.settings()
+        await conn.execute(clause(settings), values)
     rows = (await conn.execute(clause(statement), params)).mappings().all()
     if len(rows) < wanted:
         raise _TooFewHits(f"{len(rows)} of {wanted} hits")

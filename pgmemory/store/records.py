@@ -392,11 +392,13 @@ class SearchWeights:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AnnStatus:
-    """The approximate (HNSW) path of a collection, as its last recall probe left it.
+    """The approximate path of a collection, as its last recall probe left it.
 
     ``enabled`` is True only when the probe measured ``recall`` >= ``recall_floor`` on the
     collection's large scopes; ``probed_scopes`` says how many user scopes the probe used
-    (0: no scope is large enough yet, so every search stays exact).
+    (0: no scope is large enough yet, so every search stays exact). ``method`` is the index's
+    kind, ``hnsw`` (searched with ``ef_search``) or ``ivfflat`` (reading ``probes`` lists
+    first).
     """
 
     collection: str
@@ -406,3 +408,5 @@ class AnnStatus:
     min_scope_rows: int
     ef_search: int
     probed_scopes: int
+    method: str = "hnsw"
+    probes: int | None = None

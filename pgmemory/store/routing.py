@@ -81,6 +81,8 @@ FAN_OUT: dict[str, str] = {
     "list_memories": "listing a scope without a user (session, agent or application)",
     "count_memories": "counting a scope without a user (session, agent or application)",
     "ANN_INDEX_DDL": "DDL: the approximate index is built on every shard",
+    "ANN_IVFFLAT_DDL": "DDL: the approximate index is built on every shard",
+    "ANN_COLLECTION_ROWS": "enable_ann: the collection's size for an IVFFlat index's lists",
     "MEMORIES_RELKIND": "pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
     "MEMORIES_DISTRIBUTED": "opening a store: whether Citus distributes the table, no rows",
     "BINARY_CODES": "opening a store: whether the table keeps binary codes (the catalog), no rows",

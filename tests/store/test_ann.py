@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
+from pgmemory.errors import InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, queries
 from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE, DISTANT_PAST as _DISTANT_PAST
@@ -104,3 +105,68 @@ async def test_no_large_scope_means_no_approximate_path(big_store) -> None:
             )
         ).scalar_one()
     assert left == 0
+
+
+async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(big_store) -> None:
+    store, vectors = big_store
+    # 3,050 rows: 3 lists by default (rows / 1000), of which a search reads 1 first.
+    status = await store.enable_ann(NAME, min_scope_rows=1000, method="ivfflat")
+    assert (status.method, status.probes, status.probed_scopes) == ("ivfflat", 1, 1)
+    assert status.enabled and status.recall is not None and status.recall >= 0.99
+    assert await store._ann_path(NAME, MemoryScope(user_id="big")) is not None
+    assert await store._ann_path(NAME, MemoryScope(user_id="small")) is None
+
+    async def index_method() -> str:
+        async with store.engine.begin() as conn:
+            return (
+                await conn.execute(text(queries.ANN_INDEX_METHOD), {"collection": NAME})
+            ).scalar_one()
+
+    assert await index_method() == "ivfflat"
+    # The statement on that path reads the IVFFlat index, with the path's own settings.
+    path = await store._ann_path(NAME, MemoryScope(user_id="big"))
+    settings, values = path.settings()
+    assert values == {"probes": 1}
+    statement = queries.search_memories(
+        ("user_id",), covering=False, audit=False, ann_dimensions=DIM
+    )
+    async with store.engine.begin() as conn:
+        await conn.execute(text(settings), values)
+        plan = "\n".join(
+            (
+                await conn.execute(
+                    text("EXPLAIN " + statement),
+                    {"collection": NAME, "user_id": "big", "query": vectors[0], "limit": 10,
+                     "ann_candidates": 40, "min_score": -2.0},
+                )
+            ).scalars()
+        )  # fmt: skip
+    assert "pgmemory_ann_" in plan, plan
+    # Queries near stored rows (the data's clusters): the path finds the exact top-10.
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    rng = np.random.default_rng(13)
+    found = 0
+    for i in rng.choice(len(vectors), size=10, replace=False):
+        query = (vectors[i] + 0.05 * rng.standard_normal(DIM)).astype(np.float32)
+        truth = {f"big {j}" for j in np.argsort(-(unit @ query))[:10]}
+        hits = await store.search(
+            NAME, MemoryScope(user_id="big"), vector=query, limit=10, audit=False
+        )
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        found += len(truth & {h.memory.content for h in hits})
+    assert found >= 95
+    # Asking for HNSW replaces the IVFFlat index (one approximate index per collection).
+    status = await store.enable_ann(NAME, min_scope_rows=1000)
+    assert (status.method, status.probes) == ("hnsw", None)
+    assert await index_method() == "hnsw"
+
+
+async def test_ivfflat_settings_are_checked(big_store) -> None:
+    store, _vectors = big_store
+    for bad in (
+        {"method": "ivf"},
+        {"method": "ivfflat", "lists": 0},
+        {"method": "ivfflat", "probes": -1},
+    ):
+        with pytest.raises(InvalidInputError):
+            await store.enable_ann(NAME, **bad)

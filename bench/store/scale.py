@@ -4,6 +4,7 @@
     python bench/store/scale.py --rows 1000000                      # the 1M run (see bench/README.md)
     python bench/store/scale.py --rows 100000 --peers langchain-pgvector,langgraph --peer-rows 20000
     python bench/store/scale.py --rows 100000 --hnsw                # + before/after store.enable_ann()
+    python bench/store/scale.py --rows 1000000 --ann ivfflat        # the same with an IVFFlat index
     python bench/store/scale.py --rows 100000 --json bench/results/scale-100k.json
     python bench/store/scale.py --rows 100000 --partitions 16   # + the same, memories hash-partitioned
     python bench/store/scale.py --rows 100000 --partitions 16 --partitioned-first   # the other order
@@ -39,7 +40,7 @@ pgmemory is measured through its public API only (``import_records`` with binary
 dropped) of the embedded server, or of the server PGMEMORY_DATABASE_URL points at. Its recall
 queries run three times before the turns add rows (so the ground truth holds for all three):
 audit on (the main columns), audit off, audit on again (how far the two audited passes differ
-is the machine's noise). ``--hnsw``'s exact and approximate passes run after the turns,
+is the machine's noise). ``--ann``'s (``--hnsw``'s) exact and approximate passes run after the turns,
 against the truth recomputed over the imported rows plus the turns' rows; then the same turns
 run once more on the path (``--ann-build-memory`` sizes the build). Start-up: medians
 over 5 fresh processes of ``import pgmemory``, then of importing ``MemoryStore``, opening a
@@ -224,7 +225,7 @@ def make_data(args: argparse.Namespace, rows: int) -> Path:
 # Server (the embedded server or PGMEMORY_DATABASE_URL's, and scratch databases on it) is
 # bench/_common/scratch.py's, shared by every benchmark.
 from bench._common.scratch import Server  # noqa: E402
-from pgmemory.store.ann import ANN_EF_SEARCH  # noqa: E402
+from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS  # noqa: E402
 
 # --- pgmemory adapter --------------------------------------------------------------------------
 
@@ -418,7 +419,7 @@ def print_partitioned(plain: dict, parted: dict, partitions: int) -> None:
 def print_ann(r: dict) -> None:
     """Before/after table of store.enable_ann (the approximate path for large scopes)."""
     ann = r["ann"]
-    print(f"\nlarge scopes: store.enable_ann() built and probed the HNSW index in "
+    print(f"\nlarge scopes: store.enable_ann() built and probed the {ann['status']['method']} index in "
           f"{ann['build_and_probe_s']:.1f} s -> {ann['status']}")  # fmt: skip
     print(
         "(both passes audit off, on the rows after the turns, against the truth recomputed over them)"
@@ -496,7 +497,11 @@ def partition_memories(url: str, partitions: int) -> None:
 
 
 def measure_pgmemory(
-    server: Server, data_path: Path, args: argparse.Namespace, hnsw: bool, partitions: int = 0
+    server: Server,
+    data_path: Path,
+    args: argparse.Namespace,
+    ann: str | None,
+    partitions: int = 0,
 ) -> dict:
     data = h.load(data_path)
     with server.scratch("pgm", pgmemory_schema=True) as url:
@@ -515,7 +520,7 @@ def measure_pgmemory(
 
         async def extra(a: PgmemoryAdapter, truth: np.ndarray) -> dict[str, Any]:
             more: dict[str, Any] = {}
-            if hnsw:
+            if ann:
                 # The library's approximate path for large scopes (store.enable_ann): the same
                 # queries exactly, then on the path (audit off both times), on the rows the
                 # turns left, against the truth recomputed over those rows.
@@ -526,6 +531,8 @@ def measure_pgmemory(
                     a.collection,
                     maintenance_work_mem=args.ann_build_memory,
                     ef_search=args.ann_ef_search,
+                    method=ann,
+                    min_scope_rows=args.ann_min_scope_rows,
                 )
                 more["ann"] = {
                     "build_and_probe_s": time.perf_counter() - t,
@@ -537,6 +544,8 @@ def measure_pgmemory(
                             "probed_scopes",
                             "min_scope_rows",
                             "ef_search",
+                            "method",
+                            "probes",
                         )
                     },
                     "exact": exact,
@@ -544,7 +553,7 @@ def measure_pgmemory(
                 }
                 a.audit = True
                 # the memory turns again (audit on, as in use), now with the large scopes on
-                # the path and every insert maintaining the HNSW index
+                # the path and every insert maintaining the index
                 turns = await h.turn_passes(
                     a, data, sequential_turns=args.turns, progress=args.progress
                 )
@@ -589,21 +598,31 @@ def main() -> None:
     )
     p.add_argument("--peer-timeout", type=int, default=1800, help="seconds per peer")
     p.add_argument(
-        "--hnsw",
-        action="store_true",
-        help="then store.enable_ann() (HNSW path for large scopes) and measure again",
+        "--ann",
+        choices=("hnsw", "ivfflat"),
+        default=None,
+        help="then store.enable_ann(method=...) (the approximate path for large scopes) and "
+        "measure again",
+    )
+    p.add_argument("--hnsw", action="store_true", help="the same as --ann hnsw")
+    p.add_argument(
+        "--ann-min-scope-rows",
+        type=int,
+        default=ANN_MIN_SCOPE_ROWS,
+        help=f"with --ann: scopes larger than this take the path (default {ANN_MIN_SCOPE_ROWS}, "
+        "the library's)",
     )
     p.add_argument(
         "--ann-build-memory",
         default="1GB",
-        help="with --hnsw: maintenance_work_mem of the index build (a build whose graph fits "
+        help="with --ann: maintenance_work_mem of the index build (a build whose graph fits "
         "is several times faster; 1M rows x 384 d need about 3GB)",
     )
     p.add_argument(
         "--ann-ef-search",
         type=int,
         default=ANN_EF_SEARCH,
-        help=f"with --hnsw: the path's search breadth (default {ANN_EF_SEARCH}, the library's)",
+        help=f"with --ann hnsw: the path's search breadth (default {ANN_EF_SEARCH}, the library's)",
     )
     p.add_argument(
         "--partitions",
@@ -625,6 +644,8 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args()
+    if args.hnsw:
+        args.ann = args.ann or "hnsw"
     peers = list(PEERS) if args.peers == "all" else [x for x in args.peers.split(",") if x]
     for name in peers:
         if name not in PEERS:
@@ -641,8 +662,8 @@ def main() -> None:
         print(server.info(), f"| {os.cpu_count()} CPUs")
         parted: dict | None = None
         if args.partitions and args.partitioned_first:  # the other order, against drift
-            parted = measure_pgmemory(server, data_path, args, False, args.partitions)
-        mine = measure_pgmemory(server, data_path, args, args.hnsw)
+            parted = measure_pgmemory(server, data_path, args, None, args.partitions)
+        mine = measure_pgmemory(server, data_path, args, args.ann)
         results.update(json_figures(mine))
         results["detail"] = mine
         print_main("pgmemory", mine, meta)
@@ -650,7 +671,7 @@ def main() -> None:
             print_ann(mine)
         if args.partitions:
             if parted is None:
-                parted = measure_pgmemory(server, data_path, args, False, args.partitions)
+                parted = measure_pgmemory(server, data_path, args, None, args.partitions)
             print_main(f"pgmemory, memories hash-partitioned into {args.partitions}", parted, meta)
             print_partitioned(mine, parted, args.partitions)
             results["partitioned"] = {**json_figures(parted), "partitions": args.partitions,
@@ -665,7 +686,7 @@ def main() -> None:
                 peer_meta = h.load(peer_path).meta
                 print(f"\npeers run on a SMALLER data set of {peer_rows:,} rows "
                       f"(--peer-rows); pgmemory is re-measured on that same data for the ratios")  # fmt: skip
-                base = measure_pgmemory(server, peer_path, args, False)
+                base = measure_pgmemory(server, peer_path, args, None)
                 print_main(f"pgmemory on the peers' {peer_rows:,}-row data", base, peer_meta)
                 note = f"(both on the same {peer_rows:,} rows)"
             results["peers"] = {}
@@ -680,7 +701,7 @@ def main() -> None:
             # Load on a shared machine moves figures 2x within minutes: pgmemory is measured
             # once more after the peers, and every ratio printed again against that.
             print("\n== pgmemory again, after the peers ==", flush=True)
-            again = measure_pgmemory(server, peer_path, args, False)
+            again = measure_pgmemory(server, peer_path, args, None)
             print_main("pgmemory, measured after the peers", again, peer_meta)
             for name in peers:
                 print_peer(PEERS[name][2], again, results["peers"][name],

@@ -506,7 +506,7 @@ def _vector_candidates(
     shortlist: bool = False,
 ) -> str:
     """The ``candidates`` CTE: every live scope row with its exact cosine distance to
-    ``:query``, or, on the approximate path, the HNSW index's ``:ann_candidates`` nearest, or,
+    ``:query``, or, on the approximate path, the approximate index's ``:ann_candidates`` nearest, or,
     with ``shortlist``, the :func:`_shortlist` rows with their exact distance."""
     where, window = _scope_filter(dimensions, windowed=windowed)
     if shortlist:
@@ -1073,10 +1073,12 @@ def search_memories(
     records them with each hit's reason.
 
     ``ann_dimensions`` (vector mode only) switches to the approximate path for large scopes:
-    the candidates come from the collection's HNSW index (an expression index on
-    ``embedding::vector(D)``, see :func:`ann_index_ddl`) with the scope filter applied inside
-    the index scan, ``:ann_candidates`` of them (run with ANN_SETTINGS: iterative scan, so the
-    scan keeps walking until enough rows pass the filter), then re-ranked exactly.
+    the candidates come from the collection's approximate index (HNSW or IVFFlat: an
+    expression index on ``embedding::vector(D)``, see :data:`ANN_INDEX_DDL` and
+    :data:`ANN_IVFFLAT_DDL`) with the scope filter applied inside the index scan,
+    ``:ann_candidates`` of them (run with :data:`ANN_SETTINGS` or
+    :data:`ANN_IVFFLAT_SETTINGS`: iterative scan, so the scan keeps reading until enough rows
+    pass the filter), then re-ranked exactly.
 
     ``shortlist`` (vector mode only) is the two-phase path for large scopes: the scope's
     ``:shortlist`` rows nearest by the Hamming distance of their binary codes, re-ranked by
@@ -1458,7 +1460,7 @@ def delete_scope(dimensions: tuple[str, ...]) -> str:
     )
 
 
-# --- large scopes: the approximate (HNSW) path ---------------------------------------------
+# --- large scopes: the approximate (HNSW or IVFFlat) path -----------------------------------
 # One partial expression index per collection (the embedding column is untyped, a collection's
 # size is fixed), named after a hash of the collection name; the DDL is built server-side
 # with format() so the name and the literal are quoted by PostgreSQL.

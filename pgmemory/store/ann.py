@@ -155,7 +155,14 @@ class AnnPaths:
         probes: int | None = None,
     ) -> AnnStatus:
         """Build the collection's index of kind ``method`` if it is missing (or invalid, or of
-        the other kind), then probe it."""
+        the other kind), then probe it.
+
+        An index of the requested kind already built is kept as it was built (drop it with
+        ``disable(collection, drop_index=True)`` to build it anew, e.g. after the collection
+        grew much: an IVFFlat index's lists are k-means centres of the rows stored when it was
+        built). IVFFlat's ``lists`` default to :func:`ivfflat_lists` of the collection's rows,
+        its ``probes`` to :func:`ivfflat_probes` of the lists; a search reads more lists while
+        too few of their rows pass the scope filter (iterative scan)."""
         info = await self._catalogue.get(collection)
         check_choice(method, what="method", choices=ANN_METHODS)
         check_limit(ef_search, what="ef_search", maximum=1_000)

@@ -413,36 +413,19 @@ class MemoryStore:
     ) -> AnnStatus:
         """Let vector searches of large user scopes use an approximate index.
 
-        Builds the index if missing (``CREATE INDEX CONCURRENTLY``; an index of the other
-        ``method`` is replaced, one of the same kind kept as it was built: drop it with
-        ``disable_ann(collection, drop_index=True)`` to build it anew), then probes it: the path serves one user's scope of more
-        than ``min_scope_rows`` memories only while recall@10 >= ``recall_floor`` (renewed
-        every ANN_PROBE_EVERY searches). Inserts get slower. The setting lives in this store
-        object: call it after each start-up.
-
-        Args:
-            collection: The collection.
-            min_scope_rows: Scopes larger than this take the path.
-            ef_search: HNSW search breadth.
-            recall_floor: The least recall@10 (from 0 to 1) for the path to be used.
-            m: HNSW graph degree (index build).
-            ef_construction: HNSW build breadth.
-            maintenance_work_mem: Memory for the build (e.g. ``"1GB"``), when the server can
-                spare it; the build runs without a statement timeout.
-            method: ``"hnsw"`` or ``"ivfflat"``. IVFFlat builds in a fraction of HNSW's time
-                (1M rows of 384 d: ~36 s against ~12 minutes on 2 cores) from the rows stored
-                when it is built (build it once the collection holds its data, and again
-                after it has grown much).
-            lists: IVFFlat lists (default: the collection's rows / 1000, or their square root
-                past 1M rows).
-            probes: IVFFlat lists a search reads first (default: half the square root of
-                ``lists``, rounded up); more are read while too few rows pass the scope filter.
+        Builds the index if missing (``CREATE INDEX CONCURRENTLY``; one of the other
+        ``method`` is replaced), then probes it: the path serves one user's scope of more than
+        ``min_scope_rows`` memories only while recall@10 >= ``recall_floor`` (renewed every
+        ANN_PROBE_EVERY searches). Inserts get slower. The setting lives in this store object:
+        call it after each start-up. ``method`` is ``"hnsw"`` (``ef_search``, ``m``,
+        ``ef_construction``) or ``"ivfflat"`` (``lists``, ``probes``: built in a fraction of
+        HNSW's time, from the rows stored then); ``maintenance_work_mem`` (e.g. ``"1GB"``) is
+        the build's memory. Details: :meth:`pgmemory.store.ann.AnnPaths.enable`.
         """
         return await self._ann.enable(
             collection, min_scope_rows=min_scope_rows, ef_search=ef_search,
             recall_floor=recall_floor, m=m, ef_construction=ef_construction,
-            maintenance_work_mem=maintenance_work_mem, method=method, lists=lists,
-            probes=probes,
+            maintenance_work_mem=maintenance_work_mem, method=method, lists=lists, probes=probes,
         )  # fmt: skip
 
     async def disable_ann(self, collection: str, *, drop_index: bool = False) -> None:

@@ -162,7 +162,8 @@ class AnnPaths:
         grew much: an IVFFlat index's lists are k-means centres of the rows stored when it was
         built). IVFFlat's ``lists`` default to :func:`ivfflat_lists` of the collection's rows,
         its ``probes`` to :func:`ivfflat_probes` of the lists; a search reads more lists while
-        too few of their rows pass the scope filter (iterative scan)."""
+        too few of their rows pass the scope filter (iterative scan). On Citus every shard
+        builds the index over its own rows, with the collection's number of lists."""
         info = await self._catalogue.get(collection)
         check_choice(method, what="method", choices=ANN_METHODS)
         check_limit(ef_search, what="ef_search", maximum=1_000)

@@ -107,7 +107,9 @@ async def test_no_large_scope_means_no_approximate_path(big_store) -> None:
     assert left == 0
 
 
-async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(big_store) -> None:
+async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(
+    big_store, caplog: pytest.LogCaptureFixture
+) -> None:
     store, vectors = big_store
     # 3,050 rows: 3 lists by default (rows / 1000), of which a search reads 1 first.
     status = await store.enable_ann(NAME, min_scope_rows=1000, method="ivfflat")
@@ -155,6 +157,8 @@ async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(b
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         found += len(truth & {h.memory.content for h in hits})
     assert found >= 95
+    # ... on the path itself: none of those searches fell back to the exact one.
+    assert "not used for a search" not in caplog.text
     # Asking for HNSW replaces the IVFFlat index (one approximate index per collection).
     status = await store.enable_ann(NAME, min_scope_rows=1000)
     assert (status.method, status.probes) == ("hnsw", None)

@@ -133,7 +133,7 @@ async def reembed(
             await conn.execute(clause(s.REEMBED_CLEAR), params)
             await conn.execute(clause(s.REEMBED_FORGET), params)
         if dimensions != state["dimensions"]:
-            valid = (await conn.execute(clause(q.ANN_INDEX_VALID), params)).scalar()
+            valid = (await conn.execute(clause(q.ANN_INDEX_STATE), params)).scalar()
             if valid is not None:
                 raise CollectionError(
                     f"collection {collection!r} has an approximate (HNSW) index over "

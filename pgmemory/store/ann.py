@@ -180,8 +180,8 @@ class AnnPaths:
             "ef_construction": check_limit(ef_construction, what="ef_construction", maximum=1_000),
         }
         async with self._db.ddl() as conn:
-            valid = (await conn.execute(clause(q.ANN_INDEX_VALID), params)).scalar()
-            built = (await conn.execute(clause(q.ANN_INDEX_METHOD), params)).scalar()
+            state = (await conn.execute(clause(q.ANN_INDEX_STATE), params)).first()
+            valid, built = state if state is not None else (None, None)
             if valid is False or (built is not None and built != method):
                 # A failed concurrent build leaves an invalid index behind; an index of the
                 # other kind is replaced.

@@ -1465,40 +1465,41 @@ def delete_scope(dimensions: tuple[str, ...]) -> str:
 # size is fixed), named after a hash of the collection name; the DDL is built server-side
 # with format() so the name and the literal are quoted by PostgreSQL.
 
-#: The CREATE INDEX statement for a collection's HNSW index (to run in autocommit).
-ANN_INDEX_DDL = """
+#: A collection's approximate index's name (whatever its kind).
+_ANN_NAME = "'pgmemory_ann_' || left(md5(:collection), 16)"
+
+#: The CREATE INDEX statement of a collection's approximate index (to run in autocommit), for
+#: an access method, its options (``name = %s``) and their bound values.
+_ANN_INDEX_DDL = """
 SELECT format(
     'CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON pgmemory_memories '
-    'USING hnsw ((CAST(embedding AS vector(%s))) vector_cosine_ops) '
-    'WITH (m = %s, ef_construction = %s) WHERE collection = %L',
-    'pgmemory_ann_' || left(md5(:collection), 16), CAST(:dimensions AS int),
-    CAST(:m AS int), CAST(:ef_construction AS int), :collection)
+    'USING {method} ((CAST(embedding AS vector(%s))) vector_cosine_ops) '
+    'WITH ({options}) WHERE collection = %L',
+    {name}, CAST(:dimensions AS int),
+    {values}, :collection)
 """
+
+#: The CREATE INDEX statement for a collection's HNSW index (to run in autocommit).
+ANN_INDEX_DDL = _ANN_INDEX_DDL.format(
+    method="hnsw",
+    options="m = %s, ef_construction = %s",
+    name=_ANN_NAME,
+    values="CAST(:m AS int), CAST(:ef_construction AS int)",
+)
 
 #: The CREATE INDEX statement for a collection's IVFFlat index (to run in autocommit): the
 #: collection's vectors clustered into :lists lists (k-means over the rows stored at build
 #: time), each row filed under its nearest list's centre.
-ANN_IVFFLAT_DDL = """
-SELECT format(
-    'CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON pgmemory_memories '
-    'USING ivfflat ((CAST(embedding AS vector(%s))) vector_cosine_ops) '
-    'WITH (lists = %s) WHERE collection = %L',
-    'pgmemory_ann_' || left(md5(:collection), 16), CAST(:dimensions AS int),
-    CAST(:lists AS int), :collection)
-"""
-
-#: The access method (``hnsw``, ``ivfflat``) of a collection's approximate index, if any.
-ANN_INDEX_METHOD = """
-SELECT a.amname FROM pg_class AS c JOIN pg_am AS a ON a.oid = c.relam
-WHERE c.oid = to_regclass('pgmemory_ann_' || left(md5(:collection), 16))
-"""
+ANN_IVFFLAT_DDL = _ANN_INDEX_DDL.format(
+    method="ivfflat", options="lists = %s", name=_ANN_NAME, values="CAST(:lists AS int)"
+)
 
 #: The rows of a collection (what an IVFFlat index's default number of lists follows).
 ANN_COLLECTION_ROWS = "SELECT count(*) FROM pgmemory_memories WHERE collection = :collection"
 
 #: The DROP INDEX statement for a collection's approximate index (to run in autocommit).
-ANN_DROP_DDL = """
-SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', 'pgmemory_ann_' || left(md5(:collection), 16))
+ANN_DROP_DDL = f"""
+SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', {_ANN_NAME})
 """
 
 #: Session settings for building an approximate index: no statement timeout (a build takes minutes),
@@ -1512,10 +1513,14 @@ SELECT set_config('statement_timeout', '0', false),
 #: Back to the connection's own settings after a build.
 ANN_BUILD_RESET = "RESET statement_timeout; RESET maintenance_work_mem"
 
-#: Whether a collection's approximate index exists and is valid (a failed concurrent build is not).
-ANN_INDEX_VALID = """
-SELECT i.indisvalid FROM pg_index AS i
-WHERE i.indexrelid = to_regclass('pgmemory_ann_' || left(md5(:collection), 16))
+#: A collection's approximate index, if it exists: whether it is valid (a failed concurrent
+#: build is not), then its access method (``hnsw``, ``ivfflat``).
+ANN_INDEX_STATE = f"""
+SELECT i.indisvalid, a.amname
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+JOIN pg_am AS a ON a.oid = c.relam
+WHERE i.indexrelid = to_regclass({_ANN_NAME})
 """
 
 #: Settings of a transaction on the HNSW path: iterative scan (keep walking the graph

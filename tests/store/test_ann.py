@@ -120,9 +120,9 @@ async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(
 
     async def index_method() -> str:
         async with store.engine.begin() as conn:
-            return (
-                await conn.execute(text(queries.ANN_INDEX_METHOD), {"collection": NAME})
-            ).scalar_one()
+            state = await conn.execute(text(queries.ANN_INDEX_STATE), {"collection": NAME})
+            _valid, method = state.one()
+            return method
 
     assert await index_method() == "ivfflat"
     # The statement on that path reads the IVFFlat index, with the path's own settings.

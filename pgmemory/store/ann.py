@@ -8,7 +8,8 @@ for the same rows; a search reads the ``probes`` lists nearest the query). Which
 recall on a collection's data is for the probe to say. A collection gets the path only on
 request (:meth:`AnnPaths.enable`),
 and keeps it only while a recall probe, which compares index and exact answers on the
-collection's own stored vectors, measures recall@10 at or above the floor. Then a search takes
+collection's own stored vectors, measures recall@10 at or above the floor (probed again
+beside the searches, at most once a minute: :mod:`pgmemory.store.probing`). Then a search takes
 the path when its scope is exactly one user whose memories numbered more than
 ``min_scope_rows`` at the last probe; every other search stays exact. The choice lives in the
 process (in the store object), not in the database.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +43,7 @@ from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
+from pgmemory.store.probing import Beside, due
 from pgmemory.store.records import AnnStatus, MemoryHit, MemoryScope
 from pgmemory.store.validation import check_choice, check_limit, check_number
 
@@ -52,7 +55,8 @@ logger = logging.getLogger(__name__)
 ANN_MIN_SCOPE_ROWS = 10_000
 ANN_EF_SEARCH = 400
 ANN_RECALL_FLOOR = 0.99
-#: Searches of a collection between two recall probes (each also refreshes which scopes are large).
+#: Searches of a collection between two recall probes (each also refreshes which scopes are
+#: large), which are also at least probing.PROBE_INTERVAL_S apart.
 ANN_PROBE_EVERY = 1_000
 #: The kinds of approximate index (PostgreSQL access methods of pgvector).
 ANN_METHODS = ("hnsw", "ivfflat")
@@ -88,6 +92,8 @@ class AnnPath:
     recall: float | None = None
     probed_scopes: int = 0
     searches: int = 0
+    #: When the last probe began (``time.monotonic()``).
+    probed_at: float = 0.0
     #: Users whose scope exceeded min_scope_rows at the last probe.
     large_users: frozenset[str] = frozenset()
 
@@ -132,12 +138,16 @@ class AnnPaths:
         db: The database.
         catalogue: The collections.
         search: Runs a search on a given path (the probe's exact and approximate searches).
+        beside: Where probes that searches make due run (the store's).
     """
 
-    def __init__(self, db: Database, catalogue: Catalogue, search: PathSearch) -> None:
+    def __init__(
+        self, db: Database, catalogue: Catalogue, search: PathSearch, *, beside: Beside
+    ) -> None:
         self._db = db
         self._catalogue = catalogue
         self._search = search
+        self._beside = beside
         self._paths: dict[str, AnnPath] = {}
 
     async def enable(
@@ -250,6 +260,8 @@ class AnnPaths:
             )
         check_limit(samples, what="samples", maximum=1_000)
         check_limit(limit, maximum=1_000)
+        path.searches = 0
+        path.probed_at = time.monotonic()
         try:
             await self._measure(collection, path, samples=samples, limit=limit)
         except Exception as exc:
@@ -260,7 +272,6 @@ class AnnPaths:
                 collection,
                 type(exc).__name__,
             )
-        path.searches = 0
         status = path.status(collection)
         logger.info(
             "approximate path of %s: recall %s over %d scopes -> %s",
@@ -273,12 +284,11 @@ class AnnPaths:
 
     async def _measure(self, collection: str, path: AnnPath, *, samples: int, limit: int) -> None:
         """Refresh the large scopes and measure recall on their stored vectors (see probe)."""
-        params = {"collection": collection, "min_rows": path.min_scope_rows, "samples": samples}
+        params = {"collection": collection, "min_rows": path.min_scope_rows}
         async with self._db.ddl() as conn:
-            large_users = frozenset(
-                (await conn.execute(clause(q.ANN_LARGE_USERS), params)).scalars()
-            )
-            probed = list((await conn.execute(clause(q.ANN_PROBE_USERS), params)).scalars())
+            sizes = (await conn.execute(clause(q.ANN_LARGE_USERS), params)).all()
+            large_users = frozenset(str(user_id) for user_id, _ in sizes)
+            probed = [str(user_id) for user_id, _ in sizes[:samples]]  # the largest first
             each = max(1, samples // max(1, len(probed)))
             rows: list[tuple[str, Any]] = []
             for user_id in probed:
@@ -302,15 +312,19 @@ class AnnPaths:
     async def route(self, collection: str, scope: MemoryScope) -> AnnPath | None:
         """The path a vector search of ``scope`` should take: the approximate one, or None (exact).
 
-        Counts the search; every ANN_PROBE_EVERY searches of the collection, probes again first.
-        Never raises: a failing probe leaves the path off.
+        Counts the search; when the path is due for a probe again (:func:`probing.due
+        <pgmemory.store.probing.due>`: ANN_PROBE_EVERY searches and a minute), starts one
+        beside the searches, and answers with the last probe's decision meanwhile. Never
+        raises: a failing probe leaves the path off.
         """
         path = self._paths.get(collection)
         if path is None:
             return None
         path.searches += 1
-        if path.searches > ANN_PROBE_EVERY:
-            await self.probe(collection, samples=20, limit=10)
+        if due(path.searches, ANN_PROBE_EVERY, path.probed_at):
+            self._beside.start(
+                f"ann {collection}", lambda: self.probe(collection, samples=20, limit=10)
+            )
         if not path.enabled:
             return None
         large = set(scope.as_dict()) == {"user_id"} and scope.user_id in path.large_users

@@ -1545,23 +1545,16 @@ SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', true),
        set_config('enable_sort', 'off', true)
 """
 
-#: The user scopes the approximate path serves: more than :min_rows rows, none of which can
-#: expire (an expiry filter thins the index's candidates); rows without a user (``''``) are no
-#: user scope. Refreshed with every recall probe.
-_ANN_SCOPES = """
-    SELECT user_id FROM pgmemory_memories
+#: The user scopes the approximate path serves, with their rows, the largest first: more than
+#: :min_rows rows, none of which can expire (an expiry filter thins the index's candidates);
+#: rows without a user (``''``) are no user scope. Counted once a recall probe, which samples
+#: the largest of them (each with SCOPE_SAMPLE: one user per statement, so that Citus routes it
+#: to one shard).
+ANN_LARGE_USERS = """
+    SELECT user_id, count(*) AS memories FROM pgmemory_memories
     WHERE collection = :collection AND user_id <> ''
-    GROUP BY user_id HAVING count(*) > :min_rows AND count(expires_at) = 0"""
-
-#: The users whose scope takes the approximate path (see _ANN_SCOPES).
-ANN_LARGE_USERS = _ANN_SCOPES
-
-#: The scopes the approximate path's probe samples: the :samples largest it serves (see
-#: _ANN_SCOPES), largest first; each is then sampled with SCOPE_SAMPLE (one user per statement,
-#: so that Citus routes it to one shard).
-ANN_PROBE_USERS = f"""{_ANN_SCOPES}
+    GROUP BY user_id HAVING count(*) > :min_rows AND count(expires_at) = 0
     ORDER BY count(*) DESC, user_id
-    LIMIT :samples
 """
 
 

@@ -21,14 +21,16 @@ of the comparison), and the path is used only while recall@``PROBE_LIMIT`` >= th
 Which scopes take it (only where the memories keep codes: pgvector >= 0.7, see
 :func:`pgmemory.store.connector.has_binary_codes`): a vector search (no ``since``/``until``
 window) whose scope is exactly one user, whose rows numbered more than ``min_scope_rows`` at
-the last probe; every other search stays exact. The sizes come from one aggregate over the collection's codes index (all
-its users, a fan-out on Citus), run with each probe: at the collection's 100th vector search in
-the process (before, every search is exact), then after every ``probe_every`` searches of it,
-at most once a minute; a probe's exact searches read at most SHORTLIST_PROBE_ROWS scope rows in
-all. A size that went stale costs speed, never correctness: a user who grew past the threshold
-searches exactly until the next probe, and one who shrank searches a smaller scope with the same
-shortlist (recall only rises). Scopes narrower than a user (a session, an agent) stay exact. A probe that fails leaves
-the path off (every search exact), logged without user data.
+the last probe; every other search stays exact. The sizes come from one aggregate over the
+collection's codes index (all its users, a fan-out on Citus), run with each probe: at the
+collection's 100th vector search in the process (in that search; before it, every search is
+exact), then after every ``probe_every`` searches of it, at most once a minute, beside the
+searches (:mod:`pgmemory.store.probing`); a probe's exact searches read at most
+SHORTLIST_PROBE_ROWS scope rows in all. A size that went stale costs speed, never
+correctness: a user who grew past the threshold searches exactly until the next probe, and one
+who shrank searches a smaller scope with the same shortlist (recall only rises). Scopes
+narrower than a user (a session, an agent) stay exact. A probe that fails leaves the path off
+(every search exact), logged without user data.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any, Protocol
 from pgmemory.store import queries as q
 from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
+from pgmemory.store.probing import Beside, due
 from pgmemory.store.records import MemoryHit, MemoryScope
 
 logger = logging.getLogger(__name__)
@@ -57,9 +60,8 @@ SHORTLIST_RECALL_FLOOR = 0.99
 #: searches it a few times never pays for a probe it cannot amortise: up to about 0.5 s) ...
 SHORTLIST_FIRST_PROBE = 100
 #: ... and again (which also refreshes which scopes are large) after this many of its
-#: searches, and no sooner than this many seconds after its last probe.
+#: searches, and no sooner than probing.PROBE_INTERVAL_S after its last probe.
 SHORTLIST_PROBE_EVERY = 1_000
-SHORTLIST_PROBE_INTERVAL_S = 60.0
 #: Stored rows a probe searches both ways, and the hits it compares for each.
 SHORTLIST_PROBE_SAMPLES = 32
 PROBE_LIMIT = 10
@@ -100,6 +102,7 @@ class Shortlists:
     Args:
         db: The database.
         search: Runs a vector search with a given shortlist (the probe's two searches).
+        beside: Where probes that searches make due run (the store's).
     """
 
     def __init__(
@@ -112,9 +115,11 @@ class Shortlists:
         first_probe: int = SHORTLIST_FIRST_PROBE,
         probe_every: int = SHORTLIST_PROBE_EVERY,
         samples: int = SHORTLIST_PROBE_SAMPLES,
+        beside: Beside,
     ) -> None:
         self._db = db
         self._search = search
+        self._beside = beside
         self.min_scope_rows = min_scope_rows
         self.recall_floor = recall_floor
         self.first_probe = first_probe
@@ -137,19 +142,18 @@ class Shortlists:
     async def route(self, collection: str, scope: MemoryScope, limit: int) -> int | None:
         """How many rows a vector search of ``scope`` re-ranks on the two-phase path, or None
         (exact). Counts the search; probes at the collection's ``first_probe``-th search in
-        this process and after every ``probe_every`` searches then. Never raises."""
+        this process (in that search), then again beside the searches when due
+        (:func:`probing.due <pgmemory.store.probing.due>`: ``probe_every`` searches and a
+        minute), the last decision standing meanwhile. Never raises."""
         if scope.user_id is None or not self._db.binary_codes or len(scope.as_dict()) != 1:
             return None
         state = self.state(collection)
         state.searches += 1
         if not state.probed:
-            due = state.searches >= self.first_probe
-        else:
-            due = state.searches > self.probe_every and (
-                time.monotonic() - state.probed_at >= SHORTLIST_PROBE_INTERVAL_S
-            )
-        if due:
-            await self.probe(collection)
+            if state.searches >= self.first_probe:
+                await self.probe(collection)
+        elif due(state.searches, self.probe_every, state.probed_at):
+            self._beside.start(f"shortlist {collection}", lambda: self.probe(collection))
         if scope.user_id not in state.large_users or not self.enabled(collection):
             return None
         return shortlist_size(limit)

@@ -27,6 +27,7 @@ from pgmemory.store.ann import (
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database
 from pgmemory.store.modes import DEFAULT_MODE, SearchMode
+from pgmemory.store.probing import Beside
 from pgmemory.store.records import (
     AnnStatus,
     CollectionInfo,
@@ -100,16 +101,17 @@ class MemoryStore:
             url, settings=self.settings, migrate=migrate, engine=engine, read_urls=read_urls
         )
         self._catalogue = Catalogue(self._db, lambda: self.embedder)
+        self._probes = Beside()
         self._ann: AnnPaths = AnnPaths(
-            self._db,
-            self._catalogue,
-            lambda *probe: reads.probe_search(self._db, self._catalogue, self._ann, *probe),
-        )
+            self._db, self._catalogue, beside=self._probes,
+            search=lambda *probe: reads.probe_search(self._db, self._catalogue, self._ann, *probe),
+        )  # fmt: skip
         self._shortlists = Shortlists(
             self._db,
             lambda c, s, v, k, n: reads.probe_search(
                 self._db, self._catalogue, self._ann, c, s, v, k, None, shortlist=n
             ),
+            beside=self._probes,
         )
 
     # --- life cycle ------------------------------------------------------------------------
@@ -127,7 +129,8 @@ class MemoryStore:
         """Close the store for good: later calls raise :class:`~pgmemory.errors.StoreClosedError`;
         calls in flight may finish (their connections are awaited, at most
         ``lifecycle.CLOSE_GRACE_S``); then the pool closes and the embedded server is released
-        (stopped when no process uses it). Calling it twice is harmless."""
+        (stopped when no process uses it); running probes are cancelled. Twice is harmless."""
+        await self._probes.close()
         await self._db.close()
 
     async def __aenter__(self) -> MemoryStore:
@@ -415,8 +418,8 @@ class MemoryStore:
 
         Builds the index if missing (``CREATE INDEX CONCURRENTLY``; one of the other
         ``method`` is replaced), then probes it: the path serves one user's scope of more than
-        ``min_scope_rows`` memories only while recall@10 >= ``recall_floor`` (renewed every
-        ANN_PROBE_EVERY searches). Inserts get slower. The setting lives in this store object:
+        ``min_scope_rows`` memories only while recall@10 >= ``recall_floor`` (probed again
+        beside the searches, at most once a minute). Inserts get slower. The setting lives in this store object:
         call it after each start-up. ``method`` is ``"hnsw"`` (``ef_search``, ``m``,
         ``ef_construction``) or ``"ivfflat"`` (``lists``, ``probes``: built in a fraction of
         HNSW's time, from the rows stored then); ``maintenance_work_mem`` (e.g. ``"1GB"``) is

@@ -7,6 +7,7 @@ The test marked ``reliability`` (a 15k-row scope) is skipped unless the run sele
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ import pytest_asyncio
 from sqlalchemy import text
 
 from pgmemory.settings import Settings
-from pgmemory.store import ann, migrate, queries
+from pgmemory.store import ann, migrate, probing, queries
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from tests.conftest import _database, unique
@@ -89,14 +90,64 @@ async def test_rows_without_a_user_are_no_scope_for_the_probe(
     await _collection(store, name, {shared: 1_500, big: 1_200, small: 50}, seed=1)
     status = await store.enable_ann(name, min_scope_rows=1_000)  # ScopeError before: the '' group
     assert status.enabled and status.probed_scopes == 1
-    monkeypatch.setattr(ann, "ANN_PROBE_EVERY", 5)  # re-probe often: each probe saw '' as a scope
+    # re-probe often (each probe saw '' as a scope), beside the searches
+    monkeypatch.setattr(ann, "ANN_PROBE_EVERY", 5)
+    monkeypatch.setattr(probing, "PROBE_INTERVAL_S", 0.0)
+    path = store._ann._paths[name]
+    first = path.probed_at
     rng = np.random.default_rng(2)
     for i in range(100):
         scope = (big, small, shared)[i % 3]
         hits = await store.search(name, scope, vector=rng.standard_normal(DIM), limit=5)
         assert len(hits) == 5 and all(h.memory.scope == scope for h in hits)
+        await store._probes.settle()
+    assert path.probed_at > first and path.probed_scopes == 1
     assert await store._ann_path(name, big) is not None
     assert await store._ann_path(name, shared) is None
+
+
+async def test_a_probe_made_due_runs_beside_the_searches_and_close_cancels_it(
+    ann_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-probe never holds up a search: the search that makes it due, and those after it,
+    answer with the path's last decision while it runs; one probe at a time; close() cancels
+    one still running."""
+    monkeypatch.setattr(ann, "ANN_PROBE_EVERY", 3)
+    monkeypatch.setattr(probing, "PROBE_INTERVAL_S", 0.0)
+    store = await MemoryStore(ann_database, settings=Settings(_env_file=None)).open()  # type: ignore[call-arg]
+    name, big = unique("c"), MemoryScope(user_id="big")
+    await _collection(store, name, {big: 1_200}, seed=7)
+    assert (await store.enable_ann(name, min_scope_rows=1_000)).enabled
+    measure = store._ann._measure
+    release, began, ended = asyncio.Event(), [], []
+
+    async def held(*args: object, **kwargs: object) -> None:
+        began.append(1)
+        try:
+            await release.wait()
+            await measure(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            ended.append(1)
+
+    monkeypatch.setattr(store._ann, "_measure", held)
+    query = np.random.default_rng(8).standard_normal(DIM).astype(np.float32)
+    for _ in range(10):  # due after the third; the probe waits, the searches do not
+        hits = await asyncio.wait_for(store.search(name, big, vector=query, limit=5), timeout=30)
+        assert len(hits) == 5
+        await asyncio.sleep(0)
+    assert began == [1] and not ended and store._probes.running(f"ann {name}")
+    assert await store._ann_path(name, big) is not None  # the last decision stands meanwhile
+    release.set()
+    await store._probes.settle()
+    assert ended == [1] and not store._probes.running(f"ann {name}")
+    assert store._ann._paths[name].enabled
+    release.clear()
+    for _ in range(5):
+        await store.search(name, big, vector=query, limit=5)
+        await asyncio.sleep(0)
+    assert len(began) == 2 and len(ended) == 1
+    await asyncio.wait_for(store.close(), timeout=10)  # cancels the waiting probe
+    assert len(ended) == 2 and not store._probes.running(f"ann {name}")
 
 
 async def test_a_failing_path_falls_back_to_exact_without_user_data_in_logs(
@@ -126,7 +177,7 @@ async def test_a_failing_path_falls_back_to_exact_without_user_data_in_logs(
         ).scalar_one()
     assert audits == 1  # the failed attempt rolled back its audit row
     # A failing probe leaves the path off; searches go on, exactly.
-    monkeypatch.setattr(queries, "ANN_PROBE_USERS", "SELECT no_such_column FROM pgmemory_memories")
+    monkeypatch.setattr(queries, "ANN_LARGE_USERS", "SELECT no_such_column FROM pgmemory_memories")
     status = await store.probe_ann(name)
     assert not status.enabled
     assert await store._ann_path(name, scope) is None

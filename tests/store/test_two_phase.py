@@ -17,7 +17,7 @@ import pytest_asyncio
 from sqlalchemy import event, text
 
 from pgmemory.settings import Settings
-from pgmemory.store import migrate, queries, reads
+from pgmemory.store import migrate, probing, queries, reads
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.shortlist import shortlist_size
 from pgmemory.store.store import MemoryStore
@@ -161,6 +161,18 @@ async def test_large_scopes_take_the_path_small_ones_stay_exact(
     assert state.large_users == {"u2500", "u6000"}
     assert await shortlists.route(EMBEDDED, mid, 3) is None
     assert await shortlists.route(EMBEDDED, MemoryScope(user_id="small"), 3) is None
+    # probed again once due (searches, and a minute since), beside the searches
+    first, shortlists.probe_every = state.probed_at, 2
+    assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)
+    assert not store._probes.running(f"shortlist {EMBEDDED}")  # not a minute yet
+    probing.PROBE_INTERVAL_S, interval = 0.0, probing.PROBE_INTERVAL_S
+    try:
+        assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)  # the last decision
+        assert store._probes.running(f"shortlist {EMBEDDED}")
+        await store._probes.settle()
+    finally:
+        probing.PROBE_INTERVAL_S = interval
+    assert state.probed_at > first and state.searches == 0 and state.recall is not None
     # narrower than a user: exact whatever the user's size
     assert await shortlists.route(EMBEDDED, MemoryScope(user_id="u6000", session_id="s"), 3) is None
     for query in data["queries"][:50]:

@@ -1,0 +1,65 @@
+"""When a recall probe runs again, and where: beside the searches, not inside one of them.
+
+Both large-scope paths (:mod:`pgmemory.store.ann`, :mod:`pgmemory.store.shortlist`) keep
+their decision only while a recall probe on the collection's own stored vectors allows it, and
+each probe also refreshes which scopes are large. A probe is costly: one aggregate over the
+whole collection and a few dozen exact searches of its largest scopes (seconds on a million
+rows). So a path is probed again only after ``every`` of its searches *and* at least
+:data:`PROBE_INTERVAL_S` seconds after its last probe (:func:`due`), and that probe runs as a
+task of its own (:class:`Beside`): the search that made it due, and every search meanwhile,
+goes on with the path's last decision instead of waiting for it. A probe the application asks
+for (``enable_ann``, ``probe_ann``) still runs in its call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+#: The least time between two probes of one path that searches make due.
+PROBE_INTERVAL_S = 60.0
+
+
+def due(searches: int, every: int, probed_at: float) -> bool:
+    """Whether a path that has served ``searches`` searches since its probe at ``probed_at``
+    (``time.monotonic()``) is to be probed again: more than ``every`` searches, and at least
+    :data:`PROBE_INTERVAL_S` seconds."""
+    return searches > every and time.monotonic() - probed_at >= PROBE_INTERVAL_S
+
+
+class Beside:
+    """The probes a store runs beside its searches: at most one per key (a path of a
+    collection) at a time; :meth:`close` cancels those still running."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, asyncio.Task[Any]] = {}
+
+    def start(self, key: str, probe: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``probe()`` as a task of its own, unless ``key``'s probe is running already.
+        The probe must not raise (a failing probe leaves its path off, logged)."""
+        if key in self._running:
+            return
+        task = asyncio.get_running_loop().create_task(_run(probe))
+        self._running[key] = task
+        task.add_done_callback(lambda _: self._running.pop(key, None))
+
+    def running(self, key: str) -> bool:
+        """Whether ``key``'s probe is running."""
+        return key in self._running
+
+    async def settle(self) -> None:
+        """Wait until every probe running now has finished."""
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel the probes still running, and wait for them to end."""
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _run(probe: Callable[[], Awaitable[Any]]) -> None:
+    await probe()

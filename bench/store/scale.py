@@ -42,7 +42,8 @@ queries run three times before the turns add rows (so the ground truth holds for
 audit on (the main columns), audit off, audit on again (how far the two audited passes differ
 is the machine's noise). ``--ann``'s (``--hnsw``'s) exact and approximate passes run after the turns,
 against the truth recomputed over the imported rows plus the turns' rows; then the same turns
-run once more on the path (``--ann-build-memory`` sizes the build). Start-up: medians
+run once more on the path (``--ann-build-memory`` sizes the build), and one recall probe of the
+path is timed (the searches make one due at most once a minute and run it beside them). Start-up: medians
 over 5 fresh processes of ``import pgmemory``, then of importing ``MemoryStore``, opening a
 store on the loaded database, and its first and second recall (bench/store/_startup.py). With peers,
 pgmemory is measured before and again after them, and each ratio is printed against both.
@@ -437,6 +438,9 @@ def print_ann(r: dict) -> None:
               "turns once more)")  # fmt: skip
         for k in ("turn_p50_ms", "turn_p95_ms", "turns_per_s_8", "turn_p50_ms_8", "turn_p95_ms_8"):
             print(f"  {k:<16} {x[k]:>10.2f} | {t[k]:>10.2f}")
+    if "probe_s" in ann:
+        print(f"one recall probe of the path: {ann['probe_s']:.1f} s (searches make one due at "
+              "most once a minute, run beside them)")  # fmt: skip
 
 
 def print_peer(label: str, mine: dict, peer: dict, note: str) -> None:
@@ -559,6 +563,11 @@ def measure_pgmemory(
                 )
                 turns.pop("ran")
                 more["ann"]["turns"] = turns
+                # what one recall probe costs (searches make one due at most once a minute,
+                # run beside them: none may have fallen within the turns above)
+                t = time.perf_counter()
+                await a.store.probe_ann(a.collection)
+                more["ann"]["probe_s"] = time.perf_counter() - t
             return more
 
         figures = asyncio.run(h.measure(adapter, data, sequential_turns=args.turns,

@@ -15,9 +15,11 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-#: A number in exponent form, as :func:`json.dumps` writes a large or tiny float (also found
-#: in a string that merely looks like one, which only costs the exact path).
-_EXPONENT = re.compile(r"\d[eE][+-]?\d")
+#: A number in exponent form where :func:`json.dumps` writes a value: at the start, after ``[``,
+#: or after its separators ``", "`` and ``": "`` (``repr`` of a float always signs its exponent:
+#: ``1e+16``, ``1.5e-07``). A string that holds the same text only costs the exact path; a
+#: string that merely holds a digit, an ``e`` and a digit (a hex id, ``"4e5"``) costs nothing.
+_EXPONENT = re.compile(r"(?:^|\[|, |: )-?\d+(?:\.\d+)?e[+-]\d")
 
 
 def _float(value: float) -> str:

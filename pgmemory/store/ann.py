@@ -43,7 +43,7 @@ from pgmemory.store import queries as q
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
-from pgmemory.store.probing import Beside, due
+from pgmemory.store.probing import Beside, due, sample_largest
 from pgmemory.store.records import AnnStatus, MemoryHit, MemoryScope
 from pgmemory.store.validation import check_choice, check_limit, check_number
 
@@ -58,6 +58,10 @@ ANN_RECALL_FLOOR = 0.99
 #: Searches of a collection between two recall probes (each also refreshes which scopes are
 #: large), which are also at least probing.PROBE_INTERVAL_S apart.
 ANN_PROBE_EVERY = 1_000
+#: Scope rows a probe's exact searches may read in all (about 2 s at 1 µs a row): a
+#: collection whose large scopes are huge is probed on fewer of its stored rows. On
+#: bench/store/scale.py's 1M rows a probe reads about 420k (a row of each of its 11 huge scopes).
+ANN_PROBE_ROWS = 2_000_000
 #: The kinds of approximate index (PostgreSQL access methods of pgvector).
 ANN_METHODS = ("hnsw", "ivfflat")
 
@@ -286,20 +290,14 @@ class AnnPaths:
         """Refresh the large scopes and measure recall on their stored vectors (see probe)."""
         params = {"collection": collection, "min_rows": path.min_scope_rows}
         async with self._db.ddl() as conn:
-            sizes = (await conn.execute(clause(q.ANN_LARGE_USERS), params)).all()
-            large_users = frozenset(str(user_id) for user_id, _ in sizes)
-            probed = [str(user_id) for user_id, _ in sizes[:samples]]  # the largest first
-            each = max(1, samples // max(1, len(probed)))
-            rows: list[tuple[str, Any]] = []
-            for user_id in probed:
-                sample = await conn.execute(
-                    clause(q.SCOPE_SAMPLE),
-                    {"collection": collection, "user_id": user_id, "samples": each},
-                )
-                rows += [(user_id, embedding) for _, embedding in sample]
-            rows = rows[:samples]
+            result = await conn.execute(clause(q.ANN_LARGE_USERS), params)
+            sizes = {str(user_id): int(memories) for user_id, memories in result}
+            rows = await sample_largest(
+                conn, collection, sizes, samples=samples, max_rows=ANN_PROBE_ROWS
+            )
+        large_users = frozenset(sizes)
         found = total = 0
-        for user_id, embedding in rows:
+        for user_id, _, embedding in rows:
             scope = MemoryScope(user_id=user_id)
             exact = await self._search(collection, scope, embedding, limit, None)
             approx = await self._search(collection, scope, embedding, limit, path)
@@ -307,7 +305,7 @@ class AnnPaths:
             total += len(exact)
         path.large_users = large_users
         path.recall = found / total if total else None
-        path.probed_scopes = len({user_id for user_id, _ in rows})
+        path.probed_scopes = len({user_id for user_id, _, _ in rows})
 
     async def route(self, collection: str, scope: MemoryScope) -> AnnPath | None:
         """The path a vector search of ``scope`` should take: the approximate one, or None (exact).

@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pgmemory.store import queries as q
+from pgmemory.store.clauses import clause
 
 #: The least time between two probes of one path that searches make due.
 PROBE_INTERVAL_S = 60.0
@@ -27,6 +32,36 @@ def due(searches: int, every: int, probed_at: float) -> bool:
     (``time.monotonic()``) is to be probed again: more than ``every`` searches, and at least
     :data:`PROBE_INTERVAL_S` seconds."""
     return searches > every and time.monotonic() - probed_at >= PROBE_INTERVAL_S
+
+
+async def sample_largest(
+    conn: AsyncConnection,
+    collection: str,
+    sizes: Mapping[str, int],
+    *,
+    samples: int,
+    max_rows: int,
+) -> list[tuple[str, Any, Any]]:
+    """Stored rows ``(user_id, id, embedding)`` a probe searches both ways: of the largest
+    scopes in ``sizes`` (user id -> rows) first, as evenly over them as ``samples`` allows,
+    while the probe's exact searches read at most ``max_rows`` scope rows in all (at least one
+    row of the largest scope). One statement per user (Citus routes each to one shard)."""
+    largest = sorted(sizes, key=lambda u: (-sizes[u], u))[:samples]
+    each = max(1, samples // max(1, len(largest)))
+    rows: list[tuple[str, Any, Any]] = []
+    read = 0
+    for user_id in largest:
+        room = (max_rows - read) // sizes[user_id]
+        take = min(each, max(room, 0 if rows else 1))
+        if take <= 0:
+            break
+        sample = await conn.execute(
+            clause(q.SCOPE_SAMPLE),
+            {"collection": collection, "user_id": user_id, "samples": take},
+        )
+        rows += [(user_id, own_id, embedding) for own_id, embedding in sample]
+        read += take * sizes[user_id]
+    return rows
 
 
 class Beside:

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from pgmemory.store import queries as q
 from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
-from pgmemory.store.probing import Beside, due
+from pgmemory.store.probing import Beside, due, sample_largest
 from pgmemory.store.records import MemoryHit, MemoryScope
 
 logger = logging.getLogger(__name__)
@@ -191,23 +191,9 @@ class Shortlists:
         async with self._db.ddl() as conn:
             result = await conn.execute(clause(q.SHORTLIST_LARGE_USERS), params)
             sizes: dict[str, int] = {str(row[0]): int(row[1]) for row in result}
-            # the largest scopes first, as many rows of each as the budget lets the exact
-            # searches read (at least one row of the largest)
-            largest = sorted(sizes, key=lambda u: (-sizes[u], u))[: self.samples]
-            each = max(1, self.samples // max(1, len(largest)))
-            rows: list[tuple[str, Any, Any]] = []
-            budget = 0
-            for user_id in largest:
-                room = (SHORTLIST_PROBE_ROWS - budget) // sizes[user_id]
-                take = min(each, max(room, 0 if rows else 1))
-                if take <= 0:
-                    break
-                sample = await conn.execute(
-                    clause(q.SCOPE_SAMPLE),
-                    {"collection": collection, "user_id": user_id, "samples": take},
-                )
-                rows += [(user_id, own_id, embedding) for own_id, embedding in sample]
-                budget += take * sizes[user_id]
+            rows = await sample_largest(
+                conn, collection, sizes, samples=self.samples, max_rows=SHORTLIST_PROBE_ROWS
+            )
         found = total = 0
         limit = PROBE_LIMIT + 1  # the stored row itself is found both ways: left out below
         probed: set[str] = set()

@@ -150,6 +150,28 @@ async def test_a_probe_made_due_runs_beside_the_searches_and_close_cancels_it(
     assert len(ended) == 2 and not store._probes.running(f"ann {name}")
 
 
+async def test_a_probe_reads_at_most_its_budget_of_scope_rows(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe samples the largest scopes first, as evenly as its samples allow, while its
+    exact searches read at most ANN_PROBE_ROWS scope rows (always one row of the largest)."""
+    name = unique("c")
+    big, mid, small = (MemoryScope(user_id=u) for u in ("big", "mid", "small"))
+    await _collection(store, name, {big: 1_500, mid: 1_200, small: 50}, seed=9)
+    assert (await store.enable_ann(name, min_scope_rows=1_000)).probed_scopes == 2
+    sizes = {"big": 1_500, "mid": 1_200}
+    async with store.engine.connect() as conn:
+        rows = await probing.sample_largest(conn, name, sizes, samples=20, max_rows=10**9)
+        assert [u for u, _, _ in rows] == ["big"] * 10 + ["mid"] * 10
+        rows = await probing.sample_largest(conn, name, sizes, samples=20, max_rows=4_300)
+        assert [u for u, _, _ in rows] == ["big", "big", "mid"]  # 2 x 1,500 + 1 x 1,200 rows
+        rows = await probing.sample_largest(conn, name, sizes, samples=20, max_rows=100)
+        assert [u for u, _, _ in rows] == ["big"]  # one row of the largest whatever the budget
+    monkeypatch.setattr(ann, "ANN_PROBE_ROWS", 1_600)
+    status = await store.probe_ann(name)
+    assert status.probed_scopes == 1 and status.enabled
+
+
 async def test_a_failing_path_falls_back_to_exact_without_user_data_in_logs(
     store: MemoryStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -14,6 +14,7 @@ for (``enable_ann``, ``probe_ann``) still runs in its call.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -73,10 +74,14 @@ class Beside:
 
     def start(self, key: str, probe: Callable[[], Awaitable[Any]]) -> None:
         """Run ``probe()`` as a task of its own, unless ``key``'s probe is running already.
-        The probe must not raise (a failing probe leaves its path off, logged)."""
+        The probe must not raise (a failing probe leaves its path off, logged).
+
+        The task starts from an empty context, not the caller's: a search inside a shared
+        transaction (a turn's unit of work) must not lend it to a probe that outlives it,
+        nor its span to the probe's statements."""
         if key in self._running:
             return
-        task = asyncio.get_running_loop().create_task(_run(probe))
+        task = asyncio.get_running_loop().create_task(_run(probe), context=contextvars.Context())
         self._running[key] = task
         task.add_done_callback(lambda _: self._running.pop(key, None))
 

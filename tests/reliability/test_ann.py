@@ -150,6 +150,35 @@ async def test_a_probe_made_due_runs_beside_the_searches_and_close_cancels_it(
     assert len(ended) == 2 and not store._probes.running(f"ann {name}")
 
 
+async def test_a_probe_made_due_inside_a_shared_transaction_runs_outside_it(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe outlives the turn's unit of work that made it due: its statements run on
+    their own connections, not in that (by then finished) transaction."""
+    monkeypatch.setattr(ann, "ANN_PROBE_EVERY", 1)
+    monkeypatch.setattr(probing, "PROBE_INTERVAL_S", 0.0)
+    name, big = unique("c"), MemoryScope(user_id="big")
+    await _collection(store, name, {big: 1_200}, seed=10)
+    assert (await store.enable_ann(name, min_scope_rows=1_000)).enabled
+    path = store._ann._paths[name]
+    first = path.probed_at
+    measure, release = store._ann._measure, asyncio.Event()
+
+    async def held(*args: object, **kwargs: object) -> None:
+        await release.wait()
+        await measure(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store._ann, "_measure", held)
+    query = np.random.default_rng(11).standard_normal(DIM).astype(np.float32)
+    async with store.shared_transaction():
+        for _ in range(3):  # the second search makes a probe due
+            await store.search(name, big, vector=query, limit=5)
+    assert store._probes.running(f"ann {name}")
+    release.set()
+    await store._probes.settle()
+    assert path.probed_at > first and path.enabled and path.probed_scopes == 1
+
+
 async def test_a_probe_reads_at_most_its_budget_of_scope_rows(
     store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,8 +3,8 @@
 Both large-scope paths (:mod:`pgmemory.store.ann`, :mod:`pgmemory.store.shortlist`) keep
 their decision only while a recall probe on the collection's own stored vectors allows it, and
 each probe also refreshes which scopes are large. A probe is costly: one aggregate over the
-whole collection and a few dozen exact searches of its largest scopes (seconds on a million
-rows). So a path is probed again only after ``every`` of its searches *and* at least
+whole collection and a few dozen exact searches of its largest scopes (about a second on a
+million rows; their scope rows are bounded: :func:`sample_largest`). So a path is probed again only after ``every`` of its searches *and* at least
 :data:`PROBE_INTERVAL_S` seconds after its last probe (:func:`due`), and that probe runs as a
 task of its own (:class:`Beside`): the search that made it due, and every search meanwhile,
 goes on with the path's last decision instead of waiting for it. A probe the application asks
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -23,6 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.store import queries as q
 from pgmemory.store.clauses import clause
+
+logger = logging.getLogger(__name__)
 
 #: The least time between two probes of one path that searches make due.
 PROBE_INTERVAL_S = 60.0
@@ -102,4 +105,8 @@ class Beside:
 
 
 async def _run(probe: Callable[[], Awaitable[Any]]) -> None:
-    await probe()
+    """Run a probe; an error it lets out (a path disabled meanwhile) is logged, class only."""
+    try:
+        await probe()
+    except Exception as exc:
+        logger.warning("a recall probe beside the searches failed (%s)", type(exc).__name__)

@@ -7,9 +7,8 @@ whole collection and a few dozen exact searches of its largest scopes (about a s
 million rows; their scope rows are bounded: :func:`sample_largest`). So a path is probed again only after ``every`` of its searches *and* at least
 :data:`PROBE_INTERVAL_S` seconds after its last probe (:func:`due`), and that probe runs as a
 task of its own (:class:`Beside`): the search that made it due, and every search meanwhile,
-goes on with the path's last decision instead of waiting for it (the two-phase path's first
-probe too: until it has decided, its searches are exact). A probe the application asks for
-(``enable_ann``, ``probe_ann``) still runs in its call.
+goes on with the path's last decision instead of waiting for it. A probe the application asks
+for (``enable_ann``, ``probe_ann``) still runs in its call.
 """
 
 from __future__ import annotations

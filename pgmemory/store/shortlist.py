@@ -22,10 +22,10 @@ Which scopes take it (only where the memories keep codes: pgvector >= 0.7, see
 :func:`pgmemory.store.connector.has_binary_codes`): a vector search (no ``since``/``until``
 window) whose scope is exactly one user, whose rows numbered more than ``min_scope_rows`` at
 the last probe; every other search stays exact. The sizes come from one aggregate over the
-collection's codes index (all its users, a fan-out on Citus), run with each probe: from the
-collection's 100th vector search in the process (until that probe has decided, every search
-is exact), then after every ``probe_every`` searches of it, at most once a minute, each beside
-the searches (:mod:`pgmemory.store.probing`); a probe's exact searches read at most
+collection's codes index (all its users, a fan-out on Citus), run with each probe: at the
+collection's 100th vector search in the process (in that search; before it, every search is
+exact), then after every ``probe_every`` searches of it, at most once a minute, beside the
+searches (:mod:`pgmemory.store.probing`); a probe's exact searches read at most
 SHORTLIST_PROBE_ROWS scope rows in all. A size that went stale costs speed, never
 correctness: a user who grew past the threshold searches exactly until the next probe, and one
 who shrank searches a smaller scope with the same shortlist (recall only rises). Scopes
@@ -141,16 +141,18 @@ class Shortlists:
 
     async def route(self, collection: str, scope: MemoryScope, limit: int) -> int | None:
         """How many rows a vector search of ``scope`` re-ranks on the two-phase path, or None
-        (exact). Counts the search; from the collection's ``first_probe``-th search in this
-        process, probes beside the searches (exact until that first probe has decided), then
-        again when due (:func:`probing.due <pgmemory.store.probing.due>`: ``probe_every``
-        searches and a minute), the last decision standing meanwhile. Never raises."""
+        (exact). Counts the search; probes at the collection's ``first_probe``-th search in
+        this process (in that search), then again beside the searches when due
+        (:func:`probing.due <pgmemory.store.probing.due>`: ``probe_every`` searches and a
+        minute), the last decision standing meanwhile. Never raises."""
         if scope.user_id is None or not self._db.binary_codes or len(scope.as_dict()) != 1:
             return None
         state = self.state(collection)
         state.searches += 1
-        first = not state.probed and state.searches >= self.first_probe
-        if first or (state.probed and due(state.searches, self.probe_every, state.probed_at)):
+        if not state.probed:
+            if state.searches >= self.first_probe:
+                await self.probe(collection)
+        elif due(state.searches, self.probe_every, state.probed_at):
             self._beside.start(f"shortlist {collection}", lambda: self.probe(collection))
         if scope.user_id not in state.large_users or not self.enabled(collection):
             return None

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from pgmemory.admin import reembedding
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW
 from pgmemory.admin.tokens import DEFAULT_LIFETIME
-from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS, ANN_RECALL_FLOOR
+from pgmemory.store.ann import (
+    ANN_EF_SEARCH,
+    ANN_MIN_SCOPE_ROWS,
+    ANN_PROBE_LIMIT,
+    ANN_PROBE_SAMPLES,
+    ANN_RECALL_FLOOR,
+)
 from pgmemory.store.modes import DEFAULT_MODE
 
 if TYPE_CHECKING:
@@ -280,9 +286,12 @@ class SyncMemoryStoreMethods:
         again (optionally drop the index)."""
         return self._portal.run(self.async_store.disable_ann(collection, drop_index=drop_index))
 
-    def probe_ann(self, collection: str, *, samples: int = 20, limit: int = 10) -> AnnStatus:
+    def probe_ann(
+        self, collection: str, *, samples: int = ANN_PROBE_SAMPLES, limit: int = ANN_PROBE_LIMIT
+    ) -> AnnStatus:
         """Blocking :meth:`MemoryStore.probe_ann`: measure the approximate path's recall@``limit``
-        against exact search, and decide."""
+        against exact search, and decide: the queries are ``samples`` stored vectors of its largest
+        user scopes (no outside data; no audit)."""
         return self._portal.run(
             self.async_store.probe_ann(collection, samples=samples, limit=limit)
         )

@@ -226,7 +226,7 @@ def make_data(args: argparse.Namespace, rows: int) -> Path:
 # Server (the embedded server or PGMEMORY_DATABASE_URL's, and scratch databases on it) is
 # bench/_common/scratch.py's, shared by every benchmark.
 from bench._common.scratch import Server  # noqa: E402
-from pgmemory.store.ann import ANN_EF_SEARCH, ANN_MIN_SCOPE_ROWS  # noqa: E402
+from pgmemory.store.ann import ANN_EF_SEARCH, ANN_METHODS, ANN_MIN_SCOPE_ROWS  # noqa: E402
 
 # --- pgmemory adapter --------------------------------------------------------------------------
 
@@ -608,7 +608,7 @@ def main() -> None:
     p.add_argument("--peer-timeout", type=int, default=1800, help="seconds per peer")
     p.add_argument(
         "--ann",
-        choices=("hnsw", "ivfflat"),
+        choices=ANN_METHODS,
         default=None,
         help="then store.enable_ann(method=...) (the approximate path for large scopes) and "
         "measure again",

@@ -105,7 +105,7 @@ async def reembed(
 
     Raises:
         CollectionError: No such collection; another model is being staged (use
-            ``restart``); or the collection has an approximate (HNSW) index and the new
+            ``restart``); or the collection has an approximate index and the new
             model's size differs. A collection that already uses the model, with nothing
             left to re-embed, is no error: nothing is done.
         InvalidInputError: A bad batch size, or the embedder's model id or size.
@@ -133,10 +133,10 @@ async def reembed(
             await conn.execute(clause(s.REEMBED_CLEAR), params)
             await conn.execute(clause(s.REEMBED_FORGET), params)
         if dimensions != state["dimensions"]:
-            valid = (await conn.execute(clause(q.ANN_INDEX_STATE), params)).scalar()
-            if valid is not None:
+            index = (await conn.execute(clause(q.ANN_INDEX_STATE), params)).first()
+            if index is not None:
                 raise CollectionError(
-                    f"collection {collection!r} has an approximate (HNSW) index over "
+                    f"collection {collection!r} has an approximate ({index.amname}) index over "
                     f"{state['dimensions']}-dimension vectors, and model {model!r} makes "
                     f"{dimensions}: disable it first (store.disable_ann({collection!r}, "
                     "drop_index=True)), re-embed, then enable it again"

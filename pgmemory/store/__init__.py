@@ -10,7 +10,7 @@ to the module that owns the concern:
 * ``catalogue`` – collections (vector size and model) and embedding texts for them;
 * ``writes`` – storing memories: batched inserts and bulk COPY imports;
 * ``reads`` – search, pages in time order, counts;
-* ``ann`` – the approximate (HNSW) path for large scopes;
+* ``ann`` – the approximate (HNSW or IVFFlat) path for large scopes;
 * ``recall`` – the recall audit;
 * ``erasure`` – deleting memories by id, scope or expiry, and erasing a user;
 * ``history`` – chat history; ``facts`` – facts per scope and namespace.

@@ -62,6 +62,9 @@ ANN_PROBE_EVERY = 1_000
 #: collection whose large scopes are huge is probed on fewer of its stored rows. On
 #: bench/store/scale.py's 1M rows a probe reads about 420k (a row of each of its 11 huge scopes).
 ANN_PROBE_ROWS = 2_000_000
+#: Stored rows a probe searches both ways, and the hits it compares for each.
+ANN_PROBE_SAMPLES = 20
+ANN_PROBE_LIMIT = 10
 #: The kinds of approximate index (PostgreSQL access methods of pgvector).
 ANN_METHODS = ("hnsw", "ivfflat")
 
@@ -235,7 +238,7 @@ class AnnPaths:
             method=method,
             probes=probes,
         )
-        return await self.probe(collection, samples=20, limit=10)
+        return await self.probe(collection, samples=ANN_PROBE_SAMPLES, limit=ANN_PROBE_LIMIT)
 
     async def disable(self, collection: str, *, drop_index: bool) -> None:
         """Search every scope of the collection exactly again (optionally drop the index)."""
@@ -321,7 +324,8 @@ class AnnPaths:
         path.searches += 1
         if due(path.searches, ANN_PROBE_EVERY, path.probed_at):
             self._beside.start(
-                f"ann {collection}", lambda: self.probe(collection, samples=20, limit=10)
+                f"ann {collection}",
+                lambda: self.probe(collection, samples=ANN_PROBE_SAMPLES, limit=ANN_PROBE_LIMIT),
             )
         if not path.enabled:
             return None

@@ -20,6 +20,8 @@ from pgmemory.store import erasure, facts, history, lifecycle, reads, recall, wr
 from pgmemory.store.ann import (
     ANN_EF_SEARCH,
     ANN_MIN_SCOPE_ROWS,
+    ANN_PROBE_LIMIT,
+    ANN_PROBE_SAMPLES,
     ANN_RECALL_FLOOR,
     AnnPath,
     AnnPaths,
@@ -107,12 +109,10 @@ class MemoryStore:
             search=lambda *probe: reads.probe_search(self._db, self._catalogue, self._ann, *probe),
         )  # fmt: skip
         self._shortlists = Shortlists(
-            self._db,
-            lambda c, s, v, k, n: reads.probe_search(
-                self._db, self._catalogue, self._ann, c, s, v, k, None, shortlist=n
-            ),
-            beside=self._probes,
-        )
+            self._db, beside=self._probes,
+            search=lambda c, s, v, k, n: reads.probe_search(
+                self._db, self._catalogue, self._ann, c, s, v, k, None, shortlist=n),
+        )  # fmt: skip
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -419,10 +419,10 @@ class MemoryStore:
         Builds the index if missing (``CREATE INDEX CONCURRENTLY``; one of the other
         ``method`` is replaced), then probes it: the path serves one user's scope of more than
         ``min_scope_rows`` memories only while recall@10 >= ``recall_floor`` (probed again
-        beside the searches, at most once a minute). Inserts get slower. The setting lives in this store object:
-        call it after each start-up. ``method`` is ``"hnsw"`` (``ef_search``, ``m``,
-        ``ef_construction``) or ``"ivfflat"`` (``lists``, ``probes``: built in a fraction of
-        HNSW's time, from the rows stored then); ``maintenance_work_mem`` (e.g. ``"1GB"``) is
+        beside the searches, at most once a minute). Inserts get slower. The setting lives in
+        this store object: call it after each start-up. ``method`` is ``"hnsw"`` (``ef_search``,
+        ``m``, ``ef_construction``) or ``"ivfflat"`` (``lists``, ``probes``: built in a fraction
+        of HNSW's time, from the rows stored then); ``maintenance_work_mem`` (e.g. ``"1GB"``) is
         the build's memory. Details: :meth:`pgmemory.store.ann.AnnPaths.enable`.
         """
         return await self._ann.enable(
@@ -435,12 +435,12 @@ class MemoryStore:
         """Search every scope of the collection exactly again (optionally drop the index)."""
         await self._ann.disable(collection, drop_index=drop_index)
 
-    async def probe_ann(self, collection: str, *, samples: int = 20, limit: int = 10) -> AnnStatus:
-        """Measure the approximate path's recall@``limit`` against exact search, and decide.
-
-        The queries are ``samples`` stored vectors of the collection's largest user scopes, so
-        no outside data is needed. Audit is off for the probe.
-        """
+    async def probe_ann(
+        self, collection: str, *, samples: int = ANN_PROBE_SAMPLES, limit: int = ANN_PROBE_LIMIT
+    ) -> AnnStatus:
+        """Measure the approximate path's recall@``limit`` against exact search, and decide: the
+        queries are ``samples`` stored vectors of its largest user scopes (no outside data; no
+        audit)."""
         return await self._ann.probe(collection, samples=samples, limit=limit)
 
     async def _ann_path(self, collection: str, scope: MemoryScope) -> AnnPath | None:

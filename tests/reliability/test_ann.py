@@ -17,6 +17,8 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 
+from pgmemory.admin import Admin
+from pgmemory.errors import CollectionError
 from pgmemory.settings import Settings
 from pgmemory.store import ann, migrate, probing, queries
 from pgmemory.store.records import MemoryRecord, MemoryScope
@@ -199,6 +201,27 @@ async def test_a_probe_reads_at_most_its_budget_of_scope_rows(
     monkeypatch.setattr(ann, "ANN_PROBE_ROWS", 1_600)
     status = await store.probe_ann(name)
     assert status.probed_scopes == 1 and status.enabled
+
+
+async def test_reembedding_to_another_size_names_the_index_kind_in_its_way(
+    store: MemoryStore,
+) -> None:
+    """An approximate index is built for one vector size: a re-embedding to another size is
+    refused first, naming the index's kind and the way out."""
+
+    class Other:
+        dimensions, model_id = 8, "test-other@8"
+
+        async def embed(self, texts: list[str]) -> np.ndarray:
+            return np.ones((len(texts), 8), dtype=np.float32)
+
+    name, big = unique("c"), MemoryScope(user_id="big")
+    await _collection(store, name, {big: 1_200}, seed=12)
+    assert (await store.enable_ann(name, method="ivfflat", min_scope_rows=1_000)).enabled
+    with pytest.raises(CollectionError, match=r"approximate \(ivfflat\) index over 16-dim"):
+        await Admin(store).reembed(name, Other())  # type: ignore[arg-type]
+    await store.disable_ann(name, drop_index=True)
+    assert (await Admin(store).reembed(name, Other())).dimensions == 8  # type: ignore[arg-type]
 
 
 async def test_a_failing_path_falls_back_to_exact_without_user_data_in_logs(

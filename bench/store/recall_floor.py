@@ -101,7 +101,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             options="" if db.distributed else connector.GENERIC_PLANS,
         )
         await register_vector_async(raw)
-        connector.register_adapters(raw.adapters)
+        connector.register_adapters(raw)
         # Behind a pooler in transaction mode (PgBouncer) nothing may be prepared.
         unprepared = await MemoryStore(url, settings=Settings(prepared_statements=False)).open()
 

@@ -37,8 +37,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pgmemory.admin import statements as s
 from pgmemory.errors import CollectionError, InvalidInputError
 from pgmemory.store import queries as q
+from pgmemory.store.arrays import array
 from pgmemory.store.clauses import clause
-from pgmemory.store.connector import BinaryList
 from pgmemory.store.database import Database
 from pgmemory.store.validation import check_dimensions, check_name, check_vector
 
@@ -259,7 +259,7 @@ async def _write_staged(
                 **params,
                 "user_id": user,
                 "ids": [row["id"] for row, _ in members],
-                "embeddings": BinaryList(vector for _, vector in members),
+                "embeddings": array("vector", (vector for _, vector in members)),
             },
         )
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import re
 import select
+from contextlib import suppress
 from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector_async
-from psycopg.adapt import AdaptersMap
-from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import event
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
@@ -18,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
-from pgmemory.store import queries as q
+from pgmemory.store import arrays, queries as q
 from pgmemory.store.clauses import clause
 
 logger = logging.getLogger(__name__)
@@ -293,29 +292,19 @@ async def _ping(connection: psycopg.AsyncConnection[Any]) -> None:
         await connection.set_autocommit(autocommit)
 
 
-class BinaryList(list[Any]):
-    """A list sent as a binary array parameter (psycopg sends a plain list as text, element by
-    element through a regular expression, and every float as text: an insert of two memories
-    spent ~130 us of Python on its 17 arrays, ~37 us in binary; 1,000 vectors of 512
-    dimensions ~0.4 s, a memory copy in binary). The statement's cast names the array type,
-    so an empty list, or one of NULLs, casts as the text form did.
-    :func:`register_adapters` registers it on every connection."""
-
-
 def _register_types(dbapi_connection: Any, _record: Any) -> None:
-    """A new connection's adapters: pgmemory's own (:func:`register_adapters`) and pgvector's."""
-    register_adapters(dbapi_connection.driver_connection.adapters)
-    try:
+    """A new connection's adapters: pgvector's, then pgmemory's (:func:`register_adapters`)."""
+    connection = dbapi_connection.driver_connection
+    # Without the extension check_database() fails with instructions.
+    with suppress(psycopg.ProgrammingError):
         dbapi_connection.run_async(register_vector_async)
-    except psycopg.ProgrammingError:
-        # The extension is missing: check_database() turns that into a clear error.
-        return
+    register_adapters(connection)
 
 
-def register_adapters(adapters: AdaptersMap) -> None:
-    """What pgmemory's statements send, on a connection's ``adapters``: a
-    :class:`BinaryList` as a binary array."""
-    adapters.register_dumper(BinaryList, ListBinaryDumper)
+def register_adapters(connection: psycopg.AsyncConnection[Any]) -> None:
+    """What pgmemory's statements send, on ``connection`` (after pgvector's types): array
+    parameters in binary (:mod:`pgmemory.store.arrays`)."""
+    arrays.register(connection)
 
 
 async def check_database(engine: AsyncEngine, *, expected_revision: str | None) -> None:

@@ -38,8 +38,8 @@ from psycopg import pq
 from psycopg.rows import dict_row
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 
+from pgmemory.store.arrays import ARRAY_TYPES, ArrayParameter
 from pgmemory.store.clauses import clause
-from pgmemory.store.connector import BinaryList
 from pgmemory.store.unit_of_work import Deferred, lock_statement
 
 _DIALECT = PGDialectAsync_psycopg()
@@ -48,7 +48,7 @@ _DIALECT = PGDialectAsync_psycopg()
 #: A parameter as SQLAlchemy compiles ``:name`` (``%(name)s``), or an escaped ``%``.
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
 #: A parameter cast to an array type, as SQLAlchemy compiles ``CAST(:name AS type[])``.
-_ARRAY_PARAMETER = re.compile(r"CAST\(%\((\w+)\)s AS [a-z0-9_ ]+\[\]\)")
+_ARRAY_PARAMETER = re.compile(r"CAST\(%\((\w+)\)s AS ([a-z0-9_ ]+)\[\]\)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,21 +63,22 @@ class DriverStatement:
     Attributes:
         sql: The statement, ``$1``, ``$2``... in place of its ``:name`` parameters.
         names: The parameter each ``$n`` stands for (``names[n - 1]``).
-        arrays: The parameters cast to an array type, sent in binary (:class:`BinaryList`).
+        arrays: The parameters cast to an array type, each with the class it is sent as
+            (:mod:`pgmemory.store.arrays`: the cast's element type, in binary).
     """
 
     sql: str
     names: tuple[str, ...]
-    arrays: frozenset[str]
+    arrays: Mapping[str, type[ArrayParameter]]
 
     def values(self, params: Mapping[str, Any]) -> list[Any]:
-        """``params`` in placeholder order, each array parameter as a :class:`BinaryList`."""
+        """``params`` in placeholder order, each array parameter as its cast's class."""
         arrays = self.arrays
         out = []
         for name in self.names:
             value = params[name]
-            if name in arrays and value is not None and not isinstance(value, BinaryList):
-                value = BinaryList(value)
+            if name in arrays and value is not None and not isinstance(value, ArrayParameter):
+                value = arrays[name](value)
             out.append(value)
         return out
 
@@ -97,10 +98,13 @@ def driver_statement(statement: str) -> DriverStatement:
             names.append(name)
         return f"${names.index(name) + 1}"
 
+    arrays: dict[str, type[ArrayParameter]] = {}
+    for name, element in _ARRAY_PARAMETER.findall(compiled):
+        if element not in ARRAY_TYPES:
+            raise ValueError(f"no array parameter class for {element}[] (pgmemory.store.arrays)")
+        arrays[name] = ARRAY_TYPES[element]
     return DriverStatement(
-        sql=_PLACEHOLDER.sub(number, compiled),
-        names=tuple(names),
-        arrays=frozenset(_ARRAY_PARAMETER.findall(compiled)),
+        sql=_PLACEHOLDER.sub(number, compiled), names=tuple(names), arrays=arrays
     )
 
 

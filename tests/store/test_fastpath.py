@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -165,18 +166,27 @@ def _array_casts() -> set[tuple[str, str]]:
     }
 
 
-def test_array_parameters_are_sent_in_binary() -> None:
-    from pgmemory.store.connector import BinaryList
+def test_array_parameters_are_sent_as_their_casts_type() -> None:
+    from pgmemory.store.arrays import ARRAY_TYPES
     from pgmemory.store.fastpath import driver_statement
 
     casts = _array_casts()
     assert ("users", "text") in casts and ("embeddings", "vector") in casts
     for statement in (q.LOCK_FOR_WRITE, q.INSERT_MEMORIES, q.APPEND_HISTORY):
         sent = driver_statement(statement)
-        named = {name for name, _ in casts if f"CAST(:{name} AS" in statement}
-        assert named and sent.arrays == named, statement
+        named = {name: kind for name, kind in casts if f"CAST(:{name} AS" in statement}
+        assert named and sent.arrays == {n: ARRAY_TYPES[k] for n, k in named.items()}, statement
         values = sent.values({key: ["x"] for key in sent.names})
-        assert [type(v) is BinaryList for v in values] == [n in named for n in sent.names]
+        assert [type(v) for v in values] == [
+            ARRAY_TYPES[named[n]] if n in named else list for n in sent.names
+        ]
+
+
+def test_an_array_cast_without_a_class_is_refused() -> None:
+    from pgmemory.store.fastpath import driver_statement
+
+    with pytest.raises(ValueError, match=r"no array parameter class for money\[\]"):
+        driver_statement("SELECT CAST(:amounts AS money[])")
 
 
 def test_a_statement_is_sent_with_numbered_placeholders() -> None:
@@ -190,7 +200,7 @@ def test_a_statement_is_sent_with_numbered_placeholders() -> None:
     assert sent.sql == (
         "SELECT CAST($1 AS text[]), CAST($2 AS text), 'y'::text, $1, '100%' WHERE $2 <> 'a%'"
     )
-    assert sent.names == ("b", "a") and sent.arrays == {"b"}
+    assert sent.names == ("b", "a") and set(sent.arrays) == {"b"}
     assert sent.values({"a": "x", "b": None, "c": 1}) == [None, "x"]
 
 
@@ -198,14 +208,49 @@ async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: Me
     """An empty list, or one of NULLs, has no element type of its own: sent in binary it must
     still cast to each array type a statement names (as the text form did)."""
     kinds = sorted({kind for _, kind in _array_casts()})
-    from pgmemory.store.connector import BinaryList
+    from pgmemory.store.arrays import array
 
     async with store.database.driver_autocommit() as conn:
         for kind in kinds:
             for value in ([], [None]):
                 cursor = psycopg.AsyncRawCursor(conn)
-                await cursor.execute(f"SELECT CAST($1 AS {kind}[])", [BinaryList(value)])
+                await cursor.execute(f"SELECT CAST($1 AS {kind}[])", [array(kind, value)])
                 assert (await cursor.fetchone()) == (value,), kind
+
+
+async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore) -> None:
+    """Each element type's binary form, NULLs among the values: the server reads back what
+    was sent (text beyond ASCII, a float only positional notation keeps, a time in another
+    zone, a vector)."""
+    from datetime import datetime, timedelta, timezone
+
+    from pgvector import Vector
+
+    from pgmemory.store.arrays import ARRAY_TYPES, array
+    from pgmemory.store.jsonb import jsonb
+
+    zone = timezone(timedelta(hours=-5, minutes=-30))
+    vector = np.array([0.5, -1.25, 3.0], dtype=np.float32)
+    cases: dict[str, tuple[list[Any], list[Any]]] = {
+        "text": (["Zoë 🍜", None, ""], ["Zoë 🍜", None, ""]),
+        "uuid": ([uuid.UUID(int=7), None, str(uuid.UUID(int=9))], [uuid.UUID(int=7), None, uuid.UUID(int=9)]),
+        "jsonb": ([jsonb({"a": [1, 1e300]}), None, jsonb("x")], [{"a": [1, 1e300]}, None, "x"]),
+        "int4": ([-(2**31), None, 7], [-(2**31), None, 7]),
+        "bigint": ([2**62, None], [2**62, None]),
+        "real": ([0.5, None], [0.5, None]),
+        "timestamptz": (
+            [datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=zone), None],
+            [datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=zone), None],
+        ),
+        "vector": ([vector, None], [Vector(vector.tolist()), None]),
+    }  # fmt: skip
+    assert set(cases) == set(ARRAY_TYPES)
+    async with store.database.driver_autocommit() as conn:
+        for kind, (sent, expected) in cases.items():
+            cursor = psycopg.AsyncRawCursor(conn)
+            await cursor.execute(f"SELECT CAST($1 AS {kind}[])", [array(kind, sent)])
+            (got,) = await cursor.fetchone()  # type: ignore[misc]
+            assert got == expected, kind
 
 
 def test_one_users_lock_is_the_short_statement() -> None:

@@ -19,6 +19,7 @@ from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import arrays, queries as q
 from pgmemory.store.clauses import clause
+from pgmemory.store.jsonb import JsonbLoader
 
 logger = logging.getLogger(__name__)
 
@@ -302,9 +303,11 @@ def _register_types(dbapi_connection: Any, _record: Any) -> None:
 
 
 def register_adapters(connection: psycopg.AsyncConnection[Any]) -> None:
-    """What pgmemory's statements send, on ``connection`` (after pgvector's types): array
-    parameters in binary (:mod:`pgmemory.store.arrays`)."""
+    """What pgmemory's statements send and read, on ``connection`` (after pgvector's types):
+    array parameters in binary (:mod:`pgmemory.store.arrays`), jsonb results
+    (:class:`~pgmemory.store.jsonb.JsonbLoader`)."""
     arrays.register(connection)
+    connection.adapters.register_loader("jsonb", JsonbLoader)
 
 
 async def check_database(engine: AsyncEngine, *, expected_revision: str | None) -> None:

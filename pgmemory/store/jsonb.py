@@ -13,6 +13,8 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
 from psycopg.types.json import Jsonb
 
 #: A number in exponent form where :func:`json.dumps` writes a value: at the start, after ``[``,
@@ -64,3 +66,14 @@ def _positional(value: Any) -> str:
 def jsonb(value: Any) -> Jsonb:
     """``value`` as a jsonb parameter, written by :func:`dumps`."""
     return Jsonb(value, dumps=dumps)
+
+
+class JsonbLoader(Loader):
+    """A jsonb value read back (text format), as psycopg's own loader reads it, but an empty
+    object, what most rows' metadata holds, without a parse (~1.4 µs a value), and other text
+    decoded before :func:`json.loads` (which otherwise detects the bytes' encoding first)."""
+
+    def load(self, data: Buffer) -> Any:
+        if data == b"{}":
+            return {}
+        return json.loads(bytes(data).decode())

@@ -7,8 +7,10 @@ import re
 
 import numpy as np
 import pytest
+from psycopg import pq
 
-from pgmemory.store.jsonb import _positional, dumps
+from pgmemory import MemoryStore
+from pgmemory.store.jsonb import JsonbLoader, _positional, dumps
 
 
 @pytest.mark.parametrize(
@@ -54,3 +56,22 @@ def test_ids_that_hold_a_digit_an_e_and_a_digit_stay_on_the_c_encoder(
         "n": [1, 2.5],
     }
     assert json.loads(dumps(value)) == value
+
+
+async def test_jsonb_results_read_back_as_stored(store: MemoryStore) -> None:
+    """The connection's jsonb loader: an empty object (a new dict each time), text beyond
+    ASCII, a float written positionally, scalars and JSON null all read as json.loads reads
+    them; SQL NULL stays None."""
+    values = ["{}", '{"a": "héllo 🍜", "b": [1.5, null, {"c": {}}]}', '"x"', "null", "2", "[]"]
+    async with store.database.driver_autocommit() as conn:
+        jsonb_oid = conn.adapters.types["jsonb"].oid
+        assert conn.adapters.get_loader(jsonb_oid, pq.Format.TEXT) is JsonbLoader
+        cursor = await conn.execute(
+            "SELECT v::jsonb FROM unnest(%s::text[]) AS v", [[*values, None]]
+        )
+        got = [row[0] for row in await cursor.fetchall()]
+        assert got == [*(json.loads(v) for v in values), None]
+        cursor = await conn.execute("SELECT '{}'::jsonb, '{}'::jsonb")
+        first, second = await cursor.fetchone()  # type: ignore[misc]
+        first["k"] = 1
+        assert second == {} and first is not second

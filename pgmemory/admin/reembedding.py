@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pgmemory.admin import statements as s
 from pgmemory.errors import CollectionError, InvalidInputError
 from pgmemory.store import queries as q
-from pgmemory.store.arrays import array
+from pgmemory.store.binary import array
 from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.validation import check_dimensions, check_name, check_vector

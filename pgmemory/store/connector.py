@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
-from pgmemory.store import arrays, queries as q
+from pgmemory.store import binary, queries as q
 from pgmemory.store.clauses import clause
 from pgmemory.store.jsonb import JsonbLoader
 
@@ -304,9 +304,9 @@ def _register_types(dbapi_connection: Any, _record: Any) -> None:
 
 def register_adapters(connection: psycopg.AsyncConnection[Any]) -> None:
     """What pgmemory's statements send and read, on ``connection`` (after pgvector's types):
-    array parameters in binary (:mod:`pgmemory.store.arrays`), jsonb results
+    array parameters in binary (:mod:`pgmemory.store.binary`), jsonb results
     (:class:`~pgmemory.store.jsonb.JsonbLoader`)."""
-    arrays.register(connection)
+    binary.register(connection)
     connection.adapters.register_loader("jsonb", JsonbLoader)
 
 

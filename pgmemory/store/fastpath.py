@@ -37,7 +37,7 @@ import psycopg
 from psycopg import pq
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 
-from pgmemory.store.arrays import ARRAY_TYPES, ArrayParameter
+from pgmemory.store.binary import ARRAY_TYPES, ArrayParameter
 from pgmemory.store.clauses import clause
 from pgmemory.store.unit_of_work import Deferred, lock_statement
 
@@ -63,7 +63,7 @@ class DriverStatement:
         sql: The statement, ``$1``, ``$2``... in place of its ``:name`` parameters.
         names: The parameter each ``$n`` stands for (``names[n - 1]``).
         arrays: The parameters cast to an array type, each with the class it is sent as
-            (:mod:`pgmemory.store.arrays`: the cast's element type, in binary).
+            (:mod:`pgmemory.store.binary`: the cast's element type, in binary).
     """
 
     sql: str
@@ -116,7 +116,7 @@ def driver_statement(statement: str) -> DriverStatement:
     arrays: dict[str, type[ArrayParameter]] = {}
     for name, element in _ARRAY_PARAMETER.findall(compiled):
         if element not in ARRAY_TYPES:
-            raise ValueError(f"no array parameter class for {element}[] (pgmemory.store.arrays)")
+            raise ValueError(f"no array parameter class for {element}[] (pgmemory.store.binary)")
         arrays[name] = ARRAY_TYPES[element]
     return DriverStatement(
         sql=_PLACEHOLDER.sub(number, compiled), names=tuple(names), arrays=arrays

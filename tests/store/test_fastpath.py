@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from psycopg.adapt import PyFormat
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
@@ -167,7 +168,7 @@ def _array_casts() -> set[tuple[str, str]]:
 
 
 def test_array_parameters_are_sent_as_their_casts_type() -> None:
-    from pgmemory.store.arrays import ARRAY_TYPES
+    from pgmemory.store.binary import ARRAY_TYPES
     from pgmemory.store.fastpath import driver_statement
 
     casts = _array_casts()
@@ -208,7 +209,7 @@ async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: Me
     """An empty list, or one of NULLs, has no element type of its own: sent in binary it must
     still cast to each array type a statement names (as the text form did)."""
     kinds = sorted({kind for _, kind in _array_casts()})
-    from pgmemory.store.arrays import array
+    from pgmemory.store.binary import array
 
     async with store.database.driver_autocommit() as conn:
         for kind in kinds:
@@ -219,14 +220,14 @@ async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: Me
 
 
 async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore) -> None:
-    """Each element type's binary form, NULLs among the values: the server reads back what
-    was sent (text beyond ASCII, a float only positional notation keeps, a time in another
+    """Each element type's binary form, NULLs among the values, and a numpy vector alone: the
+    server reads back what was sent (text beyond ASCII, a float only positional notation keeps, a time in another
     zone, a vector)."""
     from datetime import datetime, timedelta, timezone
 
     from pgvector import Vector
 
-    from pgmemory.store.arrays import ARRAY_TYPES, array
+    from pgmemory.store.binary import ARRAY_TYPES, array
     from pgmemory.store.jsonb import jsonb
 
     zone = timezone(timedelta(hours=-5, minutes=-30))
@@ -246,6 +247,11 @@ async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore
     }  # fmt: skip
     assert set(cases) == set(ARRAY_TYPES)
     async with store.database.driver_autocommit() as conn:
+        dumper = conn.adapters.get_dumper(np.ndarray, PyFormat.AUTO)
+        assert dumper.__module__ == "pgmemory.store.binary", dumper
+        cursor = psycopg.AsyncRawCursor(conn)
+        await cursor.execute("SELECT CAST($1 AS vector)", [vector])
+        assert (await cursor.fetchone()) == (Vector(vector.tolist()),)
         for kind, (sent, expected) in cases.items():
             cursor = psycopg.AsyncRawCursor(conn)
             await cursor.execute(f"SELECT CAST($1 AS {kind}[])", [array(kind, sent)])

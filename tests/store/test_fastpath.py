@@ -243,7 +243,7 @@ async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore
             [datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=zone), None],
             [datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=zone), None],
         ),
-        "vector": ([vector, None], [Vector(vector.tolist()), None]),
+        "vector": ([vector, None, Vector([1.0, 2.5, -3.0])], [Vector(vector.tolist()), None, Vector([1.0, 2.5, -3.0])]),
     }  # fmt: skip
     assert set(cases) == set(ARRAY_TYPES)
     async with store.database.driver_autocommit() as conn:

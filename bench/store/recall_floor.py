@@ -11,8 +11,11 @@ process and connection pool:
 * ``pool checkout + return``: ``Database.driver_autocommit`` with nothing run in it (a
   connection the fast path holds, taken and held again: ``pgmemory.store.held``);
 * ``raw: audited statement``, ``raw: search statement, no audit``, ``raw: SELECT 1``: the same
-  statements on a psycopg connection of their own (prepared, autocommit), with nothing of
-  pgmemory around them: the floor any implementation of this audit has on this machine;
+  statements on a psycopg connection of their own (prepared, autocommit, pgmemory's adapters,
+  rows read as dicts by psycopg's ``dict_row``), with nothing of pgmemory around them: the
+  floor any implementation of this audit has on this machine;
+* ``raw: audited statement, tuples``: the same, its rows read as plain tuples (the least a
+  caller can do with them; ``dict_row`` decodes the column names again for every result);
 * ``search, prepared_statements=False``, ``raw: the same, unprepared``: both again without
   prepared statements, as behind a pooler in transaction mode (PgBouncer): the cost of
   parsing and planning the statement on every run;
@@ -54,7 +57,7 @@ from bench._common.scratch import Server
 async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     import psycopg
     from pgvector.psycopg import register_vector_async
-    from psycopg.rows import dict_row
+    from psycopg.rows import dict_row, tuple_row
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
     from pgmemory.store import connector, fastpath, queries as q
@@ -105,8 +108,8 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
         # Behind a pooler in transaction mode (PgBouncer) nothing may be prepared.
         unprepared = await MemoryStore(url, settings=Settings(prepared_statements=False)).open()
 
-        async def raw_run(statement: fastpath.DriverStatement) -> None:
-            cursor = psycopg.AsyncRawCursor(raw, row_factory=dict_row)
+        async def raw_run(statement: fastpath.DriverStatement, *, as_dicts: bool = True) -> None:
+            cursor = psycopg.AsyncRawCursor(raw, row_factory=dict_row if as_dicts else tuple_row)
             await cursor.execute(statement.sql, statement.values(params), prepare=True)
             await cursor.fetchall()
 
@@ -142,6 +145,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             "raw: what search sends": raw_sent,
             "raw: the same, unprepared": lambda: raw_sent(prepare=False),
             "raw: audited statement": lambda: raw_run(audited),
+            "raw: audited statement, tuples": lambda: raw_run(audited, as_dicts=False),
             "raw: search statement, no audit": lambda: raw_run(plain),
             "raw: SELECT 1": lambda: raw_run(fastpath.driver_statement("SELECT 1")),
         }
@@ -187,7 +191,11 @@ def main() -> None:
     for name, f in figures.items():
         print(f"{name:<34} {f['p50_ms']:>7.3f} {f['p95_ms']:>7.3f} {f['p99_ms']:>7.3f}")
     search = figures["search"]["p50_ms"]
-    for floor in ("raw: what search sends", "raw: audited statement"):
+    for floor in (
+        "raw: what search sends",
+        "raw: audited statement",
+        "raw: audited statement, tuples",
+    ):
         print(f"search / {floor}: {search / figures[floor]['p50_ms']:.2f}x at p50")
     unprepared = figures["search, prepared_statements=False"]["p50_ms"]
     print(f"search unprepared / prepared: {unprepared / search:.2f}x at p50")

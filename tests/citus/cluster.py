@@ -188,9 +188,26 @@ class Cluster:
         return self.url(name)
 
     def drop_database(self, name: str) -> None:
-        """Drop ``name`` on every node (the coordinator first)."""
+        """Drop ``name`` on every node (the coordinator first).
+
+        ``WITH (FORCE)`` ends the database's client sessions, not Citus's maintenance daemon (a
+        background worker of each Citus database): Citus signals it to stop when the database
+        is dropped, without waiting for it, and a daemon busy for longer than PostgreSQL waits
+        makes the drop fail with "being accessed by other users" (once in a CI run, at the
+        teardown of a test whose three processes had just migrated the database). The drop is
+        tried again for up to 10 s.
+        """
         for node in self.nodes:
-            node.execute("postgres", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    node.execute("postgres", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                    break
+                except sa.exc.OperationalError as exc:
+                    in_use = getattr(exc.orig, "sqlstate", None) == "55006"  # object_in_use
+                    if not in_use or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
 
 
 #: The clusters running now, by their coordinator's URL (see :func:`serving`).

@@ -221,8 +221,8 @@ async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: Me
 
 async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore) -> None:
     """Each element type's binary form, NULLs among the values, and a numpy vector alone: the
-    server reads back what was sent (text beyond ASCII, a float only positional notation keeps, a time in another
-    zone, a vector)."""
+    server reads back what was sent (text beyond ASCII, a float only positional notation keeps,
+    a time in another zone, a vector given as numpy or as pgvector's ``Vector``)."""
     from datetime import datetime, timedelta, timezone
 
     from pgvector import Vector

@@ -179,6 +179,7 @@ def register(connection: BaseConnection[Any]) -> None:
     never changes the encoding). Call it after pgvector's types are registered (its numpy
     dumper is replaced); a type the database lacks (``vector`` without pgvector) gets none."""
     adapters = connection.adapters
+    encoding = connection.info.encoding
     vector = adapters.types.get("vector")
     if vector is not None:
         # Under pgvector's key, so that it replaces pgvector's binary dumper.
@@ -193,7 +194,7 @@ def register(connection: BaseConnection[Any]) -> None:
         attributes = {
             "oid": info.array_oid,
             "_element_oid": info.oid,
-            "_encoding": connection.info.encoding,
+            "_encoding": encoding,
             "_write": staticmethod(_ELEMENTS[name]),
             "__module__": __name__,
         }

@@ -454,9 +454,10 @@ linked AS MATERIALIZED (
 )"""
 
 
-def _read_back(alias: str, columns: str, *, routed: bool) -> str:
-    """``CROSS JOIN LATERAL (...) AS m``: ``alias``'s rows (by their ``id`` and ``user_id``)
-    read back from pgmemory_memories with ``columns`` (of ``m``), one primary-key probe each.
+def _read_back(alias: str, columns: str, *, routed: bool, name: str = "m") -> str:
+    """``CROSS JOIN LATERAL (...) AS m`` (or ``AS name``): ``alias``'s rows (by their ``id``
+    and ``user_id``) read back from pgmemory_memories with ``columns`` (of ``m``), one
+    primary-key probe each.
 
     The probe is a LATERAL subquery with ``OFFSET 0`` so that no plan turns it into a join:
     with ``routed`` it repeats ``m.user_id = :user_id`` (Citus routes by it), and as a join a
@@ -471,7 +472,7 @@ def _read_back(alias: str, columns: str, *, routed: bool) -> str:
         FROM pgmemory_memories AS m
         WHERE m.id = {alias}.id AND m.user_id = {alias}.user_id{user}
         OFFSET 0
-    ) AS m"""
+    ) AS {name}"""
 
 
 def _scope_read_back(alias: str, columns: str, dimensions: tuple[str, ...]) -> str:
@@ -1148,6 +1149,32 @@ def _near(a: str, b: str) -> str:
              AND (length({a}) + length({b}) > 0 OR CAST(:threshold AS float8) <= 1))"""
 
 
+#: No kept rows (a recall of no matches: ``max_results`` 0).
+_NO_KEPT = """SELECT CAST(NULL AS bigint) AS rank, CAST(NULL AS uuid) AS id,
+           CAST(NULL AS text) AS user_id, CAST(NULL AS real) AS score,
+           CAST(NULL AS bigint) AS need
+    WHERE false"""
+
+
+def _walked_rows(dimensions: tuple[str, ...]) -> str:
+    """The recall walk's read of each ranked row ``o`` (``walk_order``), as ``w``: its terms
+    (``lexemes``), its line cost (``need``) and whether its kind is shown (``shown_kind``:
+    not a tool memory, unless ``:include_tools``). In a user scope, one primary-key probe a
+    row, made only when the walk gets to it (:func:`_read_back`); without a user, a join."""
+    if "user_id" in dimensions:
+        columns = (
+            f"strip(m.search_vector) AS lexemes, {_NEED.format(p='m.')} AS need,\n"
+            f"               (CAST(:include_tools AS boolean) OR NOT {_TOOL_MEMORY}) AS shown_kind"
+        )
+        return _read_back("o", columns, routed=True, name="w")
+    tool = _TOOL_MEMORY.replace("m.", "mm.")
+    return f"""JOIN pgmemory_memories AS mm ON mm.id = o.id AND mm.user_id = o.user_id
+    CROSS JOIN LATERAL (
+        SELECT strip(mm.search_vector) AS lexemes, {_NEED.format(p="mm.")} AS need,
+               (CAST(:include_tools AS boolean) OR NOT {tool}) AS shown_kind
+    ) AS w"""
+
+
 def _stage(name: str, source: str, order: str, limit: str, *, where: str = "") -> str:
     """One budget stage: the rows of ``source`` in ``order``, each shown (``cap``, its line's
     token cap) while the running cost stays within ``limit``; the first row that does not fit
@@ -1228,8 +1255,13 @@ def recall_memories(
                 distributed=distributed,
             )
         )
-        ctes.append(_hits(dimensions, columns=("search_vector", "recall_tokens", "embedding")))
-        ctes.append(_signals(mode=mode, fusion=fusion))
+        # The ranked rows in rank order, not read back: the walk below reads a row only when
+        # it gets to it.
+        ctes.append("""walk_order AS MATERIALIZED (
+    SELECT t.id, t.user_id, t.score, row_number() OVER (ORDER BY t.score DESC, t.id) AS rank
+    FROM top AS t
+    WHERE t.score >= :min_score
+)""")
     ctes.append(f"""latest AS MATERIALIZED (
     SELECT m.id, m.user_id, m.role, m.created_at,
            strip(m.search_vector) AS lexemes, {_NEED.format(p="m.")} AS need
@@ -1252,42 +1284,49 @@ def recall_memories(
     WHERE users_before < :recent_turns
 )""")
     if mode is not None:
-        tool = _TOOL_MEMORY.replace("m.", "h.")
-        ctes.append(f"""pool AS MATERIALIZED (
-    SELECT p.*, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
-    FROM (
-        SELECT h.id, h.user_id, h.score, strip(h.search_vector) AS lexemes,
-               {_NEED.format(p="h.")} AS need,
-               EXISTS (SELECT 1 FROM recent AS r
-                       WHERE {_near("strip(h.search_vector)", "r.lexemes")}) AS near_recent
-        FROM hits AS h
-        WHERE (CAST(:include_tools AS boolean) OR NOT {tool})
-          AND NOT EXISTS (SELECT 1 FROM recent AS r WHERE r.id = h.id AND r.user_id = h.user_id)
-    ) AS p
-)""")
+        walked = _walked_rows(dimensions)
         # The greedy walk, unrolled (Citus plans no recursive CTE beside a data-modifying
-        # one): keep_k holds the first pooled row after keep_(k-1)'s that is near no recent row
-        # (``near_recent``, worked out once a pooled row) and none of keep_1 .. keep_(k-1),
-        # with its terms, so a later step compares against k - 1 rows (none once none is left).
+        # one): keep_k holds the first ranked row after keep_(k-1)'s that is no tool memory
+        # (unless :include_tools), no recent row, near no recent row and near none of keep_1 ..
+        # keep_(k-1), with its terms. Each step reads the rows it walks past, in rank order,
+        # and stops at the one it keeps: a LIMIT 1 over a nested loop whose outer side comes
+        # sorted (a subquery with its own ORDER BY and LIMIT, which the planner keeps whole;
+        # over the CTE itself it sorted the loop's output, reading every row). A recall reads
+        # the few rows before its matches, not all :limit ranked rows.
         for k in range(1, max_results + 1):
             after = f"(SELECT rank FROM keep_{k - 1})" if k > 1 else "0"
             against_kept = "".join(
                 f"""
-      AND NOT EXISTS (SELECT 1 FROM keep_{j} AS b WHERE {_near("a.lexemes", "b.lexemes")})"""
+      AND NOT EXISTS (SELECT 1 FROM keep_{j} AS b WHERE {_near("w.lexemes", "b.lexemes")})"""
                 for j in range(1, k)
             )
+            near_recent = _near("w.lexemes", "r.lexemes")
             ctes.append(f"""keep_{k} AS MATERIALIZED (
-    SELECT a.rank, a.lexemes FROM pool AS a
-    WHERE a.rank > {after}
-      AND NOT a.near_recent{against_kept}
-    ORDER BY a.rank LIMIT 1
+    SELECT o.rank, o.id, o.user_id, o.score, w.need, w.lexemes
+    FROM (SELECT * FROM walk_order WHERE rank > {after} ORDER BY rank LIMIT :limit) AS o
+    {walked}
+    WHERE w.shown_kind
+      AND NOT EXISTS (SELECT 1 FROM recent AS r WHERE r.id = o.id AND r.user_id = o.user_id)
+      AND NOT EXISTS (SELECT 1 FROM recent AS r WHERE {near_recent}){against_kept}
+    ORDER BY o.rank
+    LIMIT 1
 )""")
-        kept = " UNION ALL ".join(f"SELECT rank FROM keep_{k}" for k in range(1, max_results + 1))
+        kept = " UNION ALL ".join(
+            f"SELECT rank, id, user_id, score, need FROM keep_{k}"
+            for k in range(1, max_results + 1)
+        )
         ctes.append(f"""matches AS MATERIALIZED (
-    SELECT p.id, p.user_id, p.score, p.need, row_number() OVER (ORDER BY p.rank) AS ord
-    FROM pool AS p
-    WHERE p.rank IN ({kept or "SELECT CAST(NULL AS bigint)"})
+    SELECT k.id, k.user_id, k.score, k.need, row_number() OVER (ORDER BY k.rank) AS ord
+    FROM ({kept or _NO_KEPT}) AS k
 )""")
+        # The matches' own rows, for their signals (:func:`_signals` reads ``hits``).
+        columns = "m.id, m.user_id, m.created_at, m.embedding"
+        ctes.append(f"""hits AS (
+    SELECT {columns}, x.score
+    FROM matches AS x
+    {_scope_read_back("x", columns, dimensions)}
+)""")
+        ctes.append(_signals(mode=mode, fusion=fusion))
     else:
         ctes.append("""matches AS (
     SELECT CAST(NULL AS uuid) AS id, CAST(NULL AS text) AS user_id, CAST(NULL AS real) AS score,

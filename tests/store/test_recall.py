@@ -276,3 +276,72 @@ async def test_the_near_duplicate_rule_is_the_jaccard_overlap_at_its_boundaries(
     want = [(len(a & b) / len(a | b) if a or b else 1.0) >= t for a, b, t in cases]
     assert got == want
     assert any(want) and not all(want)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "include_tools"), [(0.9, False), (0.5, False), (0.5, True), (1.01, False)]
+)
+async def test_the_matches_are_the_first_ranked_rows_the_rules_keep(
+    store: MemoryStore, collection: str, threshold: float, include_tools: bool
+) -> None:
+    """The recall's matches against the walk worked out in Python over the search's own
+    ranking: rows are skipped (tools, recent rows, near-duplicates of recent or kept rows) deep
+    into the ranking."""
+    scope = MemoryScope(user_id=unique("u"))
+    await seed(store, collection, scope)
+    older = MemoryScope(user_id=scope.user_id, session_id="s-older")
+    await store.add(
+        collection,
+        [
+            record(older, f"Bob has a severe peanut allergy, note {i}", "user", -60 + i)
+            for i in range(8)
+        ]
+        + [record(older, "peanut allergy card for Bob", "tool", -40 + i) for i in range(3)]
+        + [
+            record(older, "The peanut sauce at Thai Palace is mild", "assistant", -30),
+            record(older, "Alice cannot eat shellfish", "user", -29),
+            record(older, "An allergy test is booked for Friday", "user", -28),
+        ],
+    )
+    query = "peanut allergy for Bob"
+    got = await store.recall(
+        collection,
+        scope,
+        query=query,
+        max_results=3,
+        max_tokens=None,
+        near_duplicate_threshold=threshold,
+        include_tools=include_tools,
+        audit=False,
+    )
+    ranked = await store.search(
+        collection, scope, query=query, mode="hybrid", limit=36, audit=False
+    )
+    ranked = [h for h in ranked if h.memory.role != "system"]
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT id, tsvector_to_array(search_vector) AS terms FROM pgmemory_memories "
+                "WHERE user_id = :u"
+            ),
+            {"u": scope.user_id},
+        )
+        terms = {r.id: set(r.terms) for r in rows}
+
+    def near(a: set[str], b: set[str]) -> bool:
+        return (len(a & b) / len(a | b) if a or b else 1.0) >= threshold
+
+    recent = [i.memory.id for i in got.items if i.reason == "recent"]
+    kept: list[Any] = []
+    for hit in ranked:
+        memory = hit.memory
+        tool = memory.role == "tool" or memory.content.startswith("[called ")
+        if (tool and not include_tools) or memory.id in recent:
+            continue
+        if any(near(terms[memory.id], terms[other]) for other in recent + kept):
+            continue
+        kept.append(memory.id)
+        if len(kept) == 3:
+            break
+    assert [i.memory.id for i in got.items if i.reason != "recent"] == kept
+    assert len(kept) == 3

@@ -123,6 +123,26 @@ def driver_statement(statement: str) -> DriverStatement:
     )
 
 
+#: Where a connection keeps its own cursor (:func:`own_cursor`).
+_CURSOR = "_pgmemory_cursor"
+
+
+def own_cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncRawCursor[Any]:
+    """``conn``'s own raw cursor, made on its first statement and used for every statement
+    after it (a connection runs one statement or pipeline at a time).
+
+    A new cursor per statement cost ~17 µs of a small search's ~0.3 ms round trip (measured):
+    its adapters map, and its transformer, which psycopg keeps between two runs of the same
+    statement on one cursor, with the loaders of the result's columns. The cursor holds its
+    last result until the connection's next statement, as a connection's result would.
+    """
+    kept: psycopg.AsyncRawCursor[Any] | None = getattr(conn, _CURSOR, None)
+    if kept is None or kept.closed:
+        kept = psycopg.AsyncRawCursor(conn)
+        setattr(conn, _CURSOR, kept)
+    return kept
+
+
 async def execute(
     cursor: psycopg.AsyncRawCursor[Any], statement: str, params: Mapping[str, Any], prepare: bool
 ) -> None:
@@ -164,7 +184,7 @@ async def run(
     Returns:
         Its rows, as dicts by column name (none for a statement that returns no rows).
     """
-    cursor = psycopg.AsyncRawCursor(conn)
+    cursor = own_cursor(conn)
     rows = driver_statement(statement).rows
     locks = bool(lock_users or lock_sessions)
     if not locks and not begin:
@@ -206,7 +226,7 @@ async def run_all(
             one), and so does a session whose default isolation is not READ COMMITTED (each
             lock is taken before the snapshot of the statement it guards).
     """
-    cursor = psycopg.AsyncRawCursor(conn)
+    cursor = own_cursor(conn)
     try:
         async with conn.pipeline():
             if block:

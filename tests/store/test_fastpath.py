@@ -98,6 +98,31 @@ async def test_errors_hide_parameters_and_leave_the_connection_usable(
     assert await store.count(collection, scope) == 1
 
 
+async def test_a_connection_keeps_one_cursor_and_each_statement_reads_its_own_rows(
+    store: MemoryStore,
+) -> None:
+    """The fast path runs every statement on its connection's own cursor: rows, no rows, a
+    failed statement and a pipeline on it leave nothing of theirs to the next statement."""
+    from pgmemory.store import fastpath
+
+    async with store.database.driver_autocommit() as conn:
+        first = fastpath.own_cursor(conn)
+        assert fastpath.own_cursor(conn) is first
+        assert await fastpath.run(conn, "SELECT CAST(:a AS int) AS a", {"a": 1}) == [{"a": 1}]
+        assert await fastpath.run(conn, "SELECT 1 AS a WHERE false", {}) == []
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await fastpath.run(conn, "SELECT 1 / CAST(:z AS int) AS b", {"z": 0})
+        assert await fastpath.run(conn, "SELECT CAST(:a AS int) AS a", {"a": 2}) == [{"a": 2}]
+        got = await fastpath.run(
+            conn, "SELECT CAST(:b AS text) AS b", {"b": "x"}, lock_users=("someone",)
+        )
+        assert got == [{"b": "x"}]
+        assert fastpath.own_cursor(conn) is first
+        await first.close()
+        assert fastpath.own_cursor(conn) is not first
+        assert await fastpath.run(conn, "SELECT CAST(:a AS int) AS a", {"a": 3}) == [{"a": 3}]
+
+
 def test_a_durable_audit_commits_as_the_server_is_configured() -> None:
     relaxed = q.search_memories(("user_id",), covering=True, audit=True, relax_commit=True)
     durable = q.search_memories(("user_id",), covering=True, audit=True)

@@ -222,6 +222,7 @@ class SyncMemoryStoreMethods:
         trace: RecallTrace | None = None,
         allow_unscoped: bool = False,
         audit: bool = True,
+        exclude_message_ids: Sequence[str] = (),
     ) -> Recall:
         """Blocking :meth:`MemoryStore.recall`: what a memory provider shows the model for a turn,
         in ONE audited round trip."""
@@ -241,6 +242,7 @@ class SyncMemoryStoreMethods:
                 trace=trace,
                 allow_unscoped=allow_unscoped,
                 audit=audit,
+                exclude_message_ids=exclude_message_ids,
             )
         )
 

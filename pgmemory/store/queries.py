@@ -1136,6 +1136,10 @@ _TOOL_MEMORY = """(m.role = 'tool'
 #: by an older version, an upper bound (a character costs at most 4 once JSON-escaped, and the
 #: time and role cost less than 32), capped at :item_cap.
 _NEED = "LEAST(COALESCE({p}recall_tokens, 32 + 4 * length({p}content)), CAST(:item_cap AS bigint))"
+#: A row the caller already shows the model (its message id is one of ``:exclude_message_ids``:
+#: the session's history, the turn's input): never shown again. Tested only on the few rows a
+#: recall may show (the walked and the recent ones), each against the whole list.
+_SEEN = "({p}message_id IS NOT NULL AND {p}message_id = ANY(CAST(:exclude_message_ids AS text[])))"
 
 
 def _near(a: str, b: str) -> str:
@@ -1158,20 +1162,23 @@ _NO_KEPT = """SELECT CAST(NULL AS bigint) AS rank, CAST(NULL AS uuid) AS id,
 
 def _walked_rows(dimensions: tuple[str, ...]) -> str:
     """The recall walk's read of each ranked row ``o`` (``walk_order``), as ``w``: its terms
-    (``lexemes``), its line cost (``need``) and whether its kind is shown (``shown_kind``:
-    not a tool memory, unless ``:include_tools``). In a user scope, one primary-key probe a
-    row, made only when the walk gets to it (:func:`_read_back`); without a user, a join."""
+    (``lexemes``), its line cost (``need``) and whether it may be shown (``showable``: not a
+    tool memory, unless ``:include_tools``, and not a message the caller already shows,
+    :data:`_SEEN`). In a user scope, one primary-key probe a row, made only when the walk gets
+    to it (:func:`_read_back`); without a user, a join."""
     if "user_id" in dimensions:
         columns = (
             f"strip(m.search_vector) AS lexemes, {_NEED.format(p='m.')} AS need,\n"
-            f"               (CAST(:include_tools AS boolean) OR NOT {_TOOL_MEMORY}) AS shown_kind"
+            f"               (CAST(:include_tools AS boolean) OR NOT {_TOOL_MEMORY})\n"
+            f"               AND NOT {_SEEN.format(p='m.')} AS showable"
         )
         return _read_back("o", columns, routed=True, name="w")
     tool = _TOOL_MEMORY.replace("m.", "mm.")
     return f"""JOIN pgmemory_memories AS mm ON mm.id = o.id AND mm.user_id = o.user_id
     CROSS JOIN LATERAL (
         SELECT strip(mm.search_vector) AS lexemes, {_NEED.format(p="mm.")} AS need,
-               (CAST(:include_tools AS boolean) OR NOT {tool}) AS shown_kind
+               (CAST(:include_tools AS boolean) OR NOT {tool})
+               AND NOT {_SEEN.format(p="mm.")} AS showable
     ) AS w"""
 
 
@@ -1221,9 +1228,11 @@ def recall_memories(
 
     * ``recent``: the newest ``:recent_turns`` user messages of the scope and every message
       after them (at most ``:recent_rows`` rows), tool memories (:data:`_TOOL_MEMORY`) left
-      out unless ``:include_tools``;
+      out unless ``:include_tools``; those the caller already shows (:data:`_SEEN`) are not
+      shown, but still count as recent (a match near one is a near-duplicate);
     * ``matches`` (unless ``mode`` is None: no query): the mode's best ``:limit`` rows
-      (:func:`_ranking`, with :func:`_signals`), less the recent ones and tool memories, then
+      (:func:`_ranking`, with :func:`_signals`), less the recent ones, tool memories and
+      those the caller already shows, then
       walked in rank order keeping a row unless its term set (``search_vector``'s lexemes)
       overlaps a recent row's or a kept row's by ``:threshold`` or more (Jaccard), until
       ``max_results`` are kept (the statement's shape: one step per kept row);
@@ -1263,7 +1272,7 @@ def recall_memories(
     WHERE t.score >= :min_score
 )""")
     ctes.append(f"""latest AS MATERIALIZED (
-    SELECT m.id, m.user_id, m.role, m.created_at,
+    SELECT m.id, m.user_id, m.role, m.created_at, m.message_id,
            strip(m.search_vector) AS lexemes, {_NEED.format(p="m.")} AS need
     FROM pgmemory_memories AS m
     WHERE {where}
@@ -1272,8 +1281,8 @@ def recall_memories(
     ORDER BY m.created_at DESC, m.id DESC
     LIMIT :recent_rows
 )""")
-    ctes.append("""recent AS MATERIALIZED (
-    SELECT id, user_id, lexemes, need, pos
+    ctes.append(f"""recent AS MATERIALIZED (
+    SELECT id, user_id, lexemes, need, pos, {_SEEN.format(p="")} AS seen
     FROM (
         SELECT l.*, row_number() OVER newest AS pos,
                count(*) FILTER (WHERE l.role = 'user') OVER newest
@@ -1305,7 +1314,7 @@ def recall_memories(
     SELECT o.rank, o.id, o.user_id, o.score, w.need, w.lexemes
     FROM (SELECT * FROM walk_order WHERE rank > {after} ORDER BY rank LIMIT :limit) AS o
     {walked}
-    WHERE w.shown_kind
+    WHERE w.showable
       AND NOT EXISTS (SELECT 1 FROM recent AS r WHERE r.id = o.id AND r.user_id = o.user_id)
       AND NOT EXISTS (SELECT 1 FROM recent AS r WHERE {near_recent}){against_kept}
     ORDER BY o.rank
@@ -1344,6 +1353,7 @@ def recall_memories(
             "recent",
             "x.pos",
             f"CAST(:max_tokens AS bigint) - {fixed} - (SELECT used FROM used_a) - {recent_cost}",
+            where="NOT x.seen",
         ),
         _used("used_b", "stage_b", recent_cost),
         _stage(

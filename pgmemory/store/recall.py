@@ -14,7 +14,9 @@ most relevant first, less the recent rows, tool memories unless ``include_tools`
 ``tool``, metadata ``{"pgmemory.tool": true}``, or an assistant row the 0.x provider stored as
 ``[called …]``) and near-duplicates (a match whose term set overlaps a recent row's or a
 better kept match's by ``near_duplicate_threshold`` or more, Jaccard; above 1 keeps them
-all). The audit row records the retrieval mode used (``"recent"`` without a query; the trace's
+all). A row whose message id is in ``exclude_message_ids`` (what the caller already shows the
+model: the session's history, the turn's input) is shown in neither part; as a recent row it
+still makes the matches near it near-duplicates. The audit row records the retrieval mode used (``"recent"`` without a query; the trace's
 ``mode`` is not used) and per memory its reason and signals.
 
 The budget of a recall (estimated tokens, :func:`pgmemory.text.tokens.estimate_tokens`): the
@@ -91,6 +93,7 @@ async def recall(
     trace: RecallTrace | None,
     allow_unscoped: bool,
     audit: bool,
+    exclude_message_ids: Sequence[str] = (),
 ) -> Recall:
     """What a provider injects, in one statement (see ``MemoryStore.recall``)."""
     with telemetry.operation(
@@ -118,6 +121,7 @@ async def recall(
         if heading is not None and not isinstance(heading, str):
             raise InvalidInputError(f"heading is {describe(heading)}; expected a string or None")
         heading = heading or None
+        shown_elsewhere = _message_ids(exclude_message_ids)
         weights = weights or SearchWeights()
         trace = trace or RecallTrace()
         if query is not None and not isinstance(query, str):
@@ -136,6 +140,7 @@ async def recall(
             "recent_turns": recent_turns,
             "recent_rows": ROWS_PER_TURN * recent_turns,
             "include_tools": include_tools,
+            "exclude_message_ids": shown_elsewhere,
             "threshold": threshold,
             **_budget(max_tokens, heading),
         }
@@ -253,6 +258,20 @@ def _count(value: object, what: str, maximum: int) -> int:
             f"{what} is {describe(value)}; expected an integer from 0 to {maximum}"
         )
     return value
+
+
+def _message_ids(values: object) -> list[str]:
+    """``exclude_message_ids`` as the statement takes it: distinct strings, in given order."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | set | frozenset):
+        raise InvalidInputError(
+            f"exclude_message_ids is {describe(values)}; expected a sequence of message ids"
+        )
+    for value in values:
+        if not isinstance(value, str):
+            raise InvalidInputError(
+                f"exclude_message_ids holds {describe(value)}; expected strings (message ids)"
+            )
+    return list(dict.fromkeys(values))
 
 
 def _budget(max_tokens: int | None, heading: str | None) -> dict[str, int]:

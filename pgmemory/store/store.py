@@ -372,22 +372,22 @@ class MemoryStore:
         trace: RecallTrace | None = None,
         allow_unscoped: bool = False,
         audit: bool = True,
+        exclude_message_ids: Sequence[str] = (),
     ) -> Recall:
         """What a memory provider shows the model for a turn, in ONE audited round trip.
 
         The newest ``recent_turns`` user turns of the scope and what followed them, and the
         best ``max_results`` matches for ``query`` (None or blank: recent turns only), less
-        tool calls and results (unless ``include_tools``) and near-duplicates, fitted into
-        ``max_tokens`` under ``heading``; the audit row holds exactly the shown memories, the
-        retrieval mode used and each memory's reason and signals (rules:
-        :mod:`pgmemory.store.recall`). Raises as :meth:`search` does.
-        """
+        tool calls and results (unless ``include_tools``), near-duplicates and the messages
+        in ``exclude_message_ids`` (sent to the model anyway), fitted into ``max_tokens`` under
+        ``heading``; the audit row holds exactly the shown memories, the mode used and each
+        one's reason and signals (:mod:`pgmemory.store.recall`). Raises as :meth:`search` does."""
         return await recall.recall(
             self._db, self._catalogue, collection, scope, query=query, max_results=max_results,
             recent_turns=recent_turns, max_tokens=max_tokens, mode=mode, weights=weights,
             near_duplicate_threshold=near_duplicate_threshold, include_tools=include_tools,
             heading=heading, trace=trace, allow_unscoped=allow_unscoped, audit=audit,
-        )  # fmt: skip
+            exclude_message_ids=exclude_message_ids)  # fmt: skip
 
     @retried_read
     async def count(

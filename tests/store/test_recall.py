@@ -345,3 +345,54 @@ async def test_the_matches_are_the_first_ranked_rows_the_rules_keep(
             break
     assert [i.memory.id for i in got.items if i.reason != "recent"] == kept
     assert len(kept) == 3
+
+
+async def test_messages_the_caller_already_shows_are_not_recalled(
+    store: MemoryStore, collection: str
+) -> None:
+    """``exclude_message_ids`` (the session's history, the input): such rows are shown neither
+    as matches nor as recent turns, and the audit holds only what is shown; an excluded recent
+    row still makes a match near it a near-duplicate; odd values are refused."""
+    scope = MemoryScope(user_id=unique("u"))
+    old = MemoryScope(user_id=scope.user_id, session_id="s-old")
+    new = MemoryScope(user_id=scope.user_id, session_id="s-new")
+    await store.add(
+        collection,
+        [
+            record(old, "Bob has a severe peanut allergy", "user", 0, message_id="a"),
+            record(old, "Bob is allergic to peanuts, noted", "assistant", 1, message_id="b"),
+            record(old, "Alice loves green curry", "user", 2, message_id="c"),
+            record(new, "Bob has a severe peanut allergy, remember", "user", 10, message_id="d"),
+            record(new, "I will remember the peanut allergy", "assistant", 11, message_id="e"),
+        ],
+    )
+    query = "what is Bob allergic to? peanut allergy"
+    everything = await store.recall(collection, scope, query=query, max_tokens=None)
+    assert {"d", "e"} <= {i.memory.message_id for i in everything.items if i.reason == "recent"}
+
+    got = await store.recall(
+        collection,
+        scope,
+        query=query,
+        max_tokens=None,
+        exclude_message_ids=["d", "e", "a", "not-stored"],
+        trace=RecallTrace(provider="test"),
+    )
+    shown = [i.memory.message_id for i in got.items]
+    assert not {"a", "d", "e"} & set(shown)
+    assert "b" in shown  # the best match left
+    [row] = [r for r in await audit_rows(store, scope.user_id or "") if r["provider"] == "test"]
+    assert row["memory_ids"] == got.memory_ids
+    # "d" is still a recent row: a match repeating it word for word is a near-duplicate.
+    await store.add(
+        collection, [record(old, "Bob has a severe peanut allergy, remember", "user", -5)]
+    )
+    again = await store.recall(
+        collection, scope, query=query, max_tokens=None, exclude_message_ids=("d", "e")
+    )
+    assert "Bob has a severe peanut allergy, remember" not in [
+        i.memory.content for i in again.items
+    ]
+    for bad in ("d", [1], None):
+        with pytest.raises(InvalidInputError, match="exclude_message_ids"):
+            await store.recall(collection, scope, query=query, exclude_message_ids=bad)  # type: ignore[arg-type]

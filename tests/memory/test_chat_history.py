@@ -226,8 +226,14 @@ async def test_state_round_trips_through_to_dict(
     assert len(openai_server.requests) == start
     food.CURRENT_USER.set(user)
     await agent.run("帮我点一份外卖", session=restored)
-    (injected,) = memory_messages(openai_server.requests[start])
-    assert "我不能吃辣" in injected
+    # The restored session's history carries the earlier turn; the memory does not repeat it.
+    sent = openai_server.requests[start]
+    assert [m.get("content") for m in sent["messages"]].count("帮我点一份外卖，我不能吃辣") == 1
+    assert not any("我不能吃辣" in injected for injected in memory_messages(sent))
+    # A fresh session of the same user has no such history: the memory brings it in.
+    await order(agent, user, "帮我点一份外卖")
+    injected = memory_messages(openai_server.requests[-1])
+    assert any("我不能吃辣" in block for block in injected)
 
 
 async def test_failed_run_stores_nothing_and_blank_messages_are_skipped(

@@ -21,7 +21,7 @@ The provider creates its collection on first use, with the store's embedder's si
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -242,14 +242,18 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
         for message in context.input_messages:
             ensure_identity(message)
         await self.collection()
+        # What the model is sent anyway (the session's history, the input): never recalled.
+        in_context = [
+            m.message_id for m in context.get_messages(include_input=True) if m.message_id
+        ]
         if self.options.search_time == "on_demand_function_calling":
-            context.extend_tools(self.source_id, [self._search_tool(scopes, session)])
+            context.extend_tools(self.source_id, [self._search_tool(scopes, session, in_context)])
             return
         # The store cleans and truncates a query as it does stored text: no message is too long
         # or too odd to recall with.
         query = "\n".join(m.text for m in self.search_messages(context) if m.text.strip()).strip()
         shown = await self._recall(
-            scopes, session, query or None, heading=self.options.context_prompt
+            scopes, session, query or None, heading=self.options.context_prompt, seen=in_context
         )
         if not shown.items:
             return
@@ -339,12 +343,19 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
     # --- recall ----------------------------------------------------------------------------
 
     async def _recall(
-        self, scopes: State, session: AgentSession, query: str | None, *, heading: str | None
+        self,
+        scopes: State,
+        session: AgentSession,
+        query: str | None,
+        *,
+        heading: str | None,
+        seen: Sequence[str],
     ) -> Recall:
         """The store's one-statement recall: the newest turns, the matches with their
         neighbours, near-duplicates dropped, fitted to ``max_context_tokens`` under
         ``heading``, and its audit row (exactly what is shown, with why) written in the same
-        statement. Tool calls and results are left out unless ``include_tools_in_recall``."""
+        statement. Tool calls and results are left out unless ``include_tools_in_recall``, and
+        so are the messages the model is sent anyway (``seen``: their message ids)."""
         scope = scopes.effective_search_scope
         opts = self.options
         shown = await self.store.recall(
@@ -365,6 +376,7 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
                 include_query_text=opts.enable_sensitive_telemetry_data,
             ),
             allow_unscoped=opts.allow_unscoped_search,
+            exclude_message_ids=seen,
         )
         logger.info(
             "%s recalled %d memories (%d recent) for %s",
@@ -382,15 +394,18 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
             )
         return shown
 
-    def _search_tool(self, scopes: State, session: AgentSession) -> FunctionTool:
-        """The on-demand tool, bound to this session's scopes for this run."""
+    def _search_tool(
+        self, scopes: State, session: AgentSession, seen: Sequence[str]
+    ) -> FunctionTool:
+        """The on-demand tool, bound to this session's scopes for this run (``seen``: the
+        message ids the model is sent anyway)."""
 
         async def search(
             userQuestion: Annotated[str, "The question to search previous chat history for."],
         ) -> str:
             # The question is model-generated: it is only ever a bound parameter and embedded text.
             question = userQuestion.strip()
-            shown = await self._recall(scopes, session, question or None, heading=None)
+            shown = await self._recall(scopes, session, question or None, heading=None, seen=seen)
             if not shown.items:
                 return "No related memories found."
             return shown.text

@@ -16,8 +16,9 @@ most relevant first, less the recent rows, tool memories unless ``include_tools`
 better kept match's by ``near_duplicate_threshold`` or more, Jaccard; above 1 keeps them
 all). A row whose message id is in ``exclude_message_ids`` (what the caller already shows the
 model: the session's history, the turn's input) is shown in neither part; as a recent row it
-still makes the matches near it near-duplicates. The audit row records the retrieval mode used (``"recent"`` without a query; the trace's
-``mode`` is not used) and per memory its reason and signals.
+still makes the matches near it near-duplicates. The audit row records the retrieval mode used
+(``"recent"`` without a query; the trace's ``mode`` is not used) and per memory its reason and
+signals.
 
 The budget of a recall (estimated tokens, :func:`pgmemory.text.tokens.estimate_tokens`): the
 heading and a note that memories are data come first; no memory's line takes more than a sixth
@@ -59,7 +60,13 @@ from pgmemory.store.records import (
     Signals,
     check_search_scope,
 )
-from pgmemory.store.validation import check_choice, check_number, describe, sha256_hex
+from pgmemory.store.validation import (
+    check_choice,
+    check_name,
+    check_number,
+    describe,
+    sha256_hex,
+)
 from pgmemory.text import terms
 from pgmemory.text.clean import clean_query
 
@@ -261,17 +268,24 @@ def _count(value: object, what: str, maximum: int) -> int:
 
 
 def _message_ids(values: object) -> list[str]:
-    """``exclude_message_ids`` as the statement takes it: distinct strings, in given order."""
+    """``exclude_message_ids`` as the statement takes it: the distinct ids a stored row may
+    have, in given order. An id no row can have (blank, too long, with NUL or a lone
+    surrogate: what storage refuses) is dropped, not refused: it excludes nothing."""
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | set | frozenset):
         raise InvalidInputError(
             f"exclude_message_ids is {describe(values)}; expected a sequence of message ids"
         )
+    kept: dict[str, None] = {}
     for value in values:
         if not isinstance(value, str):
             raise InvalidInputError(
                 f"exclude_message_ids holds {describe(value)}; expected strings (message ids)"
             )
-    return list(dict.fromkeys(values))
+        try:
+            kept[check_name(value, what="a message id")] = None
+        except InvalidInputError:
+            continue
+    return list(kept)
 
 
 def _budget(max_tokens: int | None, heading: str | None) -> dict[str, int]:

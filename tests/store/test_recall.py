@@ -375,7 +375,7 @@ async def test_messages_the_caller_already_shows_are_not_recalled(
         scope,
         query=query,
         max_tokens=None,
-        exclude_message_ids=["d", "e", "a", "not-stored"],
+        exclude_message_ids=["d", "e", "a", "not-stored", "", "x" * 300, "nul\x00", "\ud800"],
         trace=RecallTrace(provider="test"),
     )
     shown = [i.memory.message_id for i in got.items]

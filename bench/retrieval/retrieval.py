@@ -589,7 +589,7 @@ async def provider_rankings(
     for q in tqdm(questions, desc=desc, leave=False):
         state = ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=q.scope))
         t = time.perf_counter()
-        memories = (await provider._recall(state, session, q.text, heading=None)).memories
+        memories = (await provider._recall(state, session, q.text, heading=None, seen=())).memories
         times.append((time.perf_counter() - t) * 1000)
         ranked = list(dict.fromkeys(key_of_message[m.message_id or ""] for m in memories))
         out.append(ranked)

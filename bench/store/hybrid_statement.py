@@ -128,6 +128,36 @@ class BagEmbedder:
         return np.stack([self.vector(t) for t in texts])
 
 
+async def seed_users(
+    store: Any, collection: str, embedder: BagEmbedder, corpus: Corpus, sizes: Sequence[int]
+) -> list[str]:
+    """Create ``collection`` and give user ``user{n}`` the first ``n`` corpus messages for each
+    size ``n`` (conversations of CONVERSATION messages, a minute apart, user and assistant in
+    turn); returns the messages."""
+    from pgmemory import MemoryRecord, MemoryScope
+
+    texts = corpus.messages(max(sizes))
+    vectors = await embedder.embed(texts)
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    await store.create_collection(collection, dimensions=DIMS, embedding_model=embedder.model_id)
+    for n in sizes:
+        await store.import_records(
+            collection,
+            (
+                MemoryRecord(
+                    content=texts[i],
+                    scope=MemoryScope(user_id=f"user{n}", session_id=f"c{i // CONVERSATION}"),
+                    role="user" if i % 2 == 0 else "assistant",
+                    message_id=f"m{i}",
+                    embedding=vectors[i],
+                    created_at=start + timedelta(minutes=i),
+                )
+                for i in range(n)
+            ),
+        )
+    return texts
+
+
 # --- the statements -----------------------------------------------------------------------
 
 
@@ -190,7 +220,7 @@ def p50(values: list[float]) -> float:
 
 
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
+    from pgmemory import MemoryScope, MemoryStore, Settings
     from pgmemory.store import fastpath, queries as now
 
     before_queries = queries_at(args.before)
@@ -199,9 +229,6 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     before_runs = True
     embedder = BagEmbedder()
     corpus = Corpus()
-    texts = corpus.messages(max(args.sizes))
-    vectors = await embedder.embed(texts)
-    start = datetime(2025, 1, 1, tzinfo=UTC)
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     statements = {
         "vector": statement(now, "vector"),
@@ -210,25 +237,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
     figures: dict[str, Any] = {}
     async with MemoryStore(url, settings=settings, embedder=embedder) as store:
-        await store.create_collection(
-            COLLECTION, dimensions=DIMS, embedding_model=embedder.model_id
-        )
-        for n in args.sizes:
-            user = f"user{n}"
-            await store.import_records(
-                COLLECTION,
-                (
-                    MemoryRecord(
-                        content=texts[i],
-                        scope=MemoryScope(user_id=user, session_id=f"c{i // CONVERSATION}"),
-                        role="user" if i % 2 == 0 else "assistant",
-                        message_id=f"m{i}",
-                        embedding=vectors[i],
-                        created_at=start + timedelta(minutes=i),
-                    )
-                    for i in range(n)
-                ),
-            )
+        texts = await seed_users(store, COLLECTION, embedder, corpus, args.sizes)
         async with store.engine.connect() as conn:
             raw = await conn.get_raw_connection()
             driver: Any = raw.driver_connection

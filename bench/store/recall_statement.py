@@ -22,7 +22,6 @@ import itertools
 import json
 import sys
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (b
 import numpy as np
 
 from bench._common.scratch import Server
-from bench.store.hybrid_statement import CONVERSATION, BagEmbedder, Corpus, queries_at
+from bench.store.hybrid_statement import BagEmbedder, Corpus, queries_at, seed_users
 
 COLLECTION = "recall"
 
@@ -60,15 +59,12 @@ def shown(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
+    from pgmemory import MemoryScope, MemoryStore, Settings
     from pgmemory.store import fastpath, queries as now
 
     before = queries_at(args.before)
     embedder = BagEmbedder()
     corpus = Corpus()
-    texts = corpus.messages(max(args.sizes))
-    vectors = await embedder.embed(texts)
-    start = datetime(2025, 1, 1, tzinfo=UTC)
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     captured: list[tuple[str, dict[str, Any]]] = []
     run = fastpath.run
@@ -79,24 +75,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
 
     figures: dict[str, Any] = {}
     async with MemoryStore(url, settings=settings, embedder=embedder) as store:
-        await store.create_collection(
-            COLLECTION, dimensions=embedder.dimensions, embedding_model=embedder.model_id
-        )
-        for n in args.sizes:
-            await store.import_records(
-                COLLECTION,
-                (
-                    MemoryRecord(
-                        content=texts[i],
-                        scope=MemoryScope(user_id=f"user{n}", session_id=f"c{i // CONVERSATION}"),
-                        role="user" if i % 2 == 0 else "assistant",
-                        message_id=f"m{i}",
-                        embedding=vectors[i],
-                        created_at=start + timedelta(minutes=i),
-                    )
-                    for i in range(n)
-                ),
-            )
+        texts = await seed_users(store, COLLECTION, embedder, corpus, args.sizes)
         for n in args.sizes:
             scope = MemoryScope(user_id=f"user{n}")
             picks = corpus.rng.integers(0, n, size=args.queries)

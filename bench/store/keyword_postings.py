@@ -13,12 +13,15 @@ Data: ``bench/store/hybrid_statement.py``'s (one user per size, 18-word chat mes
 Zipf-like, so a few terms match most rows; its queries). The posting table is built from the
 stored rows' ``search_vector`` once they are seeded.
 
-* **reads**, per size, each query run both ways in rotating order on the store's own connection
-  (prepared, generic plans): ``store text``, the statement ``store.search(mode="text",
-  limit=50, audit=False)`` sends (captured), and ``postings``, BM25 with the store's formula
-  (k1 1.2, b 0.75, idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``, N the scope's live rows, the
-  average length over the rows holding a query term) over the posting table, best 50; and
-  the share of the store's top 10 that the postings' top 10 holds (1.000 where the store's
+* **reads**, per size, each query run on every side in rotating order on the store's own
+  connection (prepared, generic plans): ``store text``, the statement
+  ``store.search(mode="text", limit=50, audit=False)`` sends (captured); ``postings``, BM25
+  with the store's formula (k1 1.2, b 0.75, idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``, N
+  the scope's live rows, the average length over the rows holding a query term) over the
+  posting table, best 50, N counted in the statement as the text statement counts it; and
+  ``postings, N given``, the same with N passed in, as the hybrid and recall statements have
+  it (a count of their candidates; both postings sides must give the same scores). Also the
+  share of the store's top 10 that the postings' top 10 holds (1.000 where the store's
   ranking is exact; its bounded pool above 2,000 rows is not);
 * **writes**: ``store.add`` of two memories into the first size's user, as shipped; with the
   posting table kept by a statement-level trigger (a library would write the postings in its

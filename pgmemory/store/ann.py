@@ -225,12 +225,12 @@ class AnnPaths:
                 make = q.ANN_IVFFLAT_DDL if method == "ivfflat" else q.ANN_INDEX_DDL
                 ddl = (await conn.execute(clause(make), params)).scalar_one()
                 await conn.execute(
-                    clause(q.ANN_BUILD_SETTINGS), {"maintenance_work_mem": maintenance_work_mem}
+                    clause(q.MAINTENANCE_SETTINGS), {"maintenance_work_mem": maintenance_work_mem}
                 )
                 try:
                     await _run_ddl(conn, ddl)
                 finally:
-                    await _run_ddl(conn, q.ANN_BUILD_RESET)
+                    await conn.execute(clause(q.MAINTENANCE_RESET))
         self._paths[collection] = AnnPath(
             ef_search=ef_search,
             recall_floor=recall_floor,

@@ -1551,16 +1551,20 @@ ANN_DROP_DDL = f"""
 SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', {_ANN_NAME})
 """
 
-#: Session settings for building an approximate index: no statement timeout (a build takes minutes),
-#: and optionally more memory (a build that fits in maintenance_work_mem is several times faster).
-ANN_BUILD_SETTINGS = """
+#: Session settings for maintenance (an approximate index's build, an import's vacuum): no
+#: statement timeout (it may take minutes), and optionally more memory (a build that fits in
+#: maintenance_work_mem is several times faster).
+MAINTENANCE_SETTINGS = """
 SELECT set_config('statement_timeout', '0', false),
        set_config('maintenance_work_mem', COALESCE(CAST(:maintenance_work_mem AS text),
                                                    current_setting('maintenance_work_mem')), false)
 """
 
-#: Back to the connection's own settings after a build.
-ANN_BUILD_RESET = "RESET statement_timeout; RESET maintenance_work_mem"
+#: Back to the connection's own settings after maintenance (what RESET would restore).
+MAINTENANCE_RESET = """
+SELECT set_config(name, reset_val, false) FROM pg_settings
+WHERE name IN ('statement_timeout', 'maintenance_work_mem')
+"""
 
 #: A collection's approximate index, if it exists: whether it is valid (a failed concurrent
 #: build is not), then its access method (``hnsw``, ``ivfflat``).

@@ -165,9 +165,12 @@ ANALYSED_ROWS = """
 SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = to_regclass('pgmemory_memories')
 """
 
-#: Fresh planner statistics for the memories table (for a role that may not analyse it,
-#: PostgreSQL warns and skips it).
-ANALYZE_MEMORIES = "ANALYZE pgmemory_memories"
+#: The memories table vacuumed and analysed after a bulk import: fresh planner statistics, and
+#: the imported pages marked all-visible, so that the covering index's scans read them
+#: index-only at once instead of fetching every new row from the heap until autovacuum's next
+#: pass (for a role that may not vacuum the table, PostgreSQL warns and skips it). It cannot
+#: run in a transaction: :meth:`~pgmemory.store.database.Database.ddl`.
+VACUUM_ANALYZE_MEMORIES = "VACUUM (ANALYZE) pgmemory_memories"
 
 #: Staging table for binary COPY imports; dropped at commit.
 CREATE_STAGING = f"""

@@ -87,7 +87,9 @@ FAN_OUT: dict[str, str] = {
     "MEMORIES_DISTRIBUTED": "opening a store: whether Citus distributes the table, no rows",
     "BINARY_CODES": "opening a store: whether the table keeps binary codes (the catalog), no rows",
     "ANALYSED_ROWS": "after a bulk import: the table's row estimate from the catalog, no rows",
-    "ANALYZE_MEMORIES": "after a bulk import: fresh planner statistics, sampled on every shard",
+    "VACUUM_ANALYZE_MEMORIES": (
+        "after a bulk import: the table vacuumed and its statistics refreshed, on every shard"
+    ),
     "ANN_LARGE_USERS": "the approximate-index probe: the large users' scopes and their sizes (all users)",
     "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",
     "JOBS_DUE_USERS": "a worker's scan for the users whose derivation jobs are due (all users)",

@@ -276,8 +276,8 @@ class MemoryStore:
         that every row is still audited; nothing is visible, and nothing stays, unless the
         whole import succeeds. Messages already stored are skipped, as in :meth:`add`. The
         import is not bound by ``statement_timeout_ms``. An import of 1,000 rows or more that is
-        at least a tenth of the table then refreshes the planner's statistics (``ANALYZE``), so
-        the next searches are planned for the rows just loaded.
+        at least a tenth of the table then runs ``VACUUM (ANALYZE)``, so the next searches are
+        planned for the rows just loaded and read them from the covering index alone.
 
         Args:
             collection: Where to store.

@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.settings import Settings
-from pgmemory.store import migrate
+from pgmemory.store import migrate, queries as q
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 
@@ -409,9 +409,10 @@ async def test_the_term_keys_are_the_scopes_digits_before_each_lexeme(store: Mem
 
 
 async def test_a_bulk_import_refreshes_the_planners_statistics(fresh_database: str) -> None:
-    """An import of 1,000 rows or more that is at least a tenth of the table analyses the
-    table when it commits (the planner's row count is then the table's); a smaller one leaves
-    the statistics to autovacuum."""
+    """An import of 1,000 rows or more that is at least a tenth of the table vacuums and
+    analyses the table when it commits (the planner's row count is then the table's, and every
+    page is all-visible, so index-only scans read no row from the heap); a smaller one leaves
+    both to autovacuum. The maintenance settings go back to the connection's own after it."""
     migrate.upgrade(fresh_database)
 
     def rows(n: int, user: str) -> list[MemoryRecord]:
@@ -435,11 +436,34 @@ async def test_a_bulk_import_refreshes_the_planners_statistics(fresh_database: s
                 ).scalar_one()
             )
 
-    async with MemoryStore(fresh_database, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
+    async def pages(store: MemoryStore) -> tuple[int, int]:
+        async with store.engine.connect() as conn:
+            found = await conn.execute(
+                text(
+                    "SELECT relpages, relallvisible FROM pg_class "
+                    "WHERE oid = to_regclass('pgmemory_memories')"
+                )
+            )
+            total, visible = found.one()
+            return int(total), int(visible)
+
+    settings = Settings(_env_file=None, statement_timeout_ms=4_000)  # type: ignore[call-arg]
+    async with MemoryStore(fresh_database, settings=settings) as store:
         await store.create_collection("c", dimensions=3, embedding_model="test")
         assert await analysed_rows(store) <= 0  # never analysed
+        assert await pages(store) == (0, 0)
         assert await store.import_records("c", rows(1500, "a")) == 1500
         assert await analysed_rows(store) == 1500
+        total, visible = await pages(store)
+        assert total > 0 and visible == total
+        async with store.database.ddl() as conn:
+            show = text("SHOW statement_timeout")
+            await conn.execute(text(q.MAINTENANCE_SETTINGS), {"maintenance_work_mem": "100MB"})
+            assert (await conn.execute(show)).scalar_one() == "0"
+            await conn.execute(text(q.MAINTENANCE_RESET))
+            assert (await conn.execute(show)).scalar_one() == "4s"
+            memory = (await conn.execute(text("SHOW maintenance_work_mem"))).scalar_one()
+            assert memory != "100MB"
         assert await store.import_records("c", rows(999, "b")) == 999  # below 1,000 rows
         assert await analysed_rows(store) == 1500
         await store.add("c", rows(20, "c"))  # add never analyses

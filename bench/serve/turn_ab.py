@@ -20,7 +20,9 @@ in ABBA order, so noise hits both alike. A turn: a new session of the scope's us
 a fresh user message (timed: every provider's before_run), then store it and a reply (timed:
 the after_run phase, the providers' transaction included). The scope's user changes between
 turns so that no scope grows by more than ~5 % over the run. Embedding is a deterministic
-hash embedder on both sides (no model time in either).
+hash embedder on both sides (no model time in either). Both databases are vacuumed and
+analysed after each seeding, so that neither side's import maintenance (since cc3c9cc an
+import vacuums; before it, it only analysed) is what the turns measure.
 
 Statements: a few extra turns per side go through a wire-protocol proxy in the worker that
 counts every Query / Execute message the client sends (what reaches the server, whatever
@@ -38,6 +40,7 @@ JSON (``--json F``): ``{"sizes": {"1000": {"recall": {"before_p50_ms", "after_p5
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -56,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (b
 
 from bench._common.paths import ROOT
 from bench._common.scratch import Server
+from bench.peers._harness import vacuum_analyze
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_turn_worker.py"
@@ -256,6 +260,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         f"size {size}: {side} seeded {seeded['rows']:,} rows "
                         f"({len(users)} users) in {seeded['seconds']:.1f} s"
                     )
+                    # Both sides vacuumed alike after seeding: an import of one checkout may
+                    # vacuum (cc3c9cc on) and another's only analyse, and the turns must not
+                    # measure that difference (all-visible pages are read index-only).
+                    asyncio.run(vacuum_analyze(urls[side]))
                 rng = random.Random(f"turns-{size}")
                 times: dict[str, dict[str, list[float]]] = {
                     s: {"recall": [], "store": []} for s in SIDES

@@ -168,9 +168,10 @@ SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = to_regclass('pgmemory_me
 #: The memories table vacuumed and analysed after a bulk import: fresh planner statistics, and
 #: the imported pages marked all-visible, so that the covering index's scans read them
 #: index-only at once instead of fetching every new row from the heap until autovacuum's next
-#: pass (for a role that may not vacuum the table, PostgreSQL warns and skips it). It cannot
-#: run in a transaction: :meth:`~pgmemory.store.database.Database.ddl`.
-VACUUM_ANALYZE_MEMORIES = "VACUUM (ANALYZE) pgmemory_memories"
+#: pass (for a role that may not vacuum the table, PostgreSQL warns and skips it). It never
+#: waits for a lock (an index build or another vacuum holding the table: autovacuum will come
+#: by later). It cannot run in a transaction: :meth:`~pgmemory.store.database.Database.ddl`.
+VACUUM_ANALYZE_MEMORIES = "VACUUM (ANALYZE, SKIP_LOCKED) pgmemory_memories"
 
 #: Staging table for binary COPY imports; dropped at commit.
 CREATE_STAGING = f"""

@@ -11,6 +11,7 @@ covering index, the term index, one primary-key probe per row read back.
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import numpy as np
@@ -469,6 +470,17 @@ async def test_a_bulk_import_refreshes_the_planners_statistics(fresh_database: s
         await store.add("c", rows(20, "c"))  # add never analyses
         assert await store.import_records("c", rows(1000, "d")) == 1000
         assert await analysed_rows(store) == 1500 + 999 + 20 + 1000
+        # Another session holding the table's maintenance lock (an index build, a vacuum):
+        # the import commits and its vacuum is skipped, not waited for.
+        async with store.engine.connect() as holder:
+            await holder.execute(
+                text("LOCK TABLE pgmemory_memories IN SHARE UPDATE EXCLUSIVE MODE")
+            )
+            imported = store.import_records("c", rows(4000, "e"))
+            assert await asyncio.wait_for(imported, timeout=60) == 4000
+            assert await analysed_rows(store) == 1500 + 999 + 20 + 1000
+            await holder.rollback()
+        assert await store.count("c", MemoryScope(user_id="e")) == 4000
 
 
 async def test_prepared_statements_run_on_generic_plans_except_on_citus(database_url: str) -> None:

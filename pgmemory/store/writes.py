@@ -217,9 +217,9 @@ async def _refresh_statistics(db: Database, imported: int) -> None:
     """After an import of ``imported`` committed rows: VACUUM (ANALYZE) the memories table if
     they are at least ANALYZE_MIN_ROWS and ANALYZE_SHARE of what it held at its last analysis,
     on a connection in autocommit (a vacuum cannot run in a transaction), with no statement
-    timeout, like the import, and never waiting for a lock (``SKIP_LOCKED``). The import has
-    committed: a failure here is logged, not raised.
-    Inside a unit of work the rows are not committed yet, and nothing is done."""
+    timeout, like the import, and never waiting for a lock (``SKIP_LOCKED``: PostgreSQL then
+    warns and skips). The import has committed: a failure here is logged, not raised. Inside a
+    unit of work the rows are not committed yet, and nothing is done."""
     if imported < ANALYZE_MIN_ROWS or db.in_unit_of_work:
         return
     try:
@@ -232,7 +232,7 @@ async def _refresh_statistics(db: Database, imported: int) -> None:
                 await conn.execute(clause(q.VACUUM_ANALYZE_MEMORIES))
             finally:
                 await conn.execute(clause(q.MAINTENANCE_RESET))
-        logger.info("vacuumed and analysed the memories after importing %d rows", imported)
+        logger.info("ran VACUUM (ANALYZE) on the memories after importing %d rows", imported)
     except DBAPIError as exc:
         logger.warning(
             "could not vacuum and analyse the memories after an import (%s); autovacuum will",

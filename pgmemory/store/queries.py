@@ -1170,19 +1170,17 @@ def _walked_rows(dimensions: tuple[str, ...]) -> str:
     tool memory, unless ``:include_tools``, and not a message the caller already shows,
     :data:`_SEEN`). In a user scope, one primary-key probe a row, made only when the walk gets
     to it (:func:`_read_back`); without a user, a join."""
+
+    def columns(p: str) -> str:  # of the row ``p`` names (``m.``, ``mm.``)
+        return f"""strip({p}search_vector) AS lexemes, {_NEED.format(p=p)} AS need,
+               (CAST(:include_tools AS boolean) OR NOT {_TOOL_MEMORY.replace("m.", p)})
+               AND NOT {_SEEN.format(p=p)} AS showable"""
+
     if "user_id" in dimensions:
-        columns = (
-            f"strip(m.search_vector) AS lexemes, {_NEED.format(p='m.')} AS need,\n"
-            f"               (CAST(:include_tools AS boolean) OR NOT {_TOOL_MEMORY})\n"
-            f"               AND NOT {_SEEN.format(p='m.')} AS showable"
-        )
-        return _read_back("o", columns, routed=True, name="w")
-    tool = _TOOL_MEMORY.replace("m.", "mm.")
+        return _read_back("o", columns("m."), routed=True, name="w")
     return f"""JOIN pgmemory_memories AS mm ON mm.id = o.id AND mm.user_id = o.user_id
     CROSS JOIN LATERAL (
-        SELECT strip(mm.search_vector) AS lexemes, {_NEED.format(p="mm.")} AS need,
-               (CAST(:include_tools AS boolean) OR NOT {tool})
-               AND NOT {_SEEN.format(p="mm.")} AS showable
+        SELECT {columns("mm.")}
     ) AS w"""
 
 

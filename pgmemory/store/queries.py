@@ -538,13 +538,26 @@ def _vector_candidates(
 )"""
 
 
+# A function of the parameters alone, in an expression a statement works out for every row,
+# is written as a scalar subquery (an InitPlan, run once): a generic plan, as the store runs
+# its prepared statements (connector.GENERIC_PLANS), folds nothing and calls it again for
+# every row it reads (tests/store/test_plans.py).
+#: The query vector's binary code, for the two-phase path's Hamming ranking (inline, the
+#: quantisation of every scope row's query made that pass slower than the exact scan up to a
+#: few thousand rows: docs/performance.md).
+_QUERY_CODE = "(SELECT binary_quantize(CAST(:query AS vector)))"
+#: The query's keywords as a tsquery, for the keyword test of a scope without a user.
+_QUERY_TSQUERY = "(SELECT websearch_to_tsquery('simple', :terms))"
+
+
 def _shortlist(dimensions: tuple[str, ...], where: str) -> str:
     """The two-phase ``candidates``: the ``:shortlist`` live scope rows nearest to ``:query``
     by the Hamming distance of their binary codes (``embedding_code``, read index-only from
     the small codes index, d / 8 bytes a row), then those rows' exact cosine distance, read
     from their full vectors one primary-key lookup each (:func:`_read_back`: no plan, a
     generic one included, whose estimates know nothing of ``:shortlist``, can turn it into a
-    join that scans the scope's full vectors after all).
+    join that scans the scope's full vectors after all). The query's own code is
+    :data:`_QUERY_CODE`, worked out once.
     """
     probe = _read_back(
         "s",
@@ -556,7 +569,7 @@ def _shortlist(dimensions: tuple[str, ...], where: str) -> str:
     FROM pgmemory_memories AS m
     WHERE {where}
       AND {_LIVE}
-    ORDER BY m.embedding_code <~> binary_quantize(CAST(:query AS vector)), m.id
+    ORDER BY m.embedding_code <~> {_QUERY_CODE}, m.id
     LIMIT :shortlist
 ),
 candidates AS MATERIALIZED (
@@ -690,7 +703,7 @@ tested AS MATERIALIZED (
     SELECT m.id, m.user_id, {length}, {_HITS}
     FROM pgmemory_memories AS m
     WHERE {where}
-      AND m.search_vector @@ websearch_to_tsquery('simple', :terms)
+      AND m.search_vector @@ {_QUERY_TSQUERY}
       AND {_LIVE}{window}
 ),
 pairs AS MATERIALIZED (

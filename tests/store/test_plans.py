@@ -557,6 +557,87 @@ async def test_a_generic_plan_reads_each_hit_back_with_one_primary_key_probe(
         assert max(node["Actual Rows"] for node in probes) <= 2, plan
 
 
+async def test_a_generic_plan_works_out_the_querys_binary_code_once(fresh_database: str) -> None:
+    """The two-phase path ranks a large scope's codes by their distance to the query's own
+    code, worked out once (a scalar subquery, an InitPlan): written inline, a generic plan (the
+    store's) quantised the query again for every scope row, which made the pass slower than
+    the exact scan it replaces up to a few thousand rows."""
+    migrate.upgrade(fresh_database)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    rng = np.random.default_rng(9)
+    dims = 64
+    async with MemoryStore(fresh_database, settings=settings) as store:
+        await store.create_collection("c", dimensions=dims, embedding_model="test")
+        await store.import_records(
+            "c",
+            (
+                MemoryRecord(content=f"note {i}", scope=MemoryScope(user_id="big"), embedding=v)
+                for i, v in enumerate(rng.standard_normal((2000, dims)).astype(np.float32))
+            ),
+        )
+    statement = q.search_memories(
+        ("user_id",), covering=True, audit=False, mode="vector", shortlist=True
+    )
+    values = {
+        "collection": "c",
+        "user_id": "big",
+        "query": rng.standard_normal(dims).astype(np.float32),
+        "shortlist": 160,
+        "limit": 3,
+        "min_score": -2.0,
+    }
+    plan = _executed_plan(fresh_database, statement, values, plan_mode="force_generic_plan")
+    nodes = _plan_nodes(plan)
+    by_code = [key for node in nodes for key in node.get("Sort Key", []) if "embedding_code" in key]
+    assert by_code, plan
+    assert not any("binary_quantize" in key for key in by_code), plan
+    once = [node for node in nodes if node.get("Subplan Name", "").startswith("InitPlan")]
+    assert [node["Actual Loops"] for node in once] == [1], plan
+
+
+async def test_a_generic_plan_parses_the_query_of_a_scope_without_a_user_once(
+    fresh_database: str,
+) -> None:
+    """A keyword search of a scope without a user tests each scope row against the query's
+    tsquery, parsed once (an InitPlan): written inline, a generic plan parsed the query again
+    for every row it tested."""
+    migrate.upgrade(fresh_database)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    async with MemoryStore(fresh_database, settings=settings) as store:
+        await store.create_collection("c", dimensions=3, embedding_model="test")
+        await store.import_records(
+            "c",
+            (
+                MemoryRecord(
+                    content="green tea" if i % 3 == 0 else f"note {i}",
+                    scope=MemoryScope(user_id=f"u{i % 7}", agent_id="helper"),
+                    embedding=[1, i, 0],
+                )
+                for i in range(1500)
+            ),
+        )
+    statement = q.search_memories(("agent_id",), covering=True, audit=False, mode="text")
+    values = {
+        "collection": "c",
+        "agent_id": "helper",
+        "terms": "green tea",
+        "term_list": ["green", "tea"],
+        "pool": 50,
+        "limit": 5,
+        "min_score": -2.0,
+    }
+    plan = _executed_plan(fresh_database, statement, values, plan_mode="force_generic_plan")
+    nodes = _plan_nodes(plan)
+    tests = [
+        node.get("Filter", "") + node.get("Recheck Cond", "") + node.get("Index Cond", "")
+        for node in nodes
+        if node.get("Relation Name") == "pgmemory_memories"
+    ]
+    assert any("search_vector @@" in test for test in tests), plan
+    assert not any("websearch_to_tsquery" in test for test in tests), plan
+    assert any(node.get("Subplan Name", "").startswith("InitPlan") for node in nodes), plan
+
+
 @pytest.mark.parametrize("bounded", [False, True])
 async def test_a_generic_plan_asks_the_term_index_for_a_users_matches(
     fresh_database: str, bounded: bool

@@ -542,9 +542,9 @@ def _vector_candidates(
 # is written as a scalar subquery (an InitPlan, run once): a generic plan, as the store runs
 # its prepared statements (connector.GENERIC_PLANS), folds nothing and calls it again for
 # every row it reads (tests/store/test_plans.py).
-#: The query vector's binary code, for the two-phase path's Hamming ranking (inline, the
-#: quantisation of every scope row's query made that pass slower than the exact scan up to a
-#: few thousand rows: docs/performance.md).
+#: The query vector's binary code, for the two-phase path's Hamming ranking (written inline,
+#: the query was quantised again for every scope row, which made that pass slower than the
+#: exact scan up to a few thousand rows: docs/performance.md).
 _QUERY_CODE = "(SELECT binary_quantize(CAST(:query AS vector)))"
 #: The query's keywords as a tsquery, for the keyword test of a scope without a user.
 _QUERY_TSQUERY = "(SELECT websearch_to_tsquery('simple', :terms))"

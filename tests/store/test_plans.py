@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterable
 
 import numpy as np
 import psycopg.sql
@@ -193,6 +194,15 @@ def _executed_plan(url: str, statement: str, values: dict, *, plan_mode: str) ->
         engine.dispose()
 
 
+async def _imported(url: str, dimensions: int, records: Iterable[MemoryRecord]) -> None:
+    """Migrate ``url`` and import ``records`` into a collection ``c`` of ``dimensions``."""
+    migrate.upgrade(url)
+    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
+    async with MemoryStore(url, settings=settings) as store:
+        await store.create_collection("c", dimensions=dimensions, embedding_model="test")
+        await store.import_records("c", records)
+
+
 async def _keyword_search_plan(
     url: str, owners: list[str], contents: list[str], user: str, *, plan_mode: str
 ) -> object:
@@ -201,17 +211,14 @@ async def _keyword_search_plan(
     from pgmemory.store import queries
     from pgmemory.text import terms
 
-    migrate.upgrade(url)
-    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
-    async with MemoryStore(url, settings=settings) as store:
-        await store.create_collection("c", dimensions=3, embedding_model="test")
-        await store.import_records(
-            "c",
-            (
-                MemoryRecord(content=c, scope=MemoryScope(user_id=o), embedding=[1, i, 0])
-                for i, (o, c) in enumerate(zip(owners, contents, strict=True))
-            ),
-        )
+    await _imported(
+        url,
+        3,
+        (
+            MemoryRecord(content=c, scope=MemoryScope(user_id=o), embedding=[1, i, 0])
+            for i, (o, c) in enumerate(zip(owners, contents, strict=True))
+        ),
+    )
     statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
     values = {
         "collection": "c",
@@ -562,19 +569,16 @@ async def test_a_generic_plan_works_out_the_querys_binary_code_once(fresh_databa
     code, worked out once (a scalar subquery, an InitPlan): written inline, a generic plan (the
     store's) quantised the query again for every scope row, which made the pass slower than
     the exact scan it replaces up to a few thousand rows."""
-    migrate.upgrade(fresh_database)
-    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
     rng = np.random.default_rng(9)
     dims = 64
-    async with MemoryStore(fresh_database, settings=settings) as store:
-        await store.create_collection("c", dimensions=dims, embedding_model="test")
-        await store.import_records(
-            "c",
-            (
-                MemoryRecord(content=f"note {i}", scope=MemoryScope(user_id="big"), embedding=v)
-                for i, v in enumerate(rng.standard_normal((2000, dims)).astype(np.float32))
-            ),
-        )
+    await _imported(
+        fresh_database,
+        dims,
+        (
+            MemoryRecord(content=f"note {i}", scope=MemoryScope(user_id="big"), embedding=v)
+            for i, v in enumerate(rng.standard_normal((2000, dims)).astype(np.float32))
+        ),
+    )
     statement = q.search_memories(
         ("user_id",), covering=True, audit=False, mode="vector", shortlist=True
     )
@@ -603,21 +607,18 @@ async def test_a_generic_plan_parses_the_query_of_a_scope_without_a_user_once(
     for every row it tested."""
     from pgmemory.text import terms
 
-    migrate.upgrade(fresh_database)
-    settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
-    async with MemoryStore(fresh_database, settings=settings) as store:
-        await store.create_collection("c", dimensions=3, embedding_model="test")
-        await store.import_records(
-            "c",
-            (
-                MemoryRecord(
-                    content="green tea" if i % 3 == 0 else f"note {i}",
-                    scope=MemoryScope(user_id=f"u{i % 7}", agent_id="helper"),
-                    embedding=[1, i, 0],
-                )
-                for i in range(1500)
-            ),
-        )
+    await _imported(
+        fresh_database,
+        3,
+        (
+            MemoryRecord(
+                content="green tea" if i % 3 == 0 else f"note {i}",
+                scope=MemoryScope(user_id=f"u{i % 7}", agent_id="helper"),
+                embedding=[1, i, 0],
+            )
+            for i in range(1500)
+        ),
+    )
     statement = q.search_memories(("agent_id",), covering=True, audit=False, mode="text")
     values = {
         "collection": "c",

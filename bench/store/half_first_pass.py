@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root
 
 from bench._common.paths import CACHE
 from bench._common.scratch import Server
-from bench.store.two_phase import draw, minilm_vectors, unit, use_vectors
+from bench.store.two_phase import draw, minilm_vectors, scoped_records, use_vectors
 
 #: What the path would add to the schema (scratch only).
 HALF_DDL = (
@@ -78,25 +78,13 @@ HALF = _RERANK.format(
 
 
 async def seed(url: str, data: dict, seed_: int) -> None:
-    from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
+    from pgmemory import MemoryStore, Settings
 
     dims = len(next(iter(data.values()))[0][0])
-    rng = np.random.default_rng(seed_)
-    filler = unit(rng.standard_normal((2000, dims)))
-    records = [
-        MemoryRecord(content=f"f:{i}", scope=MemoryScope(user_id=f"filler{i % 200}"), embedding=v)
-        for i, v in enumerate(filler)
-    ]
-    for n, (rows, _) in data.items():
-        scope = MemoryScope(user_id=f"user{n}")
-        records += [
-            MemoryRecord(content=f"{n}:{i}", scope=scope, embedding=v) for i, v in enumerate(rows)
-        ]
-    order = rng.permutation(len(records))  # each scope's rows scattered over the heap
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     async with MemoryStore(url, settings=settings) as store:
         await store.create_collection("c", dimensions=dims, embedding_model="synthetic")
-        await store.import_records("c", [records[i] for i in order])
+        await store.import_records("c", scoped_records(data, seed_))
 
 
 def measure(url: str, kind: str, data: dict, args: argparse.Namespace) -> dict[str, Any]:

@@ -121,10 +121,32 @@ def draw(kind: str, sizes: list[int], queries: int, dims: int, rng: Any, use: An
     return out
 
 
+def scoped_records(data: dict, seed: int) -> list[Any]:
+    """One user per scope size (``user<n>``, contents ``<n>:<i>``) and 2,000 filler rows of 200
+    other users, in a random order: each scope's rows scattered over the heap."""
+    from pgmemory import MemoryRecord, MemoryScope
+
+    rng = np.random.default_rng(seed)
+    dims = len(next(iter(data.values()))[0][0])
+    filler = unit(rng.standard_normal((2000, dims)))
+    records = [
+        MemoryRecord(content=f"f{i}", scope=MemoryScope(user_id=f"filler{i % 200}"),
+                     role="user", embedding=filler[i])
+        for i in range(len(filler))
+    ]  # fmt: skip
+    for n, (rows, _) in data.items():
+        scope = MemoryScope(user_id=f"user{n}")
+        records += [
+            MemoryRecord(content=f"{n}:{i}", scope=scope, role="user", embedding=rows[i])
+            for i in range(n)
+        ]
+    return [records[i] for i in rng.permutation(len(records))]
+
+
 async def measure(db_url: str, kind: str, data: dict, args: argparse.Namespace) -> dict:
     import sqlalchemy as sa
 
-    from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
+    from pgmemory import MemoryScope, MemoryStore, Settings
     from pgmemory.store import reads
 
     results: dict[str, Any] = {}
@@ -133,22 +155,9 @@ async def measure(db_url: str, kind: str, data: dict, args: argparse.Namespace) 
         store = await MemoryStore(db_url, settings=settings).open()
         dims = len(next(iter(data.values()))[0][0])
         await store.create_collection("c", dimensions=dims, embedding_model="synthetic")
-        rng = np.random.default_rng(args.seed + 1)
-        filler = unit(rng.standard_normal((2000, dims)))
-        records = [
-            MemoryRecord(content=f"f{i}", scope=MemoryScope(user_id=f"filler{i % 200}"),
-                         role="user", embedding=filler[i])
-            for i in range(len(filler))
-        ]  # fmt: skip
-        for n, (rows, _) in data.items():
-            scope = MemoryScope(user_id=f"user{n}")
-            records += [
-                MemoryRecord(content=f"{n}:{i}", scope=scope, role="user", embedding=rows[i])
-                for i in range(n)
-            ]
-        order = rng.permutation(len(records))  # rows of each scope scattered over the heap
+        records = scoped_records(data, args.seed + 1)
         t0 = time.perf_counter()
-        await store.import_records("c", [records[i] for i in order])
+        await store.import_records("c", records)
         import_s = time.perf_counter() - t0
         async with store._db.ddl() as conn:
             await conn.execute(sa.text("VACUUM ANALYZE pgmemory_memories"))

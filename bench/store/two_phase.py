@@ -1,16 +1,18 @@
-"""The two-phase path (binary codes, then exact re-rank) against the exact scan: recall vs
-oversampling, and latency vs scope size, through the store's own statements.
+"""The two-phase path (binary codes or half vectors, then exact re-rank) against the exact
+scan: recall vs oversampling, and latency vs scope size, through the store's own statements.
 
     python bench/store/two_phase.py                                  # USE, clustered, random
     python bench/store/two_phase.py --kinds use --sizes 1000,10000 --shortlists 60,120,160,240
+    python bench/store/two_phase.py --kinds clustered,random --dims 384 --sizes 1000,10000,150000 --queries 200
     python bench/store/two_phase.py --json bench/results/two-phase.json
 
 For each kind of vectors, one scratch database (created and dropped, on the embedded server
 or PGMEMORY_DATABASE_URL) holds one user per scope size (plus 2,000 filler rows of 200 other
 users, so the indexes hold other scopes too), imported with ``import_records`` and vacuumed.
 ``--queries`` queries per size (1,000 by default: a recall of 0.99 is then gated on 3,000
-hits, not 300) are searched exactly and on the two-phase path at each ``--shortlists`` size
-(rows re-ranked), one after the other for each query so both see the same machine noise;
+hits, not 300) are searched exactly, through the codes at each ``--shortlists`` size and
+through the half vectors at each ``--halves`` size (rows re-ranked; columns ``codes N`` and
+``halves N``), one after the other for each query so all see the same machine noise;
 recall@k is against numpy brute force (float64) over the user's rows.
 
 Kinds of vectors (512 d unless ``--dims``):
@@ -148,6 +150,7 @@ async def measure(db_url: str, kind: str, data: dict, args: argparse.Namespace) 
 
     from pgmemory import MemoryScope, MemoryStore, Settings
     from pgmemory.store import reads
+    from pgmemory.store.shortlist import Shortlist
 
     results: dict[str, Any] = {}
     if True:  # one store per kind
@@ -167,9 +170,13 @@ async def measure(db_url: str, kind: str, data: dict, args: argparse.Namespace) 
             truth = truth[:, : args.k]
             lat: dict[str, list[float]] = {"exact": []}
             found: dict[str, int] = {}
+            passes = [
+                *(Shortlist("codes", n) for n in args.shortlists),
+                *(Shortlist("halves", n) for n in args.halves),
+            ]
             for j, v in enumerate(queries):
-                for s in [None, *args.shortlists]:
-                    key = "exact" if s is None else str(s)
+                for s in [None, *passes]:
+                    key = "exact" if s is None else f"{s.first_pass} {s.rows}"
                     t0 = time.perf_counter()
                     hits = await reads.probe_search(
                         store._db, store._catalogue, store._ann, "c", scope, v, args.k, None, s
@@ -187,7 +194,7 @@ async def measure(db_url: str, kind: str, data: dict, args: argparse.Namespace) 
                 for key in lat
             }
             line = " ".join(
-                f"{k:>6}: {v['recall']:.4f} {v['p50_ms']:6.2f}ms"
+                f"{k:>10}: {v['recall']:.4f} {v['p50_ms']:6.2f}ms"
                 for k, v in results[str(n)].items()
             )
             print(f"{kind:<9} rows {n:>6} q {len(queries)} k {args.k} | {line}", flush=True)
@@ -200,7 +207,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--kinds", default="use,clustered,random")
     p.add_argument("--sizes", default="1000,2000,5000,10000")
-    p.add_argument("--shortlists", default="60,120,160,240,480")
+    p.add_argument("--shortlists", default="60,120,160,240,480", help="rows the codes keep")
+    p.add_argument("--halves", default="20,40,80", help="rows the half vectors keep")
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--dims", type=int, default=512)
@@ -212,6 +220,7 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     args.shortlists = [int(s) for s in args.shortlists.split(",") if s]
+    args.halves = [int(s) for s in args.halves.split(",") if s]
     sizes = [int(s) for s in args.sizes.split(",")]
     rng = np.random.default_rng(args.seed)
     server = Server()

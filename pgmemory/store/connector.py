@@ -20,6 +20,7 @@ from pgmemory.settings import Settings
 from pgmemory.store import binary, queries as q
 from pgmemory.store.clauses import clause
 from pgmemory.store.jsonb import JsonbLoader
+from pgmemory.store.queries import FirstPass
 
 logger = logging.getLogger(__name__)
 
@@ -342,19 +343,25 @@ async def check_database(engine: AsyncEngine, *, expected_revision: str | None) 
             )
 
 
-async def has_binary_codes(engine: AsyncEngine) -> bool:
-    """Whether the memories keep binary codes (the two-phase path's first pass); says once, at
-    WARNING, when they do not (pgvector before 0.7 when migration 0013 ran)."""
+async def first_passes(engine: AsyncEngine) -> tuple[FirstPass, ...]:
+    """The two-phase path's first passes the memories keep (binary codes, migration 0013;
+    half-precision unit vectors, 0023); says once, at WARNING, when either is missing
+    (pgvector before 0.7 when those migrations ran)."""
     async with engine.connect() as conn:
-        row = (await conn.execute(clause(q.BINARY_CODES))).one()
-    if not row.codes:
+        row = (await conn.execute(clause(q.FIRST_PASSES))).one()
+    present: dict[FirstPass, bool] = {"codes": row.codes, "halves": row.halves}
+    kept = tuple(name for name, there in present.items() if there)
+    if len(kept) < 2:
         logger.warning(
-            "pgvector %s keeps no binary codes of the memories (binary_quantize needs pgvector "
-            ">= 0.7, or they were not added after an upgrade: docs/scaling.md): every search "
-            "of a large scope is exact, none takes the two-phase path",
+            "pgvector %s keeps %s of the memories (binary_quantize and l2_normalize need "
+            "pgvector >= 0.7, or they were not added after an upgrade: docs/scaling.md): %s",
             row.pgvector,
+            "no binary codes and no half vectors" if not kept else f"only the {kept[0]}",
+            "every search of a large scope is exact, none takes the two-phase path"
+            if not kept
+            else "the two-phase path has that one first pass",
         )
-    return bool(row.codes)
+    return kept
 
 
 async def is_distributed(engine: AsyncEngine) -> bool:

@@ -63,7 +63,7 @@ from pgmemory.store.clauses import clause
 from pgmemory.store.connector import (
     adopt_engine,
     check_database,
-    has_binary_codes,
+    first_passes,
     is_distributed,
     make_engine,
 )
@@ -125,8 +125,9 @@ class Database(FastVerbs):
         self._closed = False
         #: Whether the memories table is distributed by Citus (read when the store opens).
         self.distributed = False
-        #: Whether the memories keep binary codes (pgvector >= 0.7; read when the store opens).
-        self.binary_codes = False
+        #: The two-phase path's first passes the memories keep (binary codes, half vectors:
+        #: pgvector >= 0.7; read when the store opens).
+        self.first_passes: tuple[q.FirstPass, ...] = ()
         #: The process the pools were made in: a forked child makes its own (see _usable).
         self._pid = os.getpid()
         #: A forked child's start of its own use of the embedded server (see _after_fork).
@@ -179,7 +180,7 @@ class Database(FastVerbs):
                 # Citus plans no generic plan of a distributed statement (connector.GENERIC_PLANS)
                 await self._engine.dispose()
                 self._engine = make_engine(url, self.settings, generic_plans=False)
-            self.binary_codes = await has_binary_codes(self._engine)
+            self.first_passes = await first_passes(self._engine)
             # On an engine of its own only (an application's pool lends none), and never the
             # whole pool: one connection stays for the rest of the store and the engine's users.
             own = self._given_engine is None and self._idle_in_pool() is not None

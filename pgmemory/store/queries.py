@@ -8,6 +8,7 @@ caller passes becomes part of SQL text.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pgmemory.store.columns import (
     MEMORY_COLUMNS,
@@ -508,14 +509,14 @@ def _vector_candidates(
     conversation: bool,
     materialized: bool,
     ann_dimensions: int | None,
-    shortlist: bool = False,
+    shortlist: FirstPass | None = None,
 ) -> str:
     """The ``candidates`` CTE: every live scope row with its exact cosine distance to
     ``:query``, or, on the approximate path, the approximate index's ``:ann_candidates`` nearest, or,
     with ``shortlist``, the :func:`_shortlist` rows with their exact distance."""
     where, window = _scope_filter(dimensions, windowed=windowed)
-    if shortlist:
-        return _shortlist(dimensions, where + window)
+    if shortlist is not None:
+        return _shortlist(dimensions, where + window, shortlist)
     if ann_dimensions is not None:
         typed = f"vector({int(ann_dimensions)})"
         return f"""candidates AS MATERIALIZED (
@@ -546,19 +547,34 @@ def _vector_candidates(
 #: the query was quantised again for every scope row, which made that pass slower than the
 #: exact scan up to a few thousand rows: docs/performance.md).
 _QUERY_CODE = "(SELECT binary_quantize(CAST(:query AS vector)))"
+#: The query's unit vector in half precision, for the two-phase path's ``halves`` pass.
+_QUERY_HALF = "(SELECT CAST(l2_normalize(CAST(:query AS vector)) AS halfvec))"
 #: The query's keywords as a tsquery, for the keyword test of a scope without a user.
 _QUERY_TSQUERY = "(SELECT websearch_to_tsquery('simple', :terms))"
 
+#: The two-phase path's first passes: what a large scope's rows are ranked by before the
+#: exact re-rank (:mod:`pgmemory.store.shortlist` picks one per collection).
+FirstPass = Literal["codes", "halves"]
+#: Each first pass's order and the predicate that makes its index match: ``codes`` by the
+#: Hamming distance of the binary codes (``embedding_code``, d / 8 bytes a row, migration
+#: 0013), ``halves`` by the inner product of half-precision unit vectors (``embedding_half``,
+#: 2 bytes a dimension, 0023; NULL above HALVES_MAX_DIMENSIONS, which its partial index leaves
+#: out). Each is read index-only from its own index.
+_FIRST_PASSES: dict[str, tuple[str, str]] = {
+    "codes": (f"m.embedding_code <~> {_QUERY_CODE}", ""),
+    "halves": (f"m.embedding_half <#> {_QUERY_HALF}", "\n      AND m.embedding_half IS NOT NULL"),
+}
 
-def _shortlist(dimensions: tuple[str, ...], where: str) -> str:
+
+def _shortlist(dimensions: tuple[str, ...], where: str, first_pass: FirstPass) -> str:
     """The two-phase ``candidates``: the ``:shortlist`` live scope rows nearest to ``:query``
-    by the Hamming distance of their binary codes (``embedding_code``, read index-only from
-    the small codes index, d / 8 bytes a row), then those rows' exact cosine distance, read
-    from their full vectors one primary-key lookup each (:func:`_read_back`: no plan, a
+    by their ``first_pass`` (:data:`_FIRST_PASSES`), then those rows' exact cosine distance,
+    read from their full vectors one primary-key lookup each (:func:`_read_back`: no plan, a
     generic one included, whose estimates know nothing of ``:shortlist``, can turn it into a
-    join that scans the scope's full vectors after all). The query's own code is
-    :data:`_QUERY_CODE`, worked out once.
+    join that scans the scope's full vectors after all). The query's own code or half vector
+    is a scalar subquery, worked out once.
     """
+    order, guard = _FIRST_PASSES[first_pass]
     probe = _read_back(
         "s",
         "m.id, m.user_id, m.created_at, (m.embedding <=> :query) + 0 AS distance",
@@ -567,9 +583,9 @@ def _shortlist(dimensions: tuple[str, ...], where: str) -> str:
     return f"""shortlist AS MATERIALIZED (
     SELECT m.id, m.user_id
     FROM pgmemory_memories AS m
-    WHERE {where}
+    WHERE {where}{guard}
       AND {_LIVE}
-    ORDER BY m.embedding_code <~> {_QUERY_CODE}, m.id
+    ORDER BY {order}, m.id
     LIMIT :shortlist
 ),
 candidates AS MATERIALIZED (
@@ -982,7 +998,7 @@ def _ranking(
     neighbours: bool,
     ann_dimensions: int | None,
     windowed: bool,
-    shortlist: bool = False,
+    shortlist: FirstPass | None = None,
     distributed: bool = False,
 ) -> str:
     """The CTEs of a mode's ranking, up to ``top`` (the best ``:limit`` rows and their score);
@@ -992,7 +1008,7 @@ def _ranking(
         raise ValueError("neighbours are part of mode='hybrid' with fusion='score' only")
     if ann_dimensions is not None and mode != "vector":
         raise ValueError("the approximate path serves mode='vector' only")
-    if shortlist and (mode != "vector" or ann_dimensions is not None):
+    if shortlist is not None and (mode != "vector" or ann_dimensions is not None):
         raise ValueError("the two-phase path serves mode='vector' on the exact path only")
     if mode not in SEARCH_MODES:
         raise ValueError(f"unknown search mode {mode!r}; expected one of {SEARCH_MODES}")
@@ -1044,7 +1060,7 @@ def search_memories(
     fusion: str = "score",
     neighbours: bool = False,
     ann_dimensions: int | None = None,
-    shortlist: bool = False,
+    shortlist: FirstPass | None = None,
     relax_commit: bool = False,
     guarded: bool = False,
     windowed: bool = False,
@@ -1099,9 +1115,10 @@ def search_memories(
     pass the filter), then re-ranked exactly.
 
     ``shortlist`` (vector mode only) is the two-phase path for large scopes: the scope's
-    ``:shortlist`` rows nearest by the Hamming distance of their binary codes, re-ranked by
-    their exact cosine distance (:func:`_shortlist`); :mod:`pgmemory.store.shortlist` decides
-    which scopes take it and how many rows it re-ranks.
+    ``:shortlist`` rows nearest by that first pass (their binary codes, or their half-precision
+    unit vectors), re-ranked by their exact cosine distance (:func:`_shortlist`);
+    :mod:`pgmemory.store.shortlist` decides which scopes take it, through which pass, and how
+    many rows it re-ranks.
 
     ``distributed``: the statement is for a table Citus distributes (the keyword side reads a
     term's rows beside the scope's filter, see :func:`_keyword_ranking`).
@@ -1626,7 +1643,7 @@ ANN_LARGE_USERS = """
 """
 
 
-# --- large scopes: the two-phase path (binary codes, then exact re-rank) --------------------
+# --- large scopes: the two-phase path (codes or half vectors, then exact re-rank) -----------
 
 #: The users whose scope takes the two-phase path: more than :min_rows stored rows (expired
 #: ones too: the first pass reads them until they are swept); rows without a user (``''``)
@@ -1840,14 +1857,18 @@ WITH dropped AS (
 SELECT count(*) FROM dropped
 """
 
-#: Whether the memories keep binary codes (migration 0013 adds them where pgvector >= 0.7),
-#: and the installed pgvector's version.
-BINARY_CODES = """
+#: Whether the memories keep binary codes (migration 0013) and half-precision unit vectors
+#: (0023), which both add where pgvector >= 0.7, and the installed pgvector's version.
+FIRST_PASSES = """
 SELECT EXISTS (
     SELECT 1 FROM pg_attribute
     WHERE attrelid = to_regclass('pgmemory_memories') AND attname = 'embedding_code'
       AND NOT attisdropped
-) AS codes, (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector
+) AS codes, EXISTS (
+    SELECT 1 FROM pg_attribute
+    WHERE attrelid = to_regclass('pgmemory_memories') AND attname = 'embedding_half'
+      AND NOT attisdropped
+) AS halves, (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector
 """
 
 # --- Citus ---------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from pgmemory.store.records import (
     Signals,
     check_search_scope,
 )
-from pgmemory.store.shortlist import Shortlists
+from pgmemory.store.shortlist import Shortlist, Shortlists
 from pgmemory.store.validation import (
     check_aware,
     check_choice,
@@ -107,7 +107,7 @@ async def search(
     path: AnnPath | Route | None = Route.AUTO,
     explain: bool = False,
     shortlists: Shortlists | None = None,
-    shortlist: int | Route | None = Route.AUTO,
+    shortlist: Shortlist | Route | None = Route.AUTO,
 ) -> list[MemoryHit]:
     """The ``limit`` best memories of the scope, best first (see ``MemoryStore.search``).
 
@@ -122,8 +122,8 @@ async def search(
     because of the approximate path: if that statement fails, or returns fewer than ``limit``
     hits without a ``min_score``, the search runs exactly instead (and audits once).
 
-    ``shortlist`` forces the exact path (None) or the two-phase one with that many re-ranked
-    rows (what its probe compares); by default ``shortlists`` decides (see
+    ``shortlist`` forces the exact path (None) or a two-phase one (its first pass and how many
+    rows it re-ranks: what its probe compares); by default ``shortlists`` decides (see
     :mod:`pgmemory.store.shortlist`), for the vector searches without a window that the
     approximate path does not take.
     """
@@ -191,7 +191,7 @@ async def search(
                 fusion=weights.fusion if mode == "hybrid" else "score",
                 neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
                 ann_dimensions=info.dimensions if on is not None else None,
-                shortlist=on is None and shortlist is not None,
+                shortlist=shortlist.first_pass if on is None and shortlist is not None else None,
                 # A shared transaction holds the turn's writes: its commit stays durable.
                 relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
                 guarded=guarded,
@@ -216,7 +216,7 @@ async def search(
             "neighbour_weight": weights.neighbour,
             "limit": limit,
             "ann_candidates": max(4 * limit, 40),
-            **({"shortlist": shortlist} if shortlist is not None else {}),
+            **({"shortlist": shortlist.rows} if shortlist is not None else {}),
             "min_score": floor,
         }
         if audit:
@@ -277,10 +277,10 @@ async def probe_search(
     vector: Any,
     limit: int,
     path: AnnPath | None,
-    shortlist: int | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[MemoryHit]:
     """An unaudited vector search for a probe: on ``path`` (the approximate index's; exact
-    when None), or two-phase re-ranking ``shortlist`` rows (exact when None)."""
+    when None), or the two-phase ``shortlist`` (exact when None)."""
     return await search(
         db, catalogue, ann, collection, scope, query=None, vector=vector, limit=limit,
         mode="vector", weights=None, min_score=None, since=None, until=None,

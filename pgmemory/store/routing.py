@@ -85,7 +85,9 @@ FAN_OUT: dict[str, str] = {
     "ANN_COLLECTION_ROWS": "enable_ann: the collection's size for an IVFFlat index's lists",
     "MEMORIES_RELKIND": "pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
     "MEMORIES_DISTRIBUTED": "opening a store: whether Citus distributes the table, no rows",
-    "BINARY_CODES": "opening a store: whether the table keeps binary codes (the catalog), no rows",
+    "FIRST_PASSES": (
+        "opening a store: whether the table keeps codes and half vectors (the catalog), no rows"
+    ),
     "ANALYSED_ROWS": "after a bulk import: the table's row estimate from the catalog, no rows",
     "VACUUM_ANALYZE_MEMORIES": (
         "after a bulk import: the table vacuumed and its statistics refreshed, on every shard"

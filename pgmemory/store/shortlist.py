@@ -1,28 +1,32 @@
-"""The two-phase path: large user scopes searched through binary codes, then re-ranked exactly.
+"""The two-phase path: large user scopes ranked by a compact first pass, then re-ranked exactly.
 
 An exact vector search reads every row of the scope (about 1.1-1.5 µs a row at 384-512
-dimensions, most of it the vector's bytes: 2 kB a row at 512 d). Each memory also keeps
-``binary_quantize(embedding)`` (one bit a dimension, a stored generated column, migration
-0013) in an index of its own, 32 times smaller. A search of a large scope reads those codes
-index-only, keeps the ``shortlist_size(limit)`` rows nearest by Hamming distance, and re-ranks
-them by their exact cosine distance (:func:`pgmemory.store.queries.search_memories` with
-``shortlist``). The hits' scores are the exact similarities; what can differ from an exact
-search is which rows are found: a true top-k row whose code is not among the nearest
-``shortlist_size(limit)`` codes is missed.
+dimensions, most of it the vector's bytes: 2 kB a row at 512 d). Each memory also keeps two
+compact copies of its vector, stored generated columns each in an index of its own: its binary
+code (``binary_quantize(embedding)``, one bit a dimension, 32 times smaller, migration 0013)
+and its unit vector in half precision (``embedding_half``, half the bytes, 0023; kept up to
+1,024 dimensions). A search of a large scope reads one of them index-only, keeps the rows
+nearest by it (:func:`shortlist_size`), and re-ranks those by their exact cosine distance
+(:func:`pgmemory.store.queries.search_memories` with ``shortlist``). The hits' scores are the
+exact similarities; what can differ from an exact search is which rows are found: a true top-k
+row that the first pass does not rank among its shortlist is missed.
 
-How well codes keep the right rows depends on the vectors, not only on the scope's size:
+How well each pass keeps the right rows depends on the vectors, not only on the scope's size:
 measured (docs/performance.md), real sentence embeddings (USE, 512 d) keep recall@3 >= 0.999
-at 40 codes per hit, while vectors that are nearly random within a topic (the synthetic data
-of ``bench/store/scale.py``) need a fifth of the scope, which is no saving. So the path is
-gated, per collection and process, by a recall probe on the collection's own stored vectors:
-``samples`` stored rows of the largest scopes are searched both ways (their own row left out
-of the comparison), and the path is used only while recall@``PROBE_LIMIT`` >= the floor.
+through codes at 40 rows per hit, while vectors that are nearly random within a topic (the
+synthetic data of ``bench/store/scale.py``) need a fifth of the scope through codes, which is
+no saving; half vectors keep recall 1.000 on both at 10 rows per hit, and read 0.5-0.65 of an
+exact scan's time (codes 0.3). So the path is gated, per collection and process, by a recall
+probe on the collection's own stored vectors: ``samples`` stored rows of the largest scopes
+are searched exactly and through each pass (their own row left out of the comparison), and
+searches take the cheaper pass (codes, then halves) whose recall@``PROBE_LIMIT`` is at or
+above the floor, or stay exact when neither is.
 
-Which scopes take it (only where the memories keep codes: pgvector >= 0.7, see
-:func:`pgmemory.store.connector.has_binary_codes`): a vector search (no ``since``/``until``
+Which scopes take it (only where the memories keep the copies: pgvector >= 0.7, see
+:func:`pgmemory.store.connector.first_passes`): a vector search (no ``since``/``until``
 window) whose scope is exactly one user, whose rows numbered more than ``min_scope_rows`` at
 the last probe; every other search stays exact. The sizes come from one aggregate over the
-collection's codes index (all its users, a fan-out on Citus), run with each probe: at the
+collection's rows (all its users, a fan-out on Citus), run with each probe: at the
 collection's 100th vector search in the process (in that search; before it, every search is
 exact), then after every ``probe_every`` searches of it, at most once a minute, beside the
 searches (:mod:`pgmemory.store.probing`); a probe's exact searches read at most
@@ -37,13 +41,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pgmemory.store import queries as q
 from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.probing import Beside, due, sample_largest
+from pgmemory.store.queries import FirstPass
 from pgmemory.store.records import MemoryHit, MemoryScope
 
 logger = logging.getLogger(__name__)
@@ -51,10 +56,12 @@ logger = logging.getLogger(__name__)
 #: Scopes of more rows than this take the two-phase path (when the probe allows it): below it
 #: the exact scan costs about as much as the first pass plus the re-rank (docs/performance.md).
 SHORTLIST_MIN_SCOPE_ROWS = 1_000
-#: Rows re-ranked per hit asked for, and at least (a search for 1 hit needs more than 40).
-SHORTLIST_OVERSAMPLE = 40
-SHORTLIST_MIN_ROWS = 160
-#: The least recall the probe must measure for the path to be used.
+#: Rows re-ranked per hit asked for, and at least (a search for 1 hit needs more than 40), by
+#: first pass: codes keep the nearest rows among fewer of their neighbours than half vectors
+#: do, so they re-rank more (docs/performance.md).
+SHORTLIST_OVERSAMPLE: dict[FirstPass, int] = {"codes": 40, "halves": 10}
+SHORTLIST_MIN_ROWS: dict[FirstPass, int] = {"codes": 160, "halves": 40}
+#: The least recall the probe must measure for a first pass to be used.
 SHORTLIST_RECALL_FLOOR = 0.99
 #: A collection is first probed at its this-many-th search in the process (a process that
 #: searches it a few times never pays for a probe it cannot amortise: up to about 0.5 s) ...
@@ -70,16 +77,32 @@ PROBE_LIMIT = 10
 SHORTLIST_PROBE_ROWS = 400_000
 
 
-def shortlist_size(limit: int) -> int:
-    """How many rows, nearest by their codes, a two-phase search of ``limit`` hits re-ranks."""
-    return max(SHORTLIST_OVERSAMPLE * limit, SHORTLIST_MIN_ROWS)
+@dataclass(frozen=True, slots=True)
+class Shortlist:
+    """A two-phase search: the first pass that ranks the scope, and the rows it keeps for the
+    exact re-rank."""
+
+    first_pass: FirstPass
+    rows: int
+
+
+def shortlist_size(limit: int, first_pass: FirstPass = "codes") -> Shortlist:
+    """The two-phase search of ``limit`` hits through ``first_pass``: how many of the rows
+    nearest by it are re-ranked."""
+    rows = max(SHORTLIST_OVERSAMPLE[first_pass] * limit, SHORTLIST_MIN_ROWS[first_pass])
+    return Shortlist(first_pass, rows)
 
 
 class ShortlistSearch(Protocol):
     """An unaudited vector search with a given shortlist (exact when None): what probes compare."""
 
     async def __call__(
-        self, collection: str, scope: MemoryScope, vector: Any, limit: int, shortlist: int | None
+        self,
+        collection: str,
+        scope: MemoryScope,
+        vector: Any,
+        limit: int,
+        shortlist: Shortlist | None,
     ) -> list[MemoryHit]: ...
 
 
@@ -87,7 +110,9 @@ class ShortlistSearch(Protocol):
 class ShortlistState:
     """A collection's two-phase path in this process, as its last probe left it."""
 
-    recall: float | None = None
+    #: The first pass searches take (None: exact), and each pass's recall at the last probe.
+    first_pass: FirstPass | None = None
+    recalls: dict[FirstPass, float] = field(default_factory=dict)
     probed_scopes: int = 0
     searches: int = 0
     probed: bool = False
@@ -135,17 +160,15 @@ class Shortlists:
         return state
 
     def enabled(self, collection: str) -> bool:
-        """Whether the collection's last probe measured recall at or above the floor."""
-        state = self.state(collection)
-        return state.recall is not None and state.recall >= self.recall_floor
+        """Whether the collection's last probe measured a first pass at or above the floor."""
+        return self.state(collection).first_pass is not None
 
-    async def route(self, collection: str, scope: MemoryScope, limit: int) -> int | None:
-        """How many rows a vector search of ``scope`` re-ranks on the two-phase path, or None
-        (exact). Counts the search; probes at the collection's ``first_probe``-th search in
+    async def route(self, collection: str, scope: MemoryScope, limit: int) -> Shortlist | None:
+        """The two-phase search a vector search of ``scope`` makes, or None (exact). Counts the search; probes at the collection's ``first_probe``-th search in
         this process (in that search), then again beside the searches when due
         (:func:`probing.due <pgmemory.store.probing.due>`: ``probe_every`` searches and a
         minute), the last decision standing meanwhile. Never raises."""
-        if scope.user_id is None or not self._db.binary_codes or len(scope.as_dict()) != 1:
+        if scope.user_id is None or not self._db.first_passes or len(scope.as_dict()) != 1:
             return None
         state = self.state(collection)
         state.searches += 1
@@ -154,9 +177,9 @@ class Shortlists:
                 await self.probe(collection)
         elif due(state.searches, self.probe_every, state.probed_at):
             self._beside.start(f"shortlist {collection}", lambda: self.probe(collection))
-        if scope.user_id not in state.large_users or not self.enabled(collection):
+        if scope.user_id not in state.large_users or state.first_pass is None:
             return None
-        return shortlist_size(limit)
+        return shortlist_size(limit, state.first_pass)
 
     async def probe(self, collection: str) -> ShortlistState:
         """Refresh the collection's large scopes and measure the path's recall on them."""
@@ -168,7 +191,8 @@ class Shortlists:
         try:
             await self._measure(collection, state)
         except Exception as exc:
-            state.recall = None
+            state.first_pass = None
+            state.recalls = {}
             state.probed_scopes = 0
             state.large_users = frozenset()
             logger.warning(
@@ -180,13 +204,15 @@ class Shortlists:
             "two-phase path of %s: %d large scopes, recall %s over %d -> %s",
             collection,
             len(state.large_users),
-            "n/a" if state.recall is None else f"{state.recall:.4f}",
+            ", ".join(f"{p} {r:.4f}" for p, r in state.recalls.items()) or "n/a",
             state.probed_scopes,
-            "on" if self.enabled(collection) else "off (exact)",
+            state.first_pass or "off (exact)",
         )
         return state
 
     async def _measure(self, collection: str, state: ShortlistState) -> None:
+        """Each kept first pass's recall@PROBE_LIMIT on stored rows of the largest scopes;
+        the first (the cheaper: codes before halves) at or above the floor is the one used."""
         params = {"collection": collection, "min_rows": self.min_scope_rows}
         async with self._db.ddl() as conn:
             result = await conn.execute(clause(q.SHORTLIST_LARGE_USERS), params)
@@ -194,20 +220,28 @@ class Shortlists:
             rows = await sample_largest(
                 conn, collection, sizes, samples=self.samples, max_rows=SHORTLIST_PROBE_ROWS
             )
-        found = total = 0
+        passes = self._db.first_passes
+        found = dict.fromkeys(passes, 0)
+        total = 0
         limit = PROBE_LIMIT + 1  # the stored row itself is found both ways: left out below
         probed: set[str] = set()
         for user_id, own_id, embedding in rows:
             probed.add(user_id)
             scope = MemoryScope(user_id=user_id)
             exact = await self._search(collection, scope, embedding, limit, None)
-            two = await self._search(collection, scope, embedding, limit, shortlist_size(limit))
             wanted = [h.memory.id for h in exact if h.memory.id != own_id][:PROBE_LIMIT]
-            got = {h.memory.id for h in two if h.memory.id != own_id}
-            if len(got) > PROBE_LIMIT:  # the stored row was not among them: the first 10 count
-                got = {h.memory.id for h in two[:PROBE_LIMIT]}
-            found += sum(1 for i in wanted if i in got)
             total += len(wanted)
+            for first_pass in passes:
+                two = await self._search(
+                    collection, scope, embedding, limit, shortlist_size(limit, first_pass)
+                )
+                got = {h.memory.id for h in two if h.memory.id != own_id}
+                if len(got) > PROBE_LIMIT:  # the stored row was not among them: the first 10
+                    got = {h.memory.id for h in two[:PROBE_LIMIT]}
+                found[first_pass] += sum(1 for i in wanted if i in got)
         state.large_users = frozenset(sizes)
-        state.recall = found / total if total else None
+        state.recalls = {p: found[p] / total for p in passes} if total else {}
+        state.first_pass = next(
+            (p for p in passes if state.recalls.get(p, 0.0) >= self.recall_floor), None
+        )
         state.probed_scopes = len(probed)

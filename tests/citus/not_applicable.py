@@ -36,7 +36,7 @@ NOT_APPLICABLE: dict[str, str] = {
         "Citus runs no trigger on a distributed table unless told to, and then on the shards, "
         "where the test's own function does not exist"
     ),
-    "tests/store/test_two_phase.py::test_the_generic_plan_scans_codes_index_only_and_looks_up_the_shortlist": (
+    "tests/store/test_two_phase.py::test_the_generic_plan_scans_the_first_pass_index_only_and_looks_up_the_shortlist": (
         "reads the plan of the statement on one server; on the coordinator EXPLAIN shows the "
         "distributed plan (one task to the user's shard) instead, and the same test asserts "
         "every read of the memories table names the user, which is what routes it there"

@@ -39,6 +39,7 @@ _UDT = {
     "JSONB": "jsonb",
     "INTEGER": "int4",
     "BIT VARYING": "varbit",
+    "HALFVEC": "halfvec",
 }
 
 

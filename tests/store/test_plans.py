@@ -41,9 +41,10 @@ def hnsw_database(fresh_database: str) -> str:
     engine = sa.create_engine(fresh_database)
     with engine.begin() as conn:
         database = conn.execute(text("SELECT current_database()")).scalar_one()
-        # The binary codes are generated from the untyped column, which PostgreSQL then refuses
-        # to retype; the exact path this test runs never reads them.
-        conn.execute(text("ALTER TABLE pgmemory_memories DROP COLUMN embedding_code"))
+        # The binary codes and half vectors are generated from the untyped column, which
+        # PostgreSQL then refuses to retype; the exact path this test runs never reads them.
+        for column in ("embedding_code", "embedding_half"):
+            conn.execute(text(f"ALTER TABLE pgmemory_memories DROP COLUMN {column}"))
         conn.execute(
             text(f"ALTER TABLE pgmemory_memories ALTER COLUMN embedding TYPE vector({DIM})")
         )
@@ -564,11 +565,17 @@ async def test_a_generic_plan_reads_each_hit_back_with_one_primary_key_probe(
         assert max(node["Actual Rows"] for node in probes) <= 2, plan
 
 
-async def test_a_generic_plan_works_out_the_querys_binary_code_once(fresh_database: str) -> None:
-    """The two-phase path ranks a large scope's codes by their distance to the query's own
-    code, worked out once (a scalar subquery, an InitPlan): written inline, a generic plan (the
-    store's) quantised the query again for every scope row, which made the pass slower than
-    the exact scan it replaces up to a few thousand rows."""
+@pytest.mark.parametrize(
+    ("first_pass", "column", "function"),
+    [("codes", "embedding_code", "binary_quantize"), ("halves", "embedding_half", "l2_normalize")],
+)
+async def test_a_generic_plan_works_out_the_querys_first_pass_once(
+    fresh_database: str, first_pass: q.FirstPass, column: str, function: str
+) -> None:
+    """The two-phase path ranks a large scope's codes (or half vectors) by their distance to
+    the query's own, worked out once (a scalar subquery, an InitPlan): written inline, a
+    generic plan (the store's) quantised the query again for every scope row, which made the
+    codes' pass slower than the exact scan it replaces up to a few thousand rows."""
     rng = np.random.default_rng(9)
     dims = 64
     await _imported(
@@ -580,7 +587,7 @@ async def test_a_generic_plan_works_out_the_querys_binary_code_once(fresh_databa
         ),
     )
     statement = q.search_memories(
-        ("user_id",), covering=True, audit=False, mode="vector", shortlist=True
+        ("user_id",), covering=True, audit=False, mode="vector", shortlist=first_pass
     )
     values = {
         "collection": "c",
@@ -592,9 +599,9 @@ async def test_a_generic_plan_works_out_the_querys_binary_code_once(fresh_databa
     }
     plan = _executed_plan(fresh_database, statement, values, plan_mode="force_generic_plan")
     nodes = _plan_nodes(plan)
-    by_code = [key for node in nodes for key in node.get("Sort Key", []) if "embedding_code" in key]
-    assert by_code, plan
-    assert not any("binary_quantize" in key for key in by_code), plan
+    by_pass = [key for node in nodes for key in node.get("Sort Key", []) if column in key]
+    assert by_pass, plan
+    assert not any(function in key for key in by_pass), plan
     once = [node for node in nodes if node.get("Subplan Name", "").startswith("InitPlan")]
     assert [node["Actual Loops"] for node in once] == [1], plan
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import get_args
 
 import pytest
 import sqlalchemy as sa
@@ -48,6 +49,7 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                 mode,
                 fusion,
                 ann,
+                shortlist,
                 relax,
                 windowed,
                 distributed,
@@ -57,12 +59,15 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                 q.SEARCH_MODES,
                 q.FUSIONS,
                 (None, 384),
+                (None, *get_args(q.FirstPass)),
                 (True, False),
                 (True, False),
                 (True, False),
             ):
-                if ann is not None and mode != "vector":
-                    continue  # the approximate path serves vector searches only
+                if (ann is not None or shortlist is not None) and mode != "vector":
+                    continue  # the approximate and two-phase paths serve vector searches only
+                if ann is not None and shortlist is not None:
+                    continue  # a search takes one of them
                 yield (
                     dims,
                     q.search_memories(
@@ -72,6 +77,7 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                         mode=mode,
                         fusion=fusion,
                         ann_dimensions=ann,
+                        shortlist=shortlist,
                         relax_commit=relax,
                         windowed=windowed,
                         distributed=distributed,

@@ -1,7 +1,8 @@
-"""The two-phase path for large scopes (binary codes, then an exact re-rank): recall@k >= 0.99
-against brute force at several scope sizes, with default and forced generic plans; small,
-narrow and windowed scopes, and collections whose vectors the codes do not keep apart, stay
-exact; the codes follow every write."""
+"""The two-phase path for large scopes (binary codes or half vectors, then an exact re-rank):
+recall@k >= 0.99 against brute force at several scope sizes through each first pass, with
+default and forced generic plans; small, narrow and windowed scopes stay exact; collections
+whose vectors the codes do not keep apart take the half vectors, and stay exact when no pass
+keeps the probe's floor; both copies follow every write."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sqlalchemy import event, text
 
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, probing, queries, reads
+from pgmemory.store.queries import FirstPass
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.shortlist import shortlist_size
 from pgmemory.store.store import MemoryStore
@@ -112,35 +114,41 @@ def _truth(rows: np.ndarray, query: np.ndarray, k: int) -> list[int]:
     return [int(i) for i in np.argsort(-sims, kind="stable")[:k]]
 
 
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize(
+    ("size", "first_pass"),
+    [*((n, "codes") for n in SIZES), *((n, "halves") for n in (*SIZES, RANDOM))],
+)
 async def test_two_phase_recall_is_at_least_099_against_brute_force(
-    store: MemoryStore, data: dict[str, Any], size: int
+    store: MemoryStore, data: dict[str, Any], size: int | str, first_pass: FirstPass
 ) -> None:
     """1,000 queries a scope size (3,000 hits at k=3), with the shortlist searches use; every
-    hit's score is its exact cosine similarity."""
+    hit's score is its exact cosine similarity. Random vectors only through half vectors (the
+    codes lose them: the probe keeps those collections off the codes)."""
     k = 3
-    rows = data["rows"][size]
-    scope = MemoryScope(user_id=f"u{size}")
+    collection, user = (RANDOM, "r") if size == RANDOM else (EMBEDDED, f"u{size}")
+    rows = data["random"] if size == RANDOM else data["rows"][size]
+    queries = _unit(np.random.default_rng(5).standard_normal((1_000, DIM)))
+    scope = MemoryScope(user_id=user)
     found = 0
-    for query in data["queries"]:
+    for query in queries if size == RANDOM else data["queries"]:
         hits = await reads.probe_search(
             store._db,
             store._catalogue,
             store._ann,
-            EMBEDDED,
+            collection,
             scope,
             query,
             k,
             None,
-            shortlist_size(k),
+            shortlist_size(k, first_pass),
         )
         got = [int(h.memory.content.split()[1]) for h in hits]
-        assert len(got) == k and {h.memory.scope.user_id for h in hits} == {f"u{size}"}
+        assert len(got) == k and {h.memory.scope.user_id for h in hits} == {user}
         found += len(set(got) & set(_truth(rows, query, k)))
         exact_scores = rows[got].astype(np.float64) @ query.astype(np.float64)
         assert np.allclose([h.score for h in hits], exact_scores, atol=1e-5)
     recall = found / (k * len(data["queries"]))
-    assert recall >= 0.99, f"recall@{k} {recall:.4f} at {size} rows"
+    assert recall >= 0.99, f"recall@{k} {recall:.4f} at {size} rows through {first_pass}"
 
 
 async def test_large_scopes_take_the_path_small_ones_stay_exact(
@@ -157,7 +165,8 @@ async def test_large_scopes_take_the_path_small_ones_stay_exact(
     assert not shortlists.state(EMBEDDED).probed
     assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)  # the third probes
     state = shortlists.state(EMBEDDED)
-    assert state.recall is not None and state.recall >= 0.99 and state.probed_scopes == 2
+    assert state.first_pass == "codes" and state.probed_scopes == 2  # the cheaper pass first
+    assert min(state.recalls.values()) >= 0.99 and set(state.recalls) == {"codes", "halves"}
     assert state.large_users == {"u2500", "u6000"}
     assert await shortlists.route(EMBEDDED, mid, 3) is None
     assert await shortlists.route(EMBEDDED, MemoryScope(user_id="small"), 3) is None
@@ -172,7 +181,7 @@ async def test_large_scopes_take_the_path_small_ones_stay_exact(
         await store._probes.settle()
     finally:
         probing.PROBE_INTERVAL_S = interval
-    assert state.probed_at > first and state.searches == 0 and state.recall is not None
+    assert state.probed_at > first and state.searches == 0 and state.first_pass == "codes"
     # narrower than a user: exact whatever the user's size
     assert await shortlists.route(EMBEDDED, MemoryScope(user_id="u6000", session_id="s"), 3) is None
     for query in data["queries"][:50]:
@@ -197,17 +206,35 @@ async def test_a_windowed_search_of_a_large_scope_stays_exact(
     assert store._shortlists.state(EMBEDDED).searches == 0  # never asked
 
 
-async def test_vectors_the_codes_do_not_keep_apart_stay_exact(
+async def test_vectors_the_codes_do_not_keep_apart_take_the_half_vectors(
     store: MemoryStore, data: dict[str, Any]
 ) -> None:
-    """Random vectors: the probe measures recall below the floor, so the path stays off."""
+    """Random vectors: the probe measures the codes' recall below the floor and the half
+    vectors' above it, so searches take the half vectors, and find the brute-force hits."""
     store._shortlists.min_scope_rows, store._shortlists.first_probe = 1_000, 1
     scope = MemoryScope(user_id="r")
-    assert await store._shortlists.route(RANDOM, scope, 3) is None
-    assert store._shortlists.state(RANDOM).probed
+    assert await store._shortlists.route(RANDOM, scope, 3) == shortlist_size(3, "halves")
     state = store._shortlists.state(RANDOM)
-    assert state.large_users == {"r"} and state.recall is not None and state.recall < 0.99
+    assert state.large_users == {"r"} and state.first_pass == "halves"
+    assert state.recalls["codes"] < 0.99 <= state.recalls["halves"]
     rng = np.random.default_rng(3)
+    for query in _unit(rng.standard_normal((20, DIM))):
+        hits = await store.search(RANDOM, scope, vector=query, limit=3, audit=False)
+        got = [int(h.memory.content.split()[1]) for h in hits]
+        assert got == _truth(data["random"], query, 3)
+
+
+async def test_a_collection_no_pass_keeps_at_the_floor_stays_exact(
+    store: MemoryStore, data: dict[str, Any]
+) -> None:
+    """A floor no pass measures (here above 1) leaves the path off: every search is exact."""
+    shortlists = store._shortlists
+    shortlists.min_scope_rows, shortlists.first_probe, shortlists.recall_floor = 1_000, 1, 1.01
+    scope = MemoryScope(user_id="r")
+    assert await shortlists.route(RANDOM, scope, 3) is None
+    state = shortlists.state(RANDOM)
+    assert state.probed and state.first_pass is None and set(state.recalls) == {"codes", "halves"}
+    rng = np.random.default_rng(4)
     for query in _unit(rng.standard_normal((20, DIM))):
         hits = await store.search(RANDOM, scope, vector=query, limit=3, audit=False)
         got = [int(h.memory.content.split()[1]) for h in hits]
@@ -223,12 +250,18 @@ def _numbered(statement: str) -> str:
     )  # fmt: skip
 
 
-async def test_the_generic_plan_scans_codes_index_only_and_looks_up_the_shortlist(
-    loaded: str,
+@pytest.mark.parametrize(
+    ("first_pass", "index"),
+    [("codes", "ix_pgmemory_memories_user_codes"), ("halves", "ix_pgmemory_memories_user_halves")],
+)
+async def test_the_generic_plan_scans_the_first_pass_index_only_and_looks_up_the_shortlist(
+    loaded: str, first_pass: FirstPass, index: str
 ) -> None:
-    """However the parameters turn out, the first pass reads the codes index only (never the
+    """However the parameters turn out, the first pass reads its own index only (never the
     vectors) and the re-rank fetches the shortlist's rows by primary key."""
-    statement = queries.search_memories(("user_id",), covering=True, audit=True, shortlist=True)
+    statement = queries.search_memories(
+        ("user_id",), covering=True, audit=True, shortlist=first_pass
+    )
     # Citus routes each read of the memories table to the user's shard only with the filter.
     reads = re.findall(r"FROM pgmemory_memories AS m\s+WHERE(.*?)(?:\)|$)", statement, re.S)
     assert reads and all("m.user_id = :user_id" in where for where in reads)
@@ -236,14 +269,17 @@ async def test_the_generic_plan_scans_codes_index_only_and_looks_up_the_shortlis
     async with MemoryStore(loaded, settings=settings) as store, store.engine.connect() as conn:
         explained = await conn.execute(text("EXPLAIN (GENERIC_PLAN) " + _numbered(statement)))
         plan = "\n".join(explained.scalars().all())
-    assert "Index Only Scan using ix_pgmemory_memories_user_codes" in plan, plan
+    assert f"Index Only Scan using {index}" in plan, plan
     assert "Index Scan using pk_pgmemory_memories" in plan, plan
     assert "user_cover" not in plan and "Seq Scan on pgmemory_memories" not in plan, plan
 
 
-async def test_codes_follow_every_write(store: MemoryStore, data: dict[str, Any]) -> None:
-    """Rows added one by one get their code (a generated column), and the path finds them at
-    once; no row's code differs from its vector's."""
+@pytest.mark.parametrize("first_pass", ["codes", "halves"])
+async def test_codes_and_halves_follow_every_write(
+    store: MemoryStore, data: dict[str, Any], first_pass: FirstPass
+) -> None:
+    """Rows added one by one get their code and half vector (generated columns), and the path
+    finds them at once; no row's copy differs from its vector's."""
     store._shortlists.min_scope_rows = 2_000
     scope = MemoryScope(user_id="u6000")
     query = data["queries"][0]
@@ -259,16 +295,19 @@ async def test_codes_follow_every_write(store: MemoryStore, data: dict[str, Any]
             query,
             3,
             None,
-            shortlist_size(3),
+            shortlist_size(3, first_pass),
         )
         assert hits[0].memory.content == marker and hits[0].score == pytest.approx(1.0, abs=1e-5)
         async with store.engine.connect() as conn:
             differing = await conn.execute(
                 text(
-                    "SELECT count(*) FROM pgmemory_memories WHERE embedding_code IS DISTINCT "
-                    "FROM CAST(binary_quantize(embedding) AS bit varying)"
+                    "SELECT count(*) FILTER (WHERE embedding_code IS DISTINCT FROM"
+                    " CAST(binary_quantize(embedding) AS bit varying)),"
+                    " count(*) FILTER (WHERE embedding_half IS DISTINCT FROM"
+                    " CAST(l2_normalize(embedding) AS halfvec))"
+                    " FROM pgmemory_memories"
                 )
             )
-            assert differing.scalar() == 0
+            assert tuple(differing.one()) == (0, 0)
     finally:
         await store.delete(EMBEDDED, ids=ids, scope=scope)

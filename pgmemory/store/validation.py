@@ -263,6 +263,8 @@ def check_aware(value: object, *, what: str) -> datetime | None:
 BTREE_MAX_ENTRY_BYTES = 2704
 #: Bytes and alignment of the fixed-size column types indexes hold.
 _FIXED_TYPES = {"uuid": (16, 1), "int8": (8, 8), "timestamptz": (8, 8)}
+#: Bytes a component of a vector (``vector``) and of its half-precision copy (``half``).
+_FLOAT_BYTES = {"vector": 4, "half": 2}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -275,8 +277,9 @@ class IndexShape:
     Attributes:
         name: The index, as the schema names it.
         columns: ``(field, type)`` pairs: type ``text`` (the field's value is measured),
-            ``uuid``, ``int8``, ``timestamptz`` (fixed sizes), ``vector`` or ``code`` (a
-            vector's binary code; for both the field's value is the number of dimensions).
+            ``uuid``, ``int8``, ``timestamptz`` (fixed sizes), ``vector``, ``half`` (its
+            half-precision copy) or ``code`` (its binary code; for all three the field's value
+            is the number of dimensions).
         nullable: Fields that may be NULL (absent from the entry when they are).
     """
 
@@ -316,8 +319,8 @@ def entry_bytes(shape: IndexShape, values: Mapping[str, Any]) -> int:
         if kind == "text":
             n = len(value.encode("utf-8")) if isinstance(value, str) else 0
             size = size + 1 + n if n + 1 <= 127 else _align(size, 4) + 4 + n
-        elif kind == "vector":
-            size = _align(size, 4) + 8 + 4 * int(value or 0)
+        elif kind in _FLOAT_BYTES:  # a 4-byte length, 4 bytes of dimensions, the components
+            size = _align(size, 4) + 8 + _FLOAT_BYTES[kind] * int(value or 0)
         elif kind == "code":  # bit varying: its bit count, then a bit a dimension
             n = 4 + (int(value or 0) + 7) // 8
             size = size + 1 + n if n + 1 <= 127 else _align(size, 4) + 4 + n
@@ -342,8 +345,8 @@ def _entry_bound(shapes: Sequence[IndexShape], values: Mapping[str, Any]) -> int
         value = values.get(field)
         if kind == "text":
             size += 7 + 4 * len(value) if isinstance(value, str) else 7
-        elif kind == "vector":
-            size += 11 + 4 * int(value or 0)
+        elif kind in _FLOAT_BYTES:
+            size += 11 + _FLOAT_BYTES[kind] * int(value or 0)
         elif kind == "code":
             size += 11 + (int(value or 0) + 7) // 8
         else:
@@ -377,7 +380,7 @@ def check_index_entries(
             for f in shape.texts
             if isinstance(values.get(f), str) and values[f]
         ]
-        vector = [f for f, kind in shape.columns if kind == "vector"]
+        vector = [f for f, kind in shape.columns if kind in _FLOAT_BYTES]
         held = f" beside the {values[vector[0]]}-dimension vector" if vector else ""
         raise InvalidInputError(
             f"{where}: {', '.join(parts)} make an entry of {size:,} bytes in the index "
@@ -432,6 +435,12 @@ COVERING_INDEX = _shape(
 CODES_INDEX = _shape(
     "ix_pgmemory_memories_user_codes",
     "collection", "user_id", "id:uuid", "expires_at:timestamptz", "embedding:code",
+    nullable=("expires_at",),
+)  # fmt: skip
+#: The half vectors' index (collections of up to HALVES_MAX_DIMENSIONS): 2 bytes a dimension.
+HALVES_INDEX = _shape(
+    "ix_pgmemory_memories_user_halves",
+    "collection", "user_id", "id:uuid", "expires_at:timestamptz", "embedding:half",
     nullable=("expires_at",),
 )  # fmt: skip
 #: The memory audit's indexes (a row per memory written or deleted).

@@ -26,13 +26,14 @@ from pgmemory.store.clauses import clause
 from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
 from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
-from pgmemory.store.models import COVERING_MAX_DIMENSIONS
+from pgmemory.store.models import COVERING_MAX_DIMENSIONS, HALVES_MAX_DIMENSIONS
 from pgmemory.store.recall_text import line_tokens
 from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope
 from pgmemory.store.uuid7 import uuid7
 from pgmemory.store.validation import (
     CODES_INDEX,
     COVERING_INDEX,
+    HALVES_INDEX,
     MAX_NAME_CHARS,
     MEMORY_AUDIT_INDEXES,
     MEMORY_INDEXES,
@@ -371,6 +372,8 @@ def _entry_shapes(dimensions: int, has_message_id: bool) -> tuple[IndexShape, ..
     shapes = [*MEMORY_INDEXES, CODES_INDEX, *([MESSAGE_INDEX] if has_message_id else [])]
     if dimensions <= COVERING_MAX_DIMENSIONS:
         shapes.append(COVERING_INDEX)
+    if dimensions <= HALVES_MAX_DIMENSIONS:
+        shapes.append(HALVES_INDEX)
     return (*shapes, *MEMORY_AUDIT_INDEXES)
 
 

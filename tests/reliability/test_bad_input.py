@@ -234,30 +234,41 @@ async def test_ids_too_long_for_the_covering_entry_are_refused_by_name(store: Me
     assert await _memory_rows(store, name) == 0  # the whole batch is refused, before any SQL
 
 
-async def test_the_index_entry_check_is_exact_at_the_limit(store: MemoryStore) -> None:
-    name = unique("c512")
-    await store.create_collection(name, dimensions=512, embedding_model="test")
-    agent = "用" * 150  # 450 bytes, so that the user id crosses the limit within 256 characters
+@pytest.mark.parametrize(
+    ("dimensions", "index"),
+    [(512, validation.COVERING_INDEX), (1024, validation.HALVES_INDEX)],
+    ids=["covering", "halves"],
+)
+async def test_the_index_entry_check_is_exact_at_the_limit(
+    store: MemoryStore, dimensions: int, index: validation.IndexShape
+) -> None:
+    """The largest entry the check lets through is stored, one byte more is refused by the
+    check, naming the index: the covering index beside a 512-d vector (a long agent id takes
+    room there), the half vectors' beside 1,024 halves (there a long collection name)."""
+    long = "用" * 150  # 450 bytes, so that the user id crosses the limit within 256 characters
+    name = unique("c") + (long if index is validation.HALVES_INDEX else "")
+    await store.create_collection(name, dimensions=dimensions, embedding_model="test")
+    agent = long if index is validation.COVERING_INDEX else ""
     values = {"collection": name, "session_id": "", "agent_id": agent, "application_id": "",
-              "embedding": 512, "user_id": ""}  # fmt: skip
+              "embedding": dimensions, "user_id": ""}  # fmt: skip
     fitting = next(
         n for n in range(256, 0, -1)
-        if validation.entry_bytes(validation.COVERING_INDEX, values | {"user_id": "u" * n})
+        if validation.entry_bytes(index, values | {"user_id": "u" * n})
         <= validation.BTREE_MAX_ENTRY_BYTES
     )  # fmt: skip
     assert fitting < 256  # the limit is reached within the id length limit
 
     def record(n: int) -> MemoryRecord:
         return MemoryRecord(
-            content="x", scope=MemoryScope(user_id="u" * n, agent_id=agent), embedding=vector(512)
+            content="x",
+            scope=MemoryScope(user_id="u" * n, agent_id=agent or None),
+            embedding=vector(dimensions),
         )
 
     # PostgreSQL takes the largest entry the check lets through (no ProgramLimitExceeded) ...
     await store.add(name, [record(fitting)])
     # ... and one more byte is refused by the check, not by the server.
-    await _refused(
-        lambda: store.add(name, [record(fitting + 1)]), match="ix_pgmemory_memories_user_cover"
-    )
+    await _refused(lambda: store.add(name, [record(fitting + 1)]), match=index.name)
     assert await _memory_rows(store, name) == 1
 
 

@@ -151,7 +151,7 @@ def test_the_quick_entry_bound_is_never_below_an_exact_entry() -> None:
     rng = np.random.default_rng(5)
     alphabet = ["a", "é", "中", "😀"]
     shapes = (
-        *v.MEMORY_INDEXES, v.MESSAGE_INDEX, v.COVERING_INDEX, v.CODES_INDEX,
+        *v.MEMORY_INDEXES, v.MESSAGE_INDEX, v.COVERING_INDEX, v.CODES_INDEX, v.HALVES_INDEX,
         *v.MEMORY_AUDIT_INDEXES,
     )  # fmt: skip
     for _ in range(300):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pgmemory.admin import (
     distribution,
     facts,
+    half_vectors,
     history,
     integrity,
     memories,
@@ -355,6 +356,17 @@ class Admin:
                 the database has Citus (nothing is changed).
         """
         return await partitioning.partition_memories(self._db, partitions)
+
+    async def add_half_vectors(self) -> half_vectors.HalfVectorsReport:
+        """Add the half vectors (a second first pass for large scopes whose codes fail), once.
+
+        Every write then pays for them; the table is rewritten. See
+        :mod:`pgmemory.admin.half_vectors`.
+
+        Raises:
+            DatabaseNotReadyError: pgvector is older than 0.7 (nothing is changed).
+        """
+        return await half_vectors.add_half_vectors(self._db)
 
     async def reembed(
         self,

@@ -13,6 +13,8 @@ from functools import lru_cache
 
 from pgmemory.store import queries as q
 from pgmemory.store.connector import APP_DATA_TABLES
+from pgmemory.store.models import HALVES_MAX_DIMENSIONS
+from pgmemory.store.validation import HALVES_INDEX
 
 # --- browsing and retention (UI, CLI) ------------------------------------------------------
 # Reads behind the operators' audit page and the retention sweep. Pages are bounded by
@@ -601,6 +603,25 @@ WHERE pg_get_serial_sequence(t, 'id') IS NOT NULL ORDER BY t
 APP_ROLE_SEQUENCE_GRANT = "GRANT USAGE ON SEQUENCE {sequences} TO {role}"
 
 
+# --- half vectors, opt-in (see pgmemory.admin.half_vectors) -----------------------------------
+
+#: Each memory's unit vector in half precision, a stored generated column (NULL above
+#: HALVES_MAX_DIMENSIONS, whose halves a B-tree entry could not hold): the two-phase path's
+#: ``halves`` pass. Rewrites the table.
+ADD_HALF_VECTORS_COLUMN = f"""
+ALTER TABLE pgmemory_memories ADD COLUMN embedding_half halfvec
+    GENERATED ALWAYS AS (CASE WHEN vector_dims(embedding) <= {HALVES_MAX_DIMENSIONS}
+        THEN CAST(l2_normalize(embedding) AS halfvec) END) STORED
+"""
+#: ... and the index that pass reads index-only (rows without halves left out).
+ADD_HALF_VECTORS_INDEX = f"""
+CREATE INDEX {HALVES_INDEX.name} ON pgmemory_memories (collection, user_id)
+    INCLUDE (id, expires_at, embedding_half) WHERE embedding_half IS NOT NULL
+"""
+#: Whether pgvector computes what the half vectors need (``l2_normalize``: pgvector >= 0.7).
+HAS_L2_NORMALIZE = "SELECT to_regprocedure('l2_normalize(vector)') IS NOT NULL"
+
+
 # --- hash partitioning of the memories table by user (see pgmemory.admin.partitioning) -------
 
 #: Whether the memories table holds any row at all (partitioning is refused then).
@@ -842,6 +863,8 @@ FAN_OUT: dict[str, str] = {
     "MEMORIES_ANY_ROW": "pgmemory db partition: refused unless the table is empty (any user)",
     "PARTITION_MEMORIES": "DDL: pgmemory db partition rebuilds the whole (empty) table",
     "MEMORIES_PARTITIONS": "pgmemory db partition: the catalog's count of partitions, no rows",
+    "ADD_HALF_VECTORS_COLUMN": "DDL: pgmemory db half-vectors adds the column on every shard",
+    "ADD_HALF_VECTORS_INDEX": "DDL: pgmemory db half-vectors builds the index on every shard",
     "USER_PAGE": "the operator's user directory: a page of user ids across all tables",
     "USER_PAGE_DISTRIBUTED": "the operator's user directory on Citus: a page of user ids",
     "USER_MEMORY_COUNTS": "the operator's user directory: counts for one page of users",

@@ -129,6 +129,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
 
     add_distribute_parser(sub, common)
     add_partition_parser(sub, common)
+    add_half_vectors_parser(sub, common)
     add_reembed_parser(sub, common)
 
 
@@ -508,5 +509,55 @@ async def _partition(store: MemoryStore, args: argparse.Namespace) -> int:
     print(
         f"{report.table} is now hash-partitioned by {report.key} into {report.partitions} "
         f"partitions ({report.table}_p0 .. {report.table}_p{report.partitions - 1})"
+    )
+    return 0
+
+
+# --- half vectors (a second first pass for large scopes) -------------------------------------
+
+
+def add_half_vectors_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``db half-vectors``.
+
+    Args:
+        sub: the ``db`` sub-parsers.
+        common: the parent parser of options every command takes (``--url``).
+    """
+    halves = sub.add_parser(
+        "half-vectors", parents=[common],
+        help="add half-precision vectors: large scopes whose binary codes fail search faster "
+        "(opt-in; every write pays for them)",
+        description="Add each memory's unit vector in half precision (a stored generated "
+        "column) and its index, so that large user scopes of collections whose probe finds the "
+        "binary codes below its recall floor are searched in two phases instead of exactly. "
+        "Rewrites the memories table (a maintenance window on a large one); needs pgvector >= "
+        "0.7; does nothing if they are there. See docs/scaling.md.",
+    )  # fmt: skip
+    add_json(halves, '{"added": true, "column": "embedding_half", "index": "..."}')
+    halves.set_defaults(handler=half_vectors_command)
+
+
+def half_vectors_command(args: argparse.Namespace) -> int:
+    """``pgmemory db half-vectors [--json]``.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status.
+    """
+    return with_store(args, _half_vectors)
+
+
+async def _half_vectors(store: MemoryStore, args: argparse.Namespace) -> int:
+    report = await admin_of(store).add_half_vectors()
+    if args.json:
+        print_json(report.as_dict())
+        return 0
+    print(
+        f"added {report.column} and {report.index}: large scopes take the half vectors where "
+        "their probe holds"
+        if report.added
+        else f"the memories keep half vectors already ({report.column}); nothing was changed"
     )
     return 0

@@ -117,8 +117,6 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
 GENERATED_COLUMNS: tuple[tuple[str, str], ...] = (
     # binary_quantize(embedding): the first pass of a large scope's search (migration 0013)
     ("embedding_code", "varbit"),
-    # l2_normalize(embedding) in half precision: the other first pass (migration 0023)
-    ("embedding_half", "halfvec"),
 )
 
 #: Columns no insert writes and no read returns: a re-embedding's staged vector (migration

@@ -344,24 +344,22 @@ async def check_database(engine: AsyncEngine, *, expected_revision: str | None) 
 
 
 async def first_passes(engine: AsyncEngine) -> tuple[FirstPass, ...]:
-    """The two-phase path's first passes the memories keep (binary codes, migration 0013;
-    half-precision unit vectors, 0023); says once, at WARNING, when either is missing
-    (pgvector before 0.7 when those migrations ran)."""
+    """The two-phase path's first passes the memories keep: binary codes (migration 0013) and,
+    where an operator added them, half vectors (:mod:`pgmemory.admin.half_vectors`); says
+    once, at WARNING, when there are no codes (pgvector before 0.7 when 0013 ran)."""
     async with engine.connect() as conn:
         row = (await conn.execute(clause(q.FIRST_PASSES))).one()
-    present: dict[FirstPass, bool] = {"codes": row.codes, "halves": row.halves}
-    kept = tuple(name for name, there in present.items() if there)
-    if len(kept) < 2:
+    if not row.codes:
         logger.warning(
-            "pgvector %s keeps %s of the memories (binary_quantize and l2_normalize need "
-            "pgvector >= 0.7, or they were not added after an upgrade: docs/scaling.md): %s",
+            "pgvector %s keeps no binary codes of the memories (binary_quantize needs pgvector "
+            ">= 0.7, or they were not added after an upgrade: docs/scaling.md): %s",
             row.pgvector,
-            "no binary codes and no half vectors" if not kept else f"only the {kept[0]}",
-            "every search of a large scope is exact, none takes the two-phase path"
-            if not kept
-            else "the two-phase path has that one first pass",
+            "large scopes take the half vectors' first pass where its probe holds"
+            if row.halves
+            else "every search of a large scope is exact, none takes the two-phase path",
         )
-    return kept
+    present: dict[FirstPass, bool] = {"codes": row.codes, "halves": row.halves}
+    return tuple(name for name, there in present.items() if there)
 
 
 async def is_distributed(engine: AsyncEngine) -> bool:

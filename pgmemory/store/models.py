@@ -21,7 +21,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import HALFVEC, Vector
+from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     ARRAY,
     BigInteger,
@@ -44,8 +44,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 #: Largest vector kept in the covering B-tree entry (2,704 bytes at most per entry): at 512
 #: dimensions about 600 bytes remain for the collection name and the four scope ids together.
 COVERING_MAX_DIMENSIONS = 512
-#: Largest vector whose half-precision copy is kept (the halves index's entry: 1,024 halves take
-#: the 2,048 bytes 512 floats take in the covering one); wider vectors keep NULL (0023).
+#: Largest vector whose half-precision copy is kept where an operator adds the half vectors
+#: (pgmemory.admin.half_vectors: the index's entry holds 1,024 halves in the 2,048 bytes 512
+#: floats take in the covering one); wider vectors keep NULL.
 HALVES_MAX_DIMENSIONS = 1024
 #: Largest vector a collection may hold: pgvector's index limit, and what fits an 8 kB page inline.
 MAX_DIMENSIONS = 2000
@@ -137,16 +138,6 @@ class MemoryRow(Base):
         BIT(varying=True),
         Computed("CAST(binary_quantize(embedding) AS bit varying)", persisted=True),
     )
-    #: ``l2_normalize(embedding)`` in half precision (up to HALVES_MAX_DIMENSIONS, else NULL),
-    #: kept by PostgreSQL itself; the first pass where codes lose the nearest rows (0023).
-    embedding_half: Mapped[Any] = mapped_column(
-        HALFVEC(),
-        Computed(
-            f"CASE WHEN vector_dims(embedding) <= {HALVES_MAX_DIMENSIONS}"
-            " THEN CAST(l2_normalize(embedding) AS halfvec) END",
-            persisted=True,
-        ),
-    )
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
     #: The vector from the model a re-embedding is staging (see CollectionRow); NULL otherwise.
     embedding_next: Mapped[Any] = mapped_column(Vector(), nullable=True)
@@ -185,15 +176,6 @@ class MemoryRow(Base):
             "collection",
             "user_id",
             postgresql_include=["id", "expires_at", "embedding_code"],
-        ),
-        # The same first pass from half-precision unit vectors, for the collections whose
-        # codes lose the nearest rows (at most HALVES_MAX_DIMENSIONS: NULL rows are left out).
-        Index(
-            "ix_pgmemory_memories_user_halves",
-            "collection",
-            "user_id",
-            postgresql_include=["id", "expires_at", "embedding_half"],
-            postgresql_where=text("embedding_half IS NOT NULL"),
         ),
         # Newest-first listing and recency recall per user; exact recall of large vectors.
         Index("ix_pgmemory_memories_user_recent", "collection", "user_id", "created_at"),

@@ -558,8 +558,8 @@ FirstPass = Literal["codes", "halves"]
 #: Each first pass's order and the predicate that makes its index match: ``codes`` by the
 #: Hamming distance of the binary codes (``embedding_code``, d / 8 bytes a row, migration
 #: 0013), ``halves`` by the inner product of half-precision unit vectors (``embedding_half``,
-#: 2 bytes a dimension, 0023; NULL above HALVES_MAX_DIMENSIONS, which its partial index leaves
-#: out). Each is read index-only from its own index.
+#: 2 bytes a dimension, opt-in: pgmemory.admin.half_vectors; NULL above 1,024 dimensions,
+#: which its partial index leaves out). Each is read index-only from its own index.
 _FIRST_PASSES: dict[str, tuple[str, str]] = {
     "codes": (f"m.embedding_code <~> {_QUERY_CODE}", ""),
     "halves": (f"m.embedding_half <#> {_QUERY_HALF}", "\n      AND m.embedding_half IS NOT NULL"),
@@ -1857,8 +1857,9 @@ WITH dropped AS (
 SELECT count(*) FROM dropped
 """
 
-#: Whether the memories keep binary codes (migration 0013) and half-precision unit vectors
-#: (0023), which both add where pgvector >= 0.7, and the installed pgvector's version.
+#: Whether the memories keep binary codes (migration 0013 adds them where pgvector >= 0.7) and
+#: half-precision unit vectors (where an operator added them: pgmemory.admin.half_vectors), and
+#: the installed pgvector's version.
 FIRST_PASSES = """
 SELECT EXISTS (
     SELECT 1 FROM pg_attribute

@@ -97,6 +97,7 @@ async def add(
             max_chars=db.settings.max_text_chars,
             actor=actor,
             allow_unscoped=allow_unscoped,
+            halves="halves" in db.first_passes,
         )
         if not rows:
             return []
@@ -183,6 +184,7 @@ async def import_records(
                     actor=actor,
                     allow_unscoped=allow_unscoped,
                     first=staged,
+                    halves="halves" in db.first_passes,
                 )
                 async with cursor.copy(q.COPY_STAGING) as copy:
                     copy.set_types(list(STAGING_TYPES))
@@ -250,6 +252,7 @@ async def prepare(
     actor: str | None,
     allow_unscoped: bool,
     first: int = 0,
+    halves: bool = False,
 ) -> list[dict[str, Any]]:
     """Check a batch and turn each record into a row, embedding the texts without a vector.
 
@@ -265,6 +268,8 @@ async def prepare(
         actor: Who writes (checked here).
         allow_unscoped: Accept records with an empty scope.
         first: The position of the batch's first record in its import (0 for ``add``).
+        halves: The memories keep half vectors (:mod:`pgmemory.admin.half_vectors`), so ids
+            must fit beside them in that index too.
 
     Returns:
         One dict per record, keyed by the sent values' names
@@ -280,7 +285,7 @@ async def prepare(
     rows: list[dict[str, Any]] = []
     given: dict[tuple[str, uuid.UUID], int] = {}  # one batch's; the key catches the rest
     for i, record in enumerate(records):
-        row = _row(record, f"records[{i}]", info, max_chars, allow_unscoped)
+        row = _row(record, f"records[{i}]", info, max_chars, allow_unscoped, halves)
         row["position"] = first + i
         if record.id is not None:
             key = (row["user_id"], row["id"])
@@ -304,7 +309,12 @@ async def prepare(
 
 
 def _row(
-    record: object, where: str, info: CollectionInfo, max_chars: int, allow_unscoped: bool
+    record: object,
+    where: str,
+    info: CollectionInfo,
+    max_chars: int,
+    allow_unscoped: bool,
+    halves: bool,
 ) -> dict[str, Any]:
     """One record's row (its embedding None when the store must make it)."""
     if not isinstance(record, MemoryRecord):
@@ -349,7 +359,7 @@ def _row(
     }
     row["recall_tokens"] = line_tokens(record.role, content)
     check_index_entries(
-        _entry_shapes(info.dimensions, row["message_id"] is not None),
+        _entry_shapes(info.dimensions, row["message_id"] is not None, halves),
         {**row, "collection": info.name, "embedding": info.dimensions},
         where=where,
         names=_FIELD_NAMES,
@@ -366,13 +376,13 @@ _FIELD_NAMES = {
 
 
 @lru_cache(maxsize=64)
-def _entry_shapes(dimensions: int, has_message_id: bool) -> tuple[IndexShape, ...]:
+def _entry_shapes(dimensions: int, has_message_id: bool, halves: bool) -> tuple[IndexShape, ...]:
     """The B-tree indexes a memory row of a collection of ``dimensions`` goes into (and its
-    audit row)."""
+    audit row); ``halves``: the memories keep half vectors."""
     shapes = [*MEMORY_INDEXES, CODES_INDEX, *([MESSAGE_INDEX] if has_message_id else [])]
     if dimensions <= COVERING_MAX_DIMENSIONS:
         shapes.append(COVERING_INDEX)
-    if dimensions <= HALVES_MAX_DIMENSIONS:
+    if halves and dimensions <= HALVES_MAX_DIMENSIONS:
         shapes.append(HALVES_INDEX)
     return (*shapes, *MEMORY_AUDIT_INDEXES)
 

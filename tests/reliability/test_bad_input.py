@@ -18,9 +18,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.admin import Admin
+from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, ScopeError
 from pgmemory.settings import Settings
-from pgmemory.store import validation
+from pgmemory.store import migrate, validation
 from pgmemory.store.records import MemoryRecord, MemoryScope, RecallTrace
 from pgmemory.store.store import MemoryStore
 from pgmemory.text.clean import MAX_JSON_DEPTH, clean_query, clean_text
@@ -234,21 +235,12 @@ async def test_ids_too_long_for_the_covering_entry_are_refused_by_name(store: Me
     assert await _memory_rows(store, name) == 0  # the whole batch is refused, before any SQL
 
 
-@pytest.mark.parametrize(
-    ("dimensions", "index"),
-    [(512, validation.COVERING_INDEX), (1024, validation.HALVES_INDEX)],
-    ids=["covering", "halves"],
-)
-async def test_the_index_entry_check_is_exact_at_the_limit(
-    store: MemoryStore, dimensions: int, index: validation.IndexShape
+async def _check_exact_at_the_limit(
+    store: MemoryStore, dimensions: int, index: validation.IndexShape, name: str, agent: str
 ) -> None:
-    """The largest entry the check lets through is stored, one byte more is refused by the
-    check, naming the index: the covering index beside a 512-d vector (a long agent id takes
-    room there), the half vectors' beside 1,024 halves (there a long collection name)."""
-    long = "用" * 150  # 450 bytes, so that the user id crosses the limit within 256 characters
-    name = unique("c") + (long if index is validation.HALVES_INDEX else "")
+    """The largest entry of ``index`` the check lets through is stored, one byte more is
+    refused by the check (not by the server), naming the index."""
     await store.create_collection(name, dimensions=dimensions, embedding_model="test")
-    agent = long if index is validation.COVERING_INDEX else ""
     values = {"collection": name, "session_id": "", "agent_id": agent, "application_id": "",
               "embedding": dimensions, "user_id": ""}  # fmt: skip
     fitting = next(
@@ -270,6 +262,40 @@ async def test_the_index_entry_check_is_exact_at_the_limit(
     # ... and one more byte is refused by the check, not by the server.
     await _refused(lambda: store.add(name, [record(fitting + 1)]), match=index.name)
     assert await _memory_rows(store, name) == 1
+
+
+async def test_the_index_entry_check_is_exact_at_the_limit(store: MemoryStore) -> None:
+    """The covering index beside a 512-d vector (a long agent id takes room there)."""
+    agent = "用" * 150  # 450 bytes, so that the user id crosses the limit within 256 characters
+    await _check_exact_at_the_limit(store, 512, validation.COVERING_INDEX, unique("c512"), agent)
+
+
+async def test_the_half_vectors_entry_check_is_exact_at_the_limit(fresh_database: str) -> None:
+    """Where the memories keep half vectors: their index beside 1,024 halves (a long
+    collection name takes room there). Ids stored before that do not fit it make adding the
+    half vectors fail, naming the fix, with nothing changed."""
+    migrate.upgrade(fresh_database)
+    # ids PostgreSQL cannot compress in the entry: 150 random CJK characters (450 bytes) and
+    # 256 random letters
+    rng = np.random.default_rng(8)
+    name = "".join(chr(0x4E00 + int(k)) for k in rng.integers(0, 20_000, 150))
+    user = "".join(chr(ord("a") + int(k)) for k in rng.integers(0, 26, 256))
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    async with MemoryStore(fresh_database, settings=settings) as plain:
+        await plain.create_collection(name, dimensions=1024, embedding_model="test")
+        long = MemoryScope(user_id=user)
+        await plain.add(name, [MemoryRecord(content="x", scope=long, embedding=vector(1024))])
+        with pytest.raises(DatabaseNotReadyError, match="ix_pgmemory_memories_user_halves") as e:
+            await Admin(plain).add_half_vectors()
+        assert user[:20] not in str(e.value) and "nothing was changed" in str(e.value)
+        assert plain._db.first_passes == ("codes",)
+        await plain.delete(name, scope=long)
+        assert (await Admin(plain).add_half_vectors()).added
+        assert plain._db.first_passes == ("codes", "halves")
+    async with MemoryStore(fresh_database, settings=settings) as store:
+        await _check_exact_at_the_limit(
+            store, 1024, validation.HALVES_INDEX, unique("c") + "用" * 150, ""
+        )
 
 
 async def test_256_character_cjk_ids(store: MemoryStore) -> None:

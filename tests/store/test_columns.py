@@ -39,7 +39,6 @@ _UDT = {
     "JSONB": "jsonb",
     "INTEGER": "int4",
     "BIT VARYING": "varbit",
-    "HALFVEC": "halfvec",
 }
 
 

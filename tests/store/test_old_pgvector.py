@@ -1,9 +1,8 @@
-"""On a pgvector without ``binary_quantize`` and ``l2_normalize`` (before 0.7): the schema
-migrates without the binary codes and half vectors, the store says so once when it opens, and
-every search of a large scope is exact.
+"""On a pgvector without ``binary_quantize`` (before 0.7): the schema migrates without the
+binary codes, the store says so once when it opens, and every search of a large scope is exact.
 
-The server here has pgvector 0.8; the test makes the older one by removing the functions from
-the extension in a database of its own before migrations 0013 and 0023 run."""
+The server here has pgvector 0.8; the test makes the older one by removing the function from the
+extension in a database of its own before migration 0013 runs."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ def _without_binary_quantize(url: str) -> None:
     engine = sa.create_engine(migrate.normalise_url(url))
     try:
         with engine.begin() as conn:
-            for function in ("binary_quantize(vector)", "l2_normalize(vector)"):
-                conn.execute(sa.text(f"ALTER EXTENSION vector DROP FUNCTION {function}"))
-                conn.execute(sa.text(f"DROP FUNCTION {function}"))
+            conn.execute(sa.text("ALTER EXTENSION vector DROP FUNCTION binary_quantize(vector)"))
+            conn.execute(sa.text("DROP FUNCTION binary_quantize(vector)"))
     finally:
         engine.dispose()
 
@@ -42,19 +40,15 @@ async def test_an_older_pgvector_keeps_every_search_exact_and_says_so_once(
 ) -> None:
     migrate.upgrade(fresh_database, "0012")
     _without_binary_quantize(fresh_database)
-    migrate.upgrade(fresh_database)  # 0013 and 0023 add nothing; the rest apply
+    migrate.upgrade(fresh_database)  # 0013 adds no codes; every later migration applies
     assert migrate.current(fresh_database) == migrate.head_revision()
-    assert not {"embedding_code", "embedding_half"} & _columns(fresh_database)
+    assert "embedding_code" not in _columns(fresh_database)
 
     caplog.set_level(logging.INFO, logger="pgmemory")
     rng = np.random.default_rng(7)
     rows = rng.standard_normal((1_200, 16)).astype(np.float32)
     async with MemoryStore(fresh_database, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
-        said = [
-            r
-            for r in caplog.records
-            if "binary_quantize and l2_normalize need pgvector" in r.getMessage()
-        ]
+        said = [r for r in caplog.records if "binary_quantize needs pgvector" in r.getMessage()]
         assert len(said) == 1 and said[0].levelno == logging.WARNING
         await store.create_collection("c", dimensions=16, embedding_model="test")
         scope = MemoryScope(user_id="big")
@@ -75,5 +69,5 @@ async def test_an_older_pgvector_keeps_every_search_exact_and_says_so_once(
     assert not [
         r for r in caplog.records if "probe" in r.getMessage() and "failed" in r.getMessage()
     ]
-    assert len([r for r in caplog.records if "l2_normalize need" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "binary_quantize needs" in r.getMessage()]) == 1
     migrate.downgrade(fresh_database, "0012")  # and back, without the codes it never added

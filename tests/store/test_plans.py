@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import text
 
+from pgmemory.admin import Admin
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, queries as q
@@ -41,10 +42,9 @@ def hnsw_database(fresh_database: str) -> str:
     engine = sa.create_engine(fresh_database)
     with engine.begin() as conn:
         database = conn.execute(text("SELECT current_database()")).scalar_one()
-        # The binary codes and half vectors are generated from the untyped column, which
-        # PostgreSQL then refuses to retype; the exact path this test runs never reads them.
-        for column in ("embedding_code", "embedding_half"):
-            conn.execute(text(f"ALTER TABLE pgmemory_memories DROP COLUMN {column}"))
+        # The binary codes are generated from the untyped column, which PostgreSQL then refuses
+        # to retype; the exact path this test runs never reads them.
+        conn.execute(text("ALTER TABLE pgmemory_memories DROP COLUMN embedding_code"))
         conn.execute(
             text(f"ALTER TABLE pgmemory_memories ALTER COLUMN embedding TYPE vector({DIM})")
         )
@@ -195,11 +195,16 @@ def _executed_plan(url: str, statement: str, values: dict, *, plan_mode: str) ->
         engine.dispose()
 
 
-async def _imported(url: str, dimensions: int, records: Iterable[MemoryRecord]) -> None:
-    """Migrate ``url`` and import ``records`` into a collection ``c`` of ``dimensions``."""
+async def _imported(
+    url: str, dimensions: int, records: Iterable[MemoryRecord], *, halves: bool = False
+) -> None:
+    """Migrate ``url`` (adding the half vectors with ``halves``) and import ``records`` into a
+    collection ``c`` of ``dimensions``."""
     migrate.upgrade(url)
     settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
     async with MemoryStore(url, settings=settings) as store:
+        if halves:
+            await Admin(store).add_half_vectors()
         await store.create_collection("c", dimensions=dimensions, embedding_model="test")
         await store.import_records("c", records)
 
@@ -585,6 +590,7 @@ async def test_a_generic_plan_works_out_the_querys_first_pass_once(
             MemoryRecord(content=f"note {i}", scope=MemoryScope(user_id="big"), embedding=v)
             for i, v in enumerate(rng.standard_normal((2000, dims)).astype(np.float32))
         ),
+        halves=first_pass == "halves",
     )
     statement = q.search_memories(
         ("user_id",), covering=True, audit=False, mode="vector", shortlist=first_pass

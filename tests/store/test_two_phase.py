@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import event, text
 
+from pgmemory.admin import Admin
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, probing, queries, reads
 from pgmemory.store.queries import FirstPass
@@ -74,8 +75,9 @@ def twophase_url(server_url: str) -> Iterator[str]:
 @pytest_asyncio.fixture(scope="module")
 async def loaded(twophase_url: str, data: dict[str, Any]) -> str:
     """One collection of embedding-like vectors (a user per size, a small one) and one of
-    random vectors, imported and vacuumed."""
+    random vectors, imported and vacuumed, in memories that keep half vectors too."""
     async with MemoryStore(twophase_url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
+        assert (await Admin(store).add_half_vectors()).added  # the opt-in second pass
         await store.create_collection(EMBEDDED, dimensions=DIM, embedding_model="test")
         await store.create_collection(RANDOM, dimensions=DIM, embedding_model="test")
         records = _records("small", data["small"], MemoryScope(user_id="small"))

@@ -1,12 +1,13 @@
 """The two-phase path: large user scopes ranked by a compact first pass, then re-ranked exactly.
 
 An exact vector search reads every row of the scope (about 1.1-1.5 µs a row at 384-512
-dimensions, most of it the vector's bytes: 2 kB a row at 512 d). Each memory also keeps two
-compact copies of its vector, stored generated columns each in an index of its own: its binary
-code (``binary_quantize(embedding)``, one bit a dimension, 32 times smaller, migration 0013)
-and its unit vector in half precision (``embedding_half``, half the bytes, 0023; kept up to
+dimensions, most of it the vector's bytes: 2 kB a row at 512 d). Each memory also keeps a
+compact copy of its vector, a stored generated column in an index of its own: its binary code
+(``binary_quantize(embedding)``, one bit a dimension, 32 times smaller, migration 0013), and,
+where an operator added them (:mod:`pgmemory.admin.half_vectors`, opt-in because every write
+pays for them), its unit vector in half precision (``embedding_half``, half the bytes, up to
 1,024 dimensions). A search of a large scope reads one of them index-only, keeps the rows
-nearest by it (:func:`shortlist_size`), and re-ranks those by their exact cosine distance
+nearest by it (:func:`shortlist_for`), and re-ranks those by their exact cosine distance
 (:func:`pgmemory.store.queries.search_memories` with ``shortlist``). The hits' scores are the
 exact similarities; what can differ from an exact search is which rows are found: a true top-k
 row that the first pass does not rank among its shortlist is missed.
@@ -86,7 +87,7 @@ class Shortlist:
     rows: int
 
 
-def shortlist_size(limit: int, first_pass: FirstPass = "codes") -> Shortlist:
+def shortlist_for(limit: int, first_pass: FirstPass = "codes") -> Shortlist:
     """The two-phase search of ``limit`` hits through ``first_pass``: how many of the rows
     nearest by it are re-ranked."""
     rows = max(SHORTLIST_OVERSAMPLE[first_pass] * limit, SHORTLIST_MIN_ROWS[first_pass])
@@ -164,8 +165,10 @@ class Shortlists:
         return self.state(collection).first_pass is not None
 
     async def route(self, collection: str, scope: MemoryScope, limit: int) -> Shortlist | None:
-        """The two-phase search a vector search of ``scope`` makes, or None (exact). Counts the search; probes at the collection's ``first_probe``-th search in
-        this process (in that search), then again beside the searches when due
+        """The two-phase search a vector search of ``scope`` makes, or None (exact).
+
+        Counts the search; probes at the collection's ``first_probe``-th search in this
+        process (in that search), then again beside the searches when due
         (:func:`probing.due <pgmemory.store.probing.due>`: ``probe_every`` searches and a
         minute), the last decision standing meanwhile. Never raises."""
         if scope.user_id is None or not self._db.first_passes or len(scope.as_dict()) != 1:
@@ -179,7 +182,7 @@ class Shortlists:
             self._beside.start(f"shortlist {collection}", lambda: self.probe(collection))
         if scope.user_id not in state.large_users or state.first_pass is None:
             return None
-        return shortlist_size(limit, state.first_pass)
+        return shortlist_for(limit, state.first_pass)
 
     async def probe(self, collection: str) -> ShortlistState:
         """Refresh the collection's large scopes and measure the path's recall on them."""
@@ -233,7 +236,7 @@ class Shortlists:
             total += len(wanted)
             for first_pass in passes:
                 two = await self._search(
-                    collection, scope, embedding, limit, shortlist_size(limit, first_pass)
+                    collection, scope, embedding, limit, shortlist_for(limit, first_pass)
                 )
                 got = {h.memory.id for h in two if h.memory.id != own_id}
                 if len(got) > PROBE_LIMIT:  # the stored row was not among them: the first 10

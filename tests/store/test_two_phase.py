@@ -22,7 +22,7 @@ from pgmemory.settings import Settings
 from pgmemory.store import migrate, probing, queries, reads
 from pgmemory.store.queries import FirstPass
 from pgmemory.store.records import MemoryRecord, MemoryScope
-from pgmemory.store.shortlist import shortlist_size
+from pgmemory.store.shortlist import shortlist_for
 from pgmemory.store.store import MemoryStore
 from tests.citus import cluster as citus_cluster
 from tests.conftest import _database
@@ -142,7 +142,7 @@ async def test_two_phase_recall_is_at_least_099_against_brute_force(
             query,
             k,
             None,
-            shortlist_size(k, first_pass),
+            shortlist_for(k, first_pass),
         )
         got = [int(h.memory.content.split()[1]) for h in hits]
         assert len(got) == k and {h.memory.scope.user_id for h in hits} == {user}
@@ -165,7 +165,7 @@ async def test_large_scopes_take_the_path_small_ones_stay_exact(
     # the first searches of the collection in the process are exact, and do not probe
     assert [await shortlists.route(EMBEDDED, big, 3) for _ in range(2)] == [None, None]
     assert not shortlists.state(EMBEDDED).probed
-    assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)  # the third probes
+    assert await shortlists.route(EMBEDDED, big, 3) == shortlist_for(3)  # the third probes
     state = shortlists.state(EMBEDDED)
     assert state.first_pass == "codes" and state.probed_scopes == 2  # the cheaper pass first
     assert min(state.recalls.values()) >= 0.99 and set(state.recalls) == {"codes", "halves"}
@@ -174,11 +174,11 @@ async def test_large_scopes_take_the_path_small_ones_stay_exact(
     assert await shortlists.route(EMBEDDED, MemoryScope(user_id="small"), 3) is None
     # probed again once due (searches, and a minute since), beside the searches
     first, shortlists.probe_every = state.probed_at, 2
-    assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)
+    assert await shortlists.route(EMBEDDED, big, 3) == shortlist_for(3)
     assert not store._probes.running(f"shortlist {EMBEDDED}")  # not a minute yet
     probing.PROBE_INTERVAL_S, interval = 0.0, probing.PROBE_INTERVAL_S
     try:
-        assert await shortlists.route(EMBEDDED, big, 3) == shortlist_size(3)  # the last decision
+        assert await shortlists.route(EMBEDDED, big, 3) == shortlist_for(3)  # the last decision
         assert store._probes.running(f"shortlist {EMBEDDED}")
         await store._probes.settle()
     finally:
@@ -215,7 +215,7 @@ async def test_vectors_the_codes_do_not_keep_apart_take_the_half_vectors(
     vectors' above it, so searches take the half vectors, and find the brute-force hits."""
     store._shortlists.min_scope_rows, store._shortlists.first_probe = 1_000, 1
     scope = MemoryScope(user_id="r")
-    assert await store._shortlists.route(RANDOM, scope, 3) == shortlist_size(3, "halves")
+    assert await store._shortlists.route(RANDOM, scope, 3) == shortlist_for(3, "halves")
     state = store._shortlists.state(RANDOM)
     assert state.large_users == {"r"} and state.first_pass == "halves"
     assert state.recalls["codes"] < 0.99 <= state.recalls["halves"]
@@ -297,7 +297,7 @@ async def test_codes_and_halves_follow_every_write(
             query,
             3,
             None,
-            shortlist_size(3, first_pass),
+            shortlist_for(3, first_pass),
         )
         assert hits[0].memory.content == marker and hits[0].score == pytest.approx(1.0, abs=1e-5)
         async with store.engine.connect() as conn:

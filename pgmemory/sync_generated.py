@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import numpy as np
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from pgmemory.admin import distribution, integrity, partitioning, roles
+    from pgmemory.admin import distribution, half_vectors, integrity, partitioning, roles
     from pgmemory.admin.admin import Admin
     from pgmemory.admin.facts import FactChange, FactSet
     from pgmemory.admin.history import HistoryPage
@@ -663,6 +663,11 @@ class SyncAdminMethods:
         """Blocking :meth:`Admin.partition_memories`: hash-partition the EMPTY memories table by
         ``user_id`` into ``partitions`` partitions."""
         return self._portal.run(self.async_admin.partition_memories(partitions=partitions))
+
+    def add_half_vectors(self) -> half_vectors.HalfVectorsReport:
+        """Blocking :meth:`Admin.add_half_vectors`: add the half vectors (a second first pass for
+        large scopes whose codes fail), once."""
+        return self._portal.run(self.async_admin.add_half_vectors())
 
     def reembed(
         self,

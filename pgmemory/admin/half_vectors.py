@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store.models import HALVES_MAX_DIMENSIONS
+from pgmemory.store.validation import HALVES_INDEX
 
 if TYPE_CHECKING:
     from pgmemory.store.database import Database
@@ -47,7 +48,7 @@ class HalfVectorsReport:
     added: bool
     #: The column and its index.
     column: str = "embedding_half"
-    index: str = "ix_pgmemory_memories_user_halves"
+    index: str = HALVES_INDEX.name
 
     def as_dict(self) -> dict[str, str | bool]:
         """The report for ``--json``."""

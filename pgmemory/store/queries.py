@@ -560,7 +560,7 @@ FirstPass = Literal["codes", "halves"]
 #: 0013), ``halves`` by the inner product of half-precision unit vectors (``embedding_half``,
 #: 2 bytes a dimension, opt-in: pgmemory.admin.half_vectors; NULL above 1,024 dimensions,
 #: which its partial index leaves out). Each is read index-only from its own index.
-_FIRST_PASSES: dict[str, tuple[str, str]] = {
+_FIRST_PASSES: dict[FirstPass, tuple[str, str]] = {
     "codes": (f"m.embedding_code <~> {_QUERY_CODE}", ""),
     "halves": (f"m.embedding_half <#> {_QUERY_HALF}", "\n      AND m.embedding_half IS NOT NULL"),
 }

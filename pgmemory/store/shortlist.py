@@ -160,10 +160,6 @@ class Shortlists:
             state = self._states[collection] = ShortlistState()
         return state
 
-    def enabled(self, collection: str) -> bool:
-        """Whether the collection's last probe measured a first pass at or above the floor."""
-        return self.state(collection).first_pass is not None
-
     async def route(self, collection: str, scope: MemoryScope, limit: int) -> Shortlist | None:
         """The two-phase search a vector search of ``scope`` makes, or None (exact).
 

@@ -73,6 +73,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -492,31 +493,28 @@ def json_figures(r: dict) -> dict:
 # --- main --------------------------------------------------------------------------------------
 
 
-def partition_memories(url: str, partitions: int) -> None:
-    """Hash-partition the scratch database's empty memories table by user_id, as an operator
-    would (``Admin.partition_memories``, what ``pgmemory db partition`` runs)."""
+def as_operator(url: str, step: Callable[[Any], Awaitable[object]]) -> None:
+    """Run one admin step on the scratch database's schema, as an operator would: ``step``
+    gets an ``Admin`` over a store on ``url`` (what the ``pgmemory db ...`` commands run)."""
 
     from pgmemory import Admin, MemoryStore, Settings
 
-    async def partition() -> None:
+    async def run() -> None:
         async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
-            report = await Admin(store).partition_memories(partitions=partitions)
-        assert report.partitions == partitions, report
+            await step(Admin(store))
 
-    asyncio.run(partition())
+    asyncio.run(run())
 
 
-def add_half_vectors(url: str) -> None:
-    """Add the opt-in half vectors to the scratch database's schema, as an operator would
-    (``Admin.add_half_vectors``, what ``pgmemory db half-vectors`` runs)."""
+async def _partition(admin: Any, partitions: int) -> None:
+    """``pgmemory db partition --partitions N``: the empty memories table hash-partitioned."""
+    report = await admin.partition_memories(partitions=partitions)
+    assert report.partitions == partitions, report
 
-    from pgmemory import Admin, MemoryStore, Settings
 
-    async def add() -> None:
-        async with MemoryStore(url, settings=Settings(_env_file=None)) as store:  # type: ignore[call-arg]
-            assert (await Admin(store).add_half_vectors()).added
-
-    asyncio.run(add())
+async def _add_half_vectors(admin: Any) -> None:
+    """``pgmemory db half-vectors``: the opt-in half vectors added to the schema."""
+    assert (await admin.add_half_vectors()).added
 
 
 def measure_pgmemory(
@@ -529,9 +527,9 @@ def measure_pgmemory(
     data = h.load(data_path)
     with server.scratch("pgm", pgmemory_schema=True) as url:
         if partitions:
-            partition_memories(url, partitions)
+            as_operator(url, lambda admin: _partition(admin, partitions))
         if args.half_vectors:
-            add_half_vectors(url)
+            as_operator(url, _add_half_vectors)
         adapter = PgmemoryAdapter(url, data)
 
         async def before_turns(a: PgmemoryAdapter) -> dict[str, Any]:

@@ -111,10 +111,16 @@ async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(
     big_store, caplog: pytest.LogCaptureFixture
 ) -> None:
     store, vectors = big_store
-    # 3,050 rows: 3 lists by default (rows / 1000), of which a search reads 1 first.
+    # 3,050 rows: 3 lists by default (rows / 1000), of which a search reads 1 first. pgvector
+    # builds the lists from a random sample, so what one list of 3 finds varies from build to
+    # build (0.955-1.000 measured on the 8 clusters here): only the defaults are checked here.
     status = await store.enable_ann(NAME, min_scope_rows=1000, method="ivfflat")
     assert (status.method, status.probes, status.probed_scopes) == ("ivfflat", 1, 1)
-    assert status.enabled and status.recall is not None and status.recall >= 0.99
+    assert status.recall is not None and status.enabled == (status.recall >= 0.99)
+    # Reading all 3 lists finds every row whatever the build, so the path must pass its probe.
+    status = await store.enable_ann(NAME, min_scope_rows=1000, method="ivfflat", probes=3)
+    assert (status.method, status.probes) == ("ivfflat", 3)
+    assert status.enabled and status.recall == 1.0
     assert await store._ann_path(NAME, MemoryScope(user_id="big")) is not None
     assert await store._ann_path(NAME, MemoryScope(user_id="small")) is None
 
@@ -128,7 +134,7 @@ async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(
     # The statement on that path reads the IVFFlat index, with the path's own settings.
     path = await store._ann_path(NAME, MemoryScope(user_id="big"))
     settings, values = path.settings()
-    assert values == {"probes": 1}
+    assert values == {"probes": 3}
     statement = queries.search_memories(
         ("user_id",), covering=False, audit=False, ann_dimensions=DIM
     )
@@ -144,7 +150,8 @@ async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(
             ).scalars()
         )  # fmt: skip
     assert "pgmemory_ann_" in plan, plan
-    # Queries near stored rows (the data's clusters): the path finds the exact top-10.
+    # Queries near stored rows (the data's clusters): reading every list, the path finds the
+    # exact top-10.
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     rng = np.random.default_rng(13)
     found = 0
@@ -156,7 +163,7 @@ async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(
         )
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         found += len(truth & {h.memory.content for h in hits})
-    assert found >= 95
+    assert found == 100
     # ... on the path itself: none of those searches fell back to the exact one.
     assert "not used for a search" not in caplog.text
     # Asking for HNSW replaces the IVFFlat index (one approximate index per collection).

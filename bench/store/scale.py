@@ -7,6 +7,7 @@
     python bench/store/scale.py --rows 1000000 --ann ivfflat        # the same with an IVFFlat index
     python bench/store/scale.py --rows 1000000 --ann ivfflat --half-vectors   # + the opt-in halves
     python bench/store/scale.py --rows 100000 --json bench/results/scale-100k.json
+    python bench/store/scale.py --rows 20000 --vectors use --peers langgraph,mem0   # real embeddings
     python bench/store/scale.py --rows 100000 --partitions 16   # + the same, memories hash-partitioned
     python bench/store/scale.py --rows 100000 --partitions 16 --partitioned-first   # the other order
 
@@ -26,6 +27,11 @@ excluded and every system reads the very same vectors):
 * Realistic clustered vectors: 512 global topic centres; each user talks about a handful of
   them (more topics for heavier users, Zipf-weighted); a row is
   normalise(centre + noise) with noise of norm ~0.8, so neighbours are near but not trivial.
+* ``--vectors use`` instead: real sentence embeddings (USE, 512 d) of the LongMemEval and LoCoMo
+  texts that ``bench/retrieval`` cached (about 21,000), each row a different text, drawn at
+  random (a user's rows are not one conversation); queries and turns use the held-out rest.
+  Binary codes keep such vectors' neighbours (docs/performance.md), so large scopes take the
+  two-phase path by default; the synthetic vectors, nearly random within a topic, defeat them.
 * Rows are interleaved in time: the multiset of user ids is shuffled, row i is created at
   T0 + 6 s * i, and imported in that order (a user's rows are scattered over the heap).
 * Queries: ``--queries`` per bucket, each a fresh vector on one of the user's topics; the
@@ -82,6 +88,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
 from bench._common.paths import BENCH, CACHE, PEER_ENVS
+from bench._common.vectors import USE_CACHE, use_vectors
 from bench.peers import _harness as h
 
 N_TOPICS = 512
@@ -147,6 +154,8 @@ def make_data(args: argparse.Namespace, rows: int) -> Path:
     n_turns = args.turns + sessions * args.session_turns
     key = dict(rows=rows, dims=args.dims, users=args.users, s=args.zipf_s, seed=args.seed,
                queries=args.queries, turns=n_turns, v=2)  # fmt: skip
+    if args.vectors != "clustered":  # (the synthetic draws keep their cached files' names)
+        key["vectors"] = args.vectors
     tag = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     path = CACHE / f"scale-{rows}x{args.dims}-{tag}.npz"
     if path.exists():
@@ -170,10 +179,26 @@ def make_data(args: argparse.Namespace, rows: int) -> Path:
         w = 1.0 / np.arange(1, len(tp) + 1)
         return tp[rng.choice(len(tp), size=n, p=w / w.sum())]
 
-    def draw_vectors(topics: np.ndarray) -> np.ndarray:
-        noise = rng.standard_normal((len(topics), d), dtype=np.float32)
-        noise *= NOISE_NORM / math.sqrt(d)
-        return unit(centres[topics] + noise)
+    if args.vectors == "use":
+        # Real sentence embeddings: the stored rows are a random draw of the cached vectors, and
+        # every query or turn vector is one of the others (held out), drawn with replacement.
+        pool = rng.permutation(use_vectors([USE_CACHE], d))
+        if len(pool) < rows + 1_000:
+            raise SystemExit(
+                f"--vectors use: {len(pool)} cached USE vectors hold at most "
+                f"{len(pool) - 1_000} rows (1,000 kept for queries); pass --rows at most that"
+            )
+        held_out = pool[rows:]
+
+        def draw_vectors(topics: np.ndarray) -> np.ndarray:
+            return held_out[rng.integers(0, len(held_out), size=len(topics))]
+
+    else:
+
+        def draw_vectors(topics: np.ndarray) -> np.ndarray:
+            noise = rng.standard_normal((len(topics), d), dtype=np.float32)
+            noise *= NOISE_NORM / math.sqrt(d)
+            return unit(centres[topics] + noise)
 
     user = rng.permutation(np.repeat(np.arange(args.users, dtype=np.int32), counts))
     topic = np.empty(rows, dtype=np.int32)
@@ -181,10 +206,13 @@ def make_data(args: argparse.Namespace, rows: int) -> Path:
     starts = np.concatenate([[0], np.cumsum(counts)])
     for u in range(args.users):
         topic[order[starts[u] : starts[u + 1]]] = draw_topic(u, int(counts[u]))
-    vectors = np.empty((rows, d), dtype=np.float32)
-    step = 50_000
-    for a in tqdm(range(0, rows, step), desc="draw vectors", unit="chunk", leave=False):
-        vectors[a : a + step] = draw_vectors(topic[a : a + step])
+    if args.vectors == "use":
+        vectors = pool[:rows]
+    else:
+        vectors = np.empty((rows, d), dtype=np.float32)
+        step = 50_000
+        for a in tqdm(range(0, rows, step), desc="draw vectors", unit="chunk", leave=False):
+            vectors[a : a + step] = draw_vectors(topic[a : a + step])
     seconds = np.arange(rows, dtype=np.int64) * 6
 
     # recall queries: --queries per bucket, users without replacement while there are enough
@@ -213,7 +241,7 @@ def make_data(args: argparse.Namespace, rows: int) -> Path:
     t_new = draw_vectors(np.concatenate([draw_topic(int(u), 2) for u in t_user])).reshape(
         n_turns, 2, d
     )
-    meta = dict(key, n_topics=N_TOPICS, noise_norm=NOISE_NORM,
+    meta = dict(key, vectors=args.vectors, n_topics=N_TOPICS, noise_norm=NOISE_NORM,
                 top_user_rows=int(counts[0]),
                 users_per_bucket={b: int((buckets == i).sum()) for i, b in enumerate(h.BUCKETS)},
                 rows_per_bucket={b: int(counts[buckets == i].sum()) for i, b in enumerate(h.BUCKETS)},
@@ -613,7 +641,12 @@ def startup(url: str, data_path: Path, runs: int = 5) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=100_000)
-    p.add_argument("--dims", type=int, default=384)
+    p.add_argument(
+        "--vectors", choices=("clustered", "use"), default="clustered",
+        help="clustered: synthetic topics (default); use: real USE sentence embeddings of the "
+        "retrieval benchmarks' texts (512 d, up to ~20,000 rows; bench/retrieval caches them)",
+    )  # fmt: skip
+    p.add_argument("--dims", type=int, default=None, help="384 (clustered) or 512 (use)")
     p.add_argument("--users", type=int, default=10_000)
     p.add_argument("--zipf-s", type=float, default=1.1)
     p.add_argument("--seed", type=int, default=7)
@@ -677,6 +710,11 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args()
+    native = 512 if args.vectors == "use" else 384
+    if args.dims is None:
+        args.dims = native
+    elif args.vectors == "use" and args.dims != native:
+        raise SystemExit(f"--vectors use: the USE vectors have {native} dimensions; drop --dims")
     if args.hnsw:
         args.ann = args.ann or "hnsw"
     peers = list(PEERS) if args.peers == "all" else [x for x in args.peers.split(",") if x]

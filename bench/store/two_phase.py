@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import json
 import math
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -43,30 +42,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root
 
-from bench._common.paths import CACHE
 from bench._common.scratch import Server
-
-USE_MODEL = "google/universal-sentence-encoder-multilingual-3"
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def use_vectors(paths: list[Path], dims: int) -> np.ndarray:
-    seen: dict[bytes, np.ndarray] = {}
-    for p in paths:
-        if not p.exists():
-            continue
-        with sqlite3.connect(f"file:{p}?mode=ro", uri=True) as c:
-            for sha, vec in c.execute("SELECT sha, vec FROM emb WHERE model = ?", (USE_MODEL,)):
-                seen[bytes(sha)] = np.frombuffer(vec, dtype=np.float32)
-    if not seen:
-        raise SystemExit(f"no USE embeddings in {', '.join(map(str, paths))}: run bench/retrieval")
-    x = np.stack(list(seen.values()))
-    if x.shape[1] != dims:
-        raise SystemExit(f"USE vectors have {x.shape[1]} dimensions, not {dims}")
-    return unit(x)
+from bench._common.vectors import USE_CACHE, unit, use_vectors
 
 
 def clustered(rng: Any, centres: np.ndarray, topics: np.ndarray, m: int) -> np.ndarray:
@@ -214,7 +191,7 @@ def main() -> None:
     p.add_argument("--dims", type=int, default=512)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument(
-        "--embeddings", default=str(CACHE / "embeddings.sqlite"),
+        "--embeddings", default=str(USE_CACHE),
         help="comma-separated SQLite caches of bench/retrieval (USE vectors)",
     )  # fmt: skip
     p.add_argument("--json", type=Path, default=None)

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         RecallTrace as RecallTrace,
         SearchWeights as SearchWeights,
         Signals as Signals,
+        TwoPhaseStatus as TwoPhaseStatus,
     )
     from pgmemory.store.store import (
         MemoryStore as MemoryStore,

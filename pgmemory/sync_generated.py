@@ -14,13 +14,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from pgmemory.admin import reembedding
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW
 from pgmemory.admin.tokens import DEFAULT_LIFETIME
-from pgmemory.store.ann import (
-    ANN_EF_SEARCH,
-    ANN_MIN_SCOPE_ROWS,
-    ANN_PROBE_LIMIT,
-    ANN_PROBE_SAMPLES,
-    ANN_RECALL_FLOOR,
-)
+from pgmemory.store import ann
 from pgmemory.store.modes import DEFAULT_MODE
 
 if TYPE_CHECKING:
@@ -58,6 +52,7 @@ if TYPE_CHECKING:
         RecallTrace,
         SearchWeights,
         Signals,
+        TwoPhaseStatus,
     )
     from pgmemory.store.store import MemoryStore
 
@@ -256,9 +251,9 @@ class SyncMemoryStoreMethods:
         self,
         collection: str,
         *,
-        min_scope_rows: int = ANN_MIN_SCOPE_ROWS,
-        ef_search: int = ANN_EF_SEARCH,
-        recall_floor: float = ANN_RECALL_FLOOR,
+        min_scope_rows: int = ann.ANN_MIN_SCOPE_ROWS,
+        ef_search: int = ann.ANN_EF_SEARCH,
+        recall_floor: float = ann.ANN_RECALL_FLOOR,
         m: int = 16,
         ef_construction: int = 64,
         maintenance_work_mem: str | None = None,
@@ -289,7 +284,11 @@ class SyncMemoryStoreMethods:
         return self._portal.run(self.async_store.disable_ann(collection, drop_index=drop_index))
 
     def probe_ann(
-        self, collection: str, *, samples: int = ANN_PROBE_SAMPLES, limit: int = ANN_PROBE_LIMIT
+        self,
+        collection: str,
+        *,
+        samples: int = ann.ANN_PROBE_SAMPLES,
+        limit: int = ann.ANN_PROBE_LIMIT,
     ) -> AnnStatus:
         """Blocking :meth:`MemoryStore.probe_ann`: measure the approximate path's recall@``limit``
         against exact search, and decide: the queries are ``samples`` stored vectors of its largest
@@ -297,6 +296,14 @@ class SyncMemoryStoreMethods:
         return self._portal.run(
             self.async_store.probe_ann(collection, samples=samples, limit=limit)
         )
+
+    def probe_two_phase(self, collection: str) -> TwoPhaseStatus:
+        """Blocking :meth:`MemoryStore.probe_two_phase`: measure the two-phase path of the
+        collection's large user scopes now (each first pass kept against the exact search, on their
+        stored rows; no audit), and decide which one their searches take
+        (:mod:`pgmemory.store.shortlist`). :class:`CollectionError` if there is no such
+        collection."""
+        return self._portal.run(self.async_store.probe_two_phase(collection))
 
     def record_recall(
         self,

@@ -10,6 +10,7 @@ embedded server under ``PGMEMORY_DATA_DIR``. Commands, one module per group:
 * :mod:`pgmemory.cli.transfer` - ``export``, ``import``;
 * :mod:`pgmemory.cli.erase` - ``forget``, ``prune-audit``;
 * :mod:`pgmemory.cli.tokens` - ``token create|list|revoke`` (access tokens);
+* :mod:`pgmemory.cli.two_phase` - ``two-phase`` (how large scopes are searched);
 * :mod:`pgmemory.cli.mcp` - ``mcp`` (the MCP server);
 * :mod:`pgmemory.cli.worker` - ``worker`` (queued fact extraction);
 * :mod:`pgmemory.ui.cli` - ``ui`` (the audit web page).
@@ -30,7 +31,7 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from pgmemory.cli import db, erase, listing, mcp, tokens, transfer, worker
+from pgmemory.cli import db, erase, listing, mcp, tokens, transfer, two_phase, worker
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     transfer.add_parsers(commands, common)
     erase.add_parsers(commands, common)
     tokens.add_parsers(commands, common)
+    two_phase.add_parser(commands, common)
     mcp.add_parser(commands, common)
     worker.add_parser(commands, common)
     ui_cli.add_parser(commands)

@@ -410,3 +410,41 @@ class AnnStatus:
     probed_scopes: int
     method: str = "hnsw"
     probes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TwoPhaseStatus:
+    """The two-phase path of a collection's large user scopes, as a probe just measured it
+    (:meth:`~pgmemory.store.store.MemoryStore.probe_two_phase`).
+
+    Searches of a user scope of more than ``min_scope_rows`` memories take ``first_pass``
+    (then an exact re-rank of the rows it keeps), or stay exact when it is None: no first pass
+    reached ``recall_floor``, or no scope is that large (``large_scopes`` 0).
+    """
+
+    collection: str
+    #: The first passes the memories keep: ``codes`` (binary codes, pgvector >= 0.7) and
+    #: ``halves`` (half vectors, added by ``pgmemory db half-vectors``).
+    first_passes: tuple[str, ...]
+    #: The pass searches of large scopes take from now on (None: exact).
+    first_pass: str | None
+    #: Each kept pass's recall@10 against the exact search, on the probed scopes' own rows.
+    recalls: Mapping[str, float]
+    recall_floor: float
+    min_scope_rows: int
+    #: User scopes of more than ``min_scope_rows`` memories, and how many the probe searched.
+    large_scopes: int
+    probed_scopes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The status as JSON-ready values."""
+        return {
+            "collection": self.collection,
+            "first_passes": list(self.first_passes),
+            "first_pass": self.first_pass,
+            "recalls": dict(self.recalls),
+            "recall_floor": self.recall_floor,
+            "min_scope_rows": self.min_scope_rows,
+            "large_scopes": self.large_scopes,
+            "probed_scopes": self.probed_scopes,
+        }

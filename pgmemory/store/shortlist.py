@@ -40,6 +40,7 @@ narrower than a user (a session, an agent) stay exact. A probe that fails leaves
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from pgmemory.store.clauses import clause
 from pgmemory.store.database import Database
 from pgmemory.store.probing import Beside, due, sample_largest
 from pgmemory.store.queries import FirstPass
-from pgmemory.store.records import MemoryHit, MemoryScope
+from pgmemory.store.records import MemoryHit, MemoryScope, TwoPhaseStatus
 
 logger = logging.getLogger(__name__)
 
@@ -180,8 +181,15 @@ class Shortlists:
             return None
         return shortlist_for(limit, state.first_pass)
 
-    async def probe(self, collection: str) -> ShortlistState:
-        """Refresh the collection's large scopes and measure the path's recall on them."""
+    async def probe(self, collection: str) -> None:
+        """Refresh the collection's large scopes and measure the path's recall on them. Never
+        raises: a probe that fails leaves the path off (every search exact), logged."""
+        with contextlib.suppress(Exception):
+            await self.measure(collection)
+
+    async def measure(self, collection: str) -> TwoPhaseStatus:
+        """:meth:`probe`, returning what it measured and raising what made it fail (the path
+        is then off)."""
         state = self.state(collection)
         # Searches arriving meanwhile see the path as probed (and keep its last decision).
         state.probed = True
@@ -199,6 +207,7 @@ class Shortlists:
                 collection,
                 type(exc).__name__,
             )
+            raise
         logger.info(
             "two-phase path of %s: %d large scopes, recall %s over %d -> %s",
             collection,
@@ -207,7 +216,16 @@ class Shortlists:
             state.probed_scopes,
             state.first_pass or "off (exact)",
         )
-        return state
+        return TwoPhaseStatus(
+            collection=collection,
+            first_passes=tuple(self._db.first_passes),
+            first_pass=state.first_pass,
+            recalls={str(p): r for p, r in state.recalls.items()},
+            recall_floor=self.recall_floor,
+            min_scope_rows=self.min_scope_rows,
+            large_scopes=len(state.large_users),
+            probed_scopes=state.probed_scopes,
+        )
 
     async def _measure(self, collection: str, state: ShortlistState) -> None:
         """Each kept first pass's recall@PROBE_LIMIT on stored rows of the largest scopes;

@@ -16,16 +16,7 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
-from pgmemory.store import erasure, facts, history, lifecycle, reads, recall, writes
-from pgmemory.store.ann import (
-    ANN_EF_SEARCH,
-    ANN_MIN_SCOPE_ROWS,
-    ANN_PROBE_LIMIT,
-    ANN_PROBE_SAMPLES,
-    ANN_RECALL_FLOOR,
-    AnnPath,
-    AnnPaths,
-)
+from pgmemory.store import ann, erasure, facts, history, lifecycle, reads, recall, writes
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.database import Database
 from pgmemory.store.modes import DEFAULT_MODE, SearchMode
@@ -43,6 +34,7 @@ from pgmemory.store.records import (
     RecallTrace,
     SearchWeights,
     Signals,
+    TwoPhaseStatus,
 )
 from pgmemory.store.retry import retried_read
 from pgmemory.store.shortlist import Shortlists
@@ -104,7 +96,7 @@ class MemoryStore:
         )
         self._catalogue = Catalogue(self._db, lambda: self.embedder)
         self._probes = Beside()
-        self._ann: AnnPaths = AnnPaths(
+        self._ann: ann.AnnPaths = ann.AnnPaths(
             self._db, self._catalogue, beside=self._probes,
             search=lambda *probe: reads.probe_search(self._db, self._catalogue, self._ann, *probe),
         )  # fmt: skip
@@ -404,9 +396,9 @@ class MemoryStore:
         self,
         collection: str,
         *,
-        min_scope_rows: int = ANN_MIN_SCOPE_ROWS,
-        ef_search: int = ANN_EF_SEARCH,
-        recall_floor: float = ANN_RECALL_FLOOR,
+        min_scope_rows: int = ann.ANN_MIN_SCOPE_ROWS,
+        ef_search: int = ann.ANN_EF_SEARCH,
+        recall_floor: float = ann.ANN_RECALL_FLOOR,
         m: int = 16,
         ef_construction: int = 64,
         maintenance_work_mem: str | None = None,
@@ -435,15 +427,22 @@ class MemoryStore:
         """Search every scope of the collection exactly again (optionally drop the index)."""
         await self._ann.disable(collection, drop_index=drop_index)
 
-    async def probe_ann(
-        self, collection: str, *, samples: int = ANN_PROBE_SAMPLES, limit: int = ANN_PROBE_LIMIT
-    ) -> AnnStatus:
+    async def probe_ann(self, collection: str, *, samples: int = ann.ANN_PROBE_SAMPLES,
+                        limit: int = ann.ANN_PROBE_LIMIT) -> AnnStatus:  # fmt: skip
         """Measure the approximate path's recall@``limit`` against exact search, and decide: the
         queries are ``samples`` stored vectors of its largest user scopes (no outside data; no
         audit)."""
         return await self._ann.probe(collection, samples=samples, limit=limit)
 
-    async def _ann_path(self, collection: str, scope: MemoryScope) -> AnnPath | None:
+    async def probe_two_phase(self, collection: str) -> TwoPhaseStatus:
+        """Measure the two-phase path of the collection's large user scopes now (each first pass
+        kept against the exact search, on their stored rows; no audit), and decide which one
+        their searches take (:mod:`pgmemory.store.shortlist`). :class:`CollectionError` if
+        there is no such collection."""
+        await self._catalogue.get(collection)
+        return await self._shortlists.measure(collection)
+
+    async def _ann_path(self, collection: str, scope: MemoryScope) -> ann.AnnPath | None:
         """The path a vector search of ``scope`` would take now (None: exact); counts as one."""
         return await self._ann.route(collection, scope)
 

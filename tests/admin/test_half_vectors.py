@@ -69,6 +69,51 @@ async def test_the_command_adds_them_once_and_every_row_keeps_its_copy(
     assert _halves(fresh_database) == [("after", True), ("before", True), ("imported", True)]
 
 
+async def test_two_phase_says_when_the_codes_fail_and_the_halves_then_serve(
+    fresh_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator's loop: `pgmemory two-phase` measures the codes below the floor on random
+    vectors and names the command that adds the halves; after it, the halves serve."""
+    migrate.upgrade(fresh_database)
+    vectors = np.random.default_rng(7).standard_normal((3_000, 128))
+    async with MemoryStore(fresh_database, settings=_settings()) as store:
+        await store.create_collection("c", dimensions=128, embedding_model="test")
+        await store.import_records(
+            "c",
+            [
+                MemoryRecord(content=f"m {i}", scope=MemoryScope(user_id="heavy"), embedding=v)
+                for i, v in enumerate(vectors)
+            ],
+        )
+
+    async def probe() -> dict[str, object]:
+        argv = ["two-phase", "c", "--url", fresh_database, "--json"]
+        assert await asyncio.to_thread(run, argv) == 0
+        document: dict[str, object] = json.loads(capsys.readouterr().out)
+        return document
+
+    before = await probe()
+    assert (before["first_passes"], before["first_pass"]) == (["codes"], None)
+    assert (before["large_scopes"], before["probed_scopes"]) == (1, 1)
+    assert before["recalls"]["codes"] < before["recall_floor"]  # type: ignore[index,operator]
+    assert "pgmemory db half-vectors" in str(before["advice"])
+    assert "heavy" not in json.dumps(before)  # counts and recalls, never a user id
+
+    assert await asyncio.to_thread(run, ["db", "half-vectors", "--url", fresh_database]) == 0
+    capsys.readouterr()
+    after = await probe()
+    assert (after["first_passes"], after["first_pass"], after["advice"]) == (
+        ["codes", "halves"], "halves", None,
+    )  # fmt: skip
+    assert after["recalls"]["halves"] >= after["recall_floor"]  # type: ignore[index,operator]
+    # the table for a person, and an unknown collection named with the ones there are
+    assert await asyncio.to_thread(run, ["two-phase", "c", "--url", fresh_database]) == 0
+    out = capsys.readouterr().out
+    assert "first pass of large-scope searches: halves" in out and "hint" not in out
+    assert await asyncio.to_thread(run, ["two-phase", "nope", "--url", fresh_database]) == 2
+    assert "unknown collection 'nope'; existing collections: c" in capsys.readouterr().err
+
+
 async def test_a_pgvector_without_l2_normalize_is_refused_with_nothing_changed(
     fresh_database: str,
 ) -> None:

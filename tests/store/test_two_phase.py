@@ -18,6 +18,7 @@ import pytest_asyncio
 from sqlalchemy import event, text
 
 from pgmemory.admin import Admin
+from pgmemory.errors import CollectionError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, probing, queries, reads
 from pgmemory.store.queries import FirstPass
@@ -224,6 +225,25 @@ async def test_vectors_the_codes_do_not_keep_apart_take_the_half_vectors(
         hits = await store.search(RANDOM, scope, vector=query, limit=3, audit=False)
         got = [int(h.memory.content.split()[1]) for h in hits]
         assert got == _truth(data["random"], query, 3)
+
+
+async def test_an_explicit_probe_reports_each_pass_and_decides_at_once(
+    store: MemoryStore,
+) -> None:
+    """``probe_two_phase``: what the searches' own probe measures, returned, and in force for
+    the searches after it (no probe of their own first); an unknown collection is an error."""
+    store._shortlists.min_scope_rows = 1_000
+    status = await store.probe_two_phase(RANDOM)
+    assert (status.collection, status.first_passes, status.first_pass) == (
+        RANDOM, ("codes", "halves"), "halves",
+    )  # fmt: skip
+    assert status.recalls["codes"] < status.recall_floor <= status.recalls["halves"]
+    assert (status.large_scopes, status.probed_scopes, status.min_scope_rows) == (1, 1, 1_000)
+    assert status.as_dict()["first_passes"] == ["codes", "halves"]
+    route = await store._shortlists.route(RANDOM, MemoryScope(user_id="r"), 3)
+    assert route == shortlist_for(3, "halves") and store._shortlists.state(RANDOM).searches == 1
+    with pytest.raises(CollectionError, match="nope"):
+        await store.probe_two_phase("nope")
 
 
 async def test_a_collection_no_pass_keeps_at_the_floor_stays_exact(

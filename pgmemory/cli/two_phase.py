@@ -73,7 +73,7 @@ def advice(status: TwoPhaseStatus) -> str | None:
         return None
     if "halves" not in status.first_passes:
         return (
-            "the binary codes do not keep these vectors' neighbours: `pgmemory db "
+            "the binary codes keep too few of these vectors' neighbours: `pgmemory db "
             "half-vectors` adds half vectors (every write pays for them; docs/scaling.md)"
         )
     return None

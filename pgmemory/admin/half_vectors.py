@@ -23,7 +23,7 @@ needs pgvector >= 0.7 (``l2_normalize``), and runs under the migration lock, all
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import DBAPIError
@@ -52,7 +52,7 @@ class HalfVectorsReport:
 
     def as_dict(self) -> dict[str, str | bool]:
         """The report for ``--json``."""
-        return {"added": self.added, "column": self.column, "index": self.index}
+        return asdict(self)
 
 
 async def add_half_vectors(db: Database) -> HalfVectorsReport:

@@ -69,9 +69,7 @@ def advice(status: TwoPhaseStatus) -> str | None:
         One sentence naming the fix, when the large scopes stay exact and a first pass the
         schema does not keep yet could serve them.
     """
-    if status.first_pass is not None or not status.recalls:
-        return None
-    if "halves" not in status.first_passes:
+    if status.first_pass is None and status.recalls and "halves" not in status.first_passes:
         return (
             "the binary codes keep too few of these vectors' neighbours: `pgmemory db "
             "half-vectors` adds half vectors (every write pays for them; docs/scaling.md)"

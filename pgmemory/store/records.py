@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
@@ -438,13 +438,4 @@ class TwoPhaseStatus:
 
     def as_dict(self) -> dict[str, Any]:
         """The status as JSON-ready values."""
-        return {
-            "collection": self.collection,
-            "first_passes": list(self.first_passes),
-            "first_pass": self.first_pass,
-            "recalls": dict(self.recalls),
-            "recall_floor": self.recall_floor,
-            "min_scope_rows": self.min_scope_rows,
-            "large_scopes": self.large_scopes,
-            "probed_scopes": self.probed_scopes,
-        }
+        return {**asdict(self), "first_passes": list(self.first_passes)}

@@ -218,7 +218,7 @@ class Shortlists:
         )
         return TwoPhaseStatus(
             collection=collection,
-            first_passes=tuple(self._db.first_passes),
+            first_passes=self._db.first_passes,
             first_pass=state.first_pass,
             recalls={str(p): r for p, r in state.recalls.items()},
             recall_floor=self.recall_floor,

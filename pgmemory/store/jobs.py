@@ -10,6 +10,11 @@ nothing. A failed attempt gives the jobs back with a back-off; a job out of atte
 the table, with the type of its last error, until :meth:`JobQueue.drop_failed` deletes it
 (the worker does after ``keep_failed_s``) or its user is erased.
 
+Completing and releasing take the jobs of the lease they apply to (all of them by default), so
+a worker settles each part of a lease on its own: one job's failure gives back that job and
+those derived with it, never the lease's other jobs, whose attempts, error and messages stay
+their own.
+
 The queue is framework-neutral: a job is a namespace, a scope and a JSON payload. What a
 namespace's jobs mean is up to the worker that leases them
 (:class:`pgmemory.integrations.agent_framework.FactWorker` for fact memory).
@@ -61,7 +66,8 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A worker's hold on one user's due jobs, oldest first, until it completes or releases."""
+    """A worker's hold on one user's due jobs, oldest first, until each is completed or
+    released (together, or part by part: :meth:`JobQueue.complete`, :meth:`JobQueue.release`)."""
 
     user_id: str
     lease_id: uuid.UUID
@@ -74,6 +80,19 @@ def _check_namespaces(namespaces: Sequence[str]) -> list[str]:
             f"namespaces must be a non-empty list of names, got {describe(namespaces)}"
         )
     return [check_name(n, what="namespace") for n in namespaces]
+
+
+def _job_ids(lease: Lease, jobs: Sequence[Job] | None) -> list[uuid.UUID]:
+    """The ids of ``jobs`` (all of ``lease``'s when None), each a job of the lease, once."""
+    if jobs is None:
+        return [job.id for job in lease.jobs]
+    held = {job.id for job in lease.jobs}
+    ids = list(dict.fromkeys(job.id for job in jobs))
+    if not ids or not held.issuperset(ids):
+        raise InvalidInputError(
+            "jobs must be a non-empty selection of the lease's own jobs (Lease.jobs)"
+        )
+    return ids
 
 
 def _check_positive(value: float, what: str) -> float:
@@ -181,25 +200,43 @@ class JobQueue:
         )
         return Lease(user_id=user_id, lease_id=lease_id, jobs=tuple(jobs))
 
-    async def complete(self, lease: Lease) -> bool:
-        """Delete the lease's jobs; whether all of them were still held by it.
+    async def complete(self, lease: Lease, jobs: Sequence[Job] | None = None) -> bool:
+        """Delete ``jobs`` of the lease (all of its jobs when None); whether all of them were
+        still held by it. The lease's other jobs keep their lease.
 
         Call it inside the transaction that writes what the jobs derived
         (:meth:`pgmemory.MemoryStore.shared_transaction`) and write nothing when it returns
-        False: the jobs were taken over after the lease ran out, or the user was erased.
-        """
-        async with self._db.write(users=(lease.user_id,)) as conn:
-            done = await conn.execute(
-                clause(q.COMPLETE_JOBS), {"user_id": lease.user_id, "lease_id": lease.lease_id}
-            )
-            return len(done.all()) == len(lease.jobs)
+        False (the transaction rolls the deletion back): the jobs were taken over after the
+        lease ran out, or the user was erased.
 
-    async def release(self, lease: Lease, *, error: str, retry_in_s: float) -> None:
-        """Give the lease's jobs back, due again in ``retry_in_s`` seconds; ``error`` is the
-        failure's type name (never its message, which may quote the user)."""
+        Raises:
+            InvalidInputError: ``jobs`` is empty or names a job the lease does not hold.
+        """
+        ids = _job_ids(lease, jobs)
+        params = {"user_id": lease.user_id, "lease_id": lease.lease_id, "ids": ids}
+        async with self._db.write(users=(lease.user_id,)) as conn:
+            done = await conn.execute(clause(q.COMPLETE_JOBS), params)
+            return len(done.all()) == len(ids)
+
+    async def release(
+        self,
+        lease: Lease,
+        jobs: Sequence[Job] | None = None,
+        *,
+        error: str,
+        retry_in_s: float,
+    ) -> None:
+        """Give ``jobs`` of the lease back (all of its jobs when None), due again in
+        ``retry_in_s`` seconds; ``error`` is the failure's type name (never its message, which
+        may quote the user). The lease's other jobs keep their lease, attempts and error.
+
+        Raises:
+            InvalidInputError: ``jobs`` is empty or names a job the lease does not hold.
+        """
         params = {
             "user_id": lease.user_id,
             "lease_id": lease.lease_id,
+            "ids": _job_ids(lease, jobs),
             "error": check_name(error, what="error"),
             "retry_in_s": _check_positive(retry_in_s, "retry_in_s"),
         }

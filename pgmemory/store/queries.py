@@ -1793,8 +1793,8 @@ WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :ag
 # :early, a job never tried is due at once (what process_now and flush ask for). A worker
 # leases all of one user's due jobs, and their jobs never tried, at once (one UPDATE, which
 # re-checks the condition on rows another worker just leased), calls the model with no
-# transaction open, then deletes them by its lease in the transaction that writes what it
-# derived.
+# transaction open, then deletes them by its lease and their ids in the transaction that writes
+# what it derived, or gives them back by the same, one (namespace, scope) group at a time.
 
 _DUE = """namespace = ANY(CAST(:namespaces AS text[])) AND attempts < :max_attempts
   AND (leased_until IS NULL OR leased_until <= now())
@@ -1825,18 +1825,22 @@ WHERE user_id = :user_id AND {_DUE}
 RETURNING id, namespace, application_id, agent_id, session_id, payload, attempts, created_at
 """
 
-#: Delete the jobs of a lease (done); returns their ids: fewer than leased means the rest were
-#: taken over after the lease ran out, or cancelled by the user's erasure.
+#: Delete these jobs of a lease (done: one (namespace, scope) group, or all of the lease's);
+#: returns their ids: fewer than named means the rest were taken over after the lease ran out,
+#: or cancelled by the user's erasure.
 COMPLETE_JOBS = """
-DELETE FROM pgmemory_jobs WHERE user_id = :user_id AND lease_id = :lease_id RETURNING id
+DELETE FROM pgmemory_jobs
+WHERE user_id = :user_id AND lease_id = :lease_id AND id = ANY(CAST(:ids AS uuid[]))
+RETURNING id
 """
 
-#: Give a lease's jobs back after a failure, due again after a back-off; the error's type only.
+#: Give these jobs of a lease back after their failure (one group's: the lease's other jobs keep
+#: their lease), due again after a back-off; the error's type only.
 RELEASE_JOBS = """
 UPDATE pgmemory_jobs
 SET lease_id = NULL, leased_until = NULL, last_error = :error,
     run_after = now() + make_interval(secs => :retry_in_s)
-WHERE user_id = :user_id AND lease_id = :lease_id
+WHERE user_id = :user_id AND lease_id = :lease_id AND id = ANY(CAST(:ids AS uuid[]))
 """
 
 #: How many jobs in these namespaces still have attempts left (due, waiting or leased).

@@ -4,15 +4,18 @@ scripted local server, the queue and its worker against the real database.
 A queued turn makes no extraction call and leaves one job, in its own transaction; the worker
 leases a user's jobs, makes one model call per scope over them (shown what is known), writes the
 facts audited with the messages they came from, and writes nothing once the lease is lost or
-the user erased. A failed call is given back with a back-off."""
+the user erased. A failed call is given back with a back-off, alone: the user's other
+(namespace, scope) groups are completed, their attempts and errors their own."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -410,3 +413,91 @@ async def test_a_job_out_of_attempts_is_dropped_after_its_keep_time(
     assert len(await jobs_of(store, other)) == 1  # attempts left: not touched
     with pytest.raises(InvalidInputError, match="keep_failed_s"):
         FactWorker([facts], keep_failed_s=-1)
+
+
+@pytest.mark.parametrize("apart_by", ["namespace", "scope"])
+async def test_a_users_failing_job_costs_their_other_jobs_nothing(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: Any, apart_by: str
+) -> None:
+    # One user, two jobs in two groups (two namespaces, or two scopes of one namespace); the
+    # model fails on one every time. The good one is extracted and completed on its own, once;
+    # the bad one alone uses up its attempts, carries its error's type, and is swept.
+    user = unique("max")
+    if apart_by == "namespace":
+        bad, good = queued(store, chat_client, user), queued(store, chat_client, user)
+    else:  # facts per session: each session a scope of its own
+        bad = good = queued(
+            store,
+            chat_client,
+            user,
+            scope=lambda user_id, session: MemoryScope(
+                user_id=user_id, session_id=session.session_id
+            ),
+        )
+    worker = FactWorker(list({id(p): p for p in (bad, good)}.values()))
+    max_attempts = worker.queue.max_attempts
+    openai_server.queue(text("Noted."), text("Noted."))
+    await turn(Agent(chat_client, context_providers=[bad]), "I'm Max. POISON")  # queued first
+    good_session = await turn(Agent(chat_client, context_providers=[good]), "I live in Porto.")
+    openai_server.responder = lambda body: (
+        error(500) if any("POISON" in t for t in user_texts(body)) else {"city": "Porto"}
+    )
+
+    def left(jobs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [
+            (j["namespace"], j["payload"]["messages"][0]["text"], j["attempts"], j["last_error"])
+            for j in jobs
+        ]
+
+    for attempt in range(1, max_attempts + 1):
+        done = await worker.run_once()
+        assert left(await jobs_of(store, user)) == [
+            (bad.namespace, "I'm Max. POISON", attempt, "ChatClientException")
+        ]
+        assert done == (1 if attempt == 1 else 0)  # the good one, done on the first pass
+        async with store.engine.begin() as conn:  # the back-off has passed
+            await conn.execute(
+                sa.text("UPDATE pgmemory_jobs SET run_after = now() WHERE user_id = :u"),
+                {"u": user},
+            )
+    assert await worker.run_once() == 0  # out of attempts: left alone
+    assert await good.get_facts(good_session) == {"city": "Porto"}
+    porto = [r for r in extraction_requests(openai_server) if "I live in Porto." in user_texts(r)]
+    assert len(porto) == 1  # never retried with the bad one
+
+    async with store.engine.begin() as conn:  # its last attempt failed an hour ago
+        await conn.execute(
+            sa.text(
+                "UPDATE pgmemory_jobs SET run_after = now() - interval '1 hour' WHERE user_id = :u"
+            ),
+            {"u": user},
+        )
+    assert await FactWorker([bad], keep_failed_s=1800).sweep() == 1  # the bad one alone
+    assert await jobs_of(store, user) == []
+    assert await good.get_facts(good_session) == {"city": "Porto"}
+
+
+async def test_a_lease_lost_to_an_erasure_stops_before_its_next_group(
+    store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
+) -> None:
+    # Settled group by group, a lease found lost (here: its user erased) derives no further
+    # group: the erased user's other messages go to no model. A part of a lease is its own jobs.
+    user = unique("ola")
+    first, second = queued(store, chat_client, user), queued(store, chat_client, user)
+    openai_server.queue(text("Noted."), text("Noted."))
+    for provider, message in ((first, "I'm Ola."), (second, "I live in Oslo.")):
+        await turn(Agent(chat_client, context_providers=[provider]), message)
+    worker = FactWorker([first, second])
+    lease = await worker.queue.lease(user, [first.namespace, second.namespace])
+    assert lease is not None and len(lease.jobs) == 2
+    with pytest.raises(InvalidInputError, match="the lease's own jobs"):
+        await worker.queue.release(lease, [], error="Oops", retry_in_s=1)
+    foreign = dataclasses.replace(lease.jobs[0], id=uuid.uuid4())
+    with pytest.raises(InvalidInputError, match="the lease's own jobs"):
+        await worker.queue.complete(lease, [foreign])
+
+    await store.erase_user(user, actor="test")
+    openai_server.responder = lambda body: {"name": "Ola", "city": "Oslo"}
+    assert await worker.process(lease) == 0
+    assert len(extraction_requests(openai_server)) == 1  # the first group's only
+    assert await audit_of(store, user) == []

@@ -3,11 +3,13 @@
 :class:`FactWorker` serves one or more fact providers of one store
 (``FactMemoryProvider(..., extraction="queued")``), each by its namespace. One pass
 (:meth:`FactWorker.run_once`) takes the users with due jobs and, for each, leases all of that
-user's due jobs (:class:`pgmemory.store.jobs.JobQueue`), then for each scope among them makes
-ONE model call over all of its queued messages, oldest first, shown the facts (and profile)
-known so far. What it derived is written in one transaction that first completes the lease:
-if the lease was taken over or the user was erased meanwhile, nothing is written. A failed
-model call gives the jobs back with a growing back-off; a failed write is retried the same way.
+user's due jobs (:class:`pgmemory.store.jobs.JobQueue`), then for each (namespace, scope) group
+among them makes ONE model call over all of its queued messages, oldest first, shown the facts
+(and profile) known so far. Each group is settled on its own: what it derived is written in one
+transaction that first completes that group's jobs; if the lease was taken over or the user was
+erased meanwhile, nothing is written (and no further group of the lease is derived). A failed
+model call or write gives that group's jobs back with a growing back-off, and only them: the
+user's other groups are still derived and completed, their attempts and errors their own.
 
 Three ways to run it, one implementation:
 
@@ -211,37 +213,52 @@ class FactWorker:
     # --- one lease --------------------------------------------------------------------------
 
     async def process(self, lease: Lease) -> int:
-        """Derive and write what ``lease``'s jobs hold; returns how many were done (0 when the
-        attempt failed and the jobs were given back, or the lease was lost)."""
+        """Derive and write what ``lease``'s jobs hold, each (namespace, scope) group on its own
+        (:meth:`_settle`); returns how many jobs were done. A group that fails is given back
+        alone; once the lease is found lost (taken over, or its user erased), the groups not yet
+        derived are left to whoever holds them now (nothing, after an erasure)."""
         groups: dict[tuple[str, Any], list[Job]] = {}
         for job in lease.jobs:
             groups.setdefault((job.namespace, job.scope), []).append(job)
+        done = 0
+        for (namespace, scope), jobs in groups.items():
+            try:
+                done += await self._settle(lease, namespace, scope, jobs)
+            except _LeaseLost:
+                logger.info("fact worker: a lease was lost (taken over, or its user erased)")
+                break
+        return done
+
+    async def _settle(self, lease: Lease, namespace: str, scope: Any, jobs: Sequence[Job]) -> int:
+        """Derive one group of ``lease``'s jobs and write what it derived in the transaction
+        that completes them (the group's jobs only); on a failure give them (only) back with a
+        back-off of their own attempts. Returns how many jobs were done (0 when given back).
+
+        Raises:
+            _LeaseLost: the group's jobs are no longer the lease's; nothing was written.
+        """
+        provider = self.providers[namespace]
         try:
-            derived = [
-                (self.providers[namespace], scope, *await self._derive(namespace, scope, jobs))
-                for (namespace, scope), jobs in groups.items()
-            ]
+            updates, sources = await self._derive(namespace, scope, jobs)
             async with self.store.shared_transaction():
-                if not await self.queue.complete(lease):
+                if not await self.queue.complete(lease, jobs):
                     raise _LeaseLost
-                for provider, scope, updates, sources in derived:
-                    if updates:
-                        await self.store.merge_facts(
-                            provider.namespace,
-                            scope,
-                            updates,
-                            actor=provider.source_id,
-                            sources=sources,
-                        )
+                if updates:
+                    await self.store.merge_facts(
+                        provider.namespace,
+                        scope,
+                        updates,
+                        actor=provider.source_id,
+                        sources=sources,
+                    )
         except _LeaseLost:
-            logger.info("fact worker: a lease was lost (taken over, or its user erased)")
-            return 0
+            raise
         except Exception as exc:
-            attempt = max(job.attempts for job in lease.jobs)
+            attempt = max(job.attempts for job in jobs)
             delay = min(RETRY_BASE_S * 2 ** (attempt - 1), RETRY_MAX_S)
             logger.warning(
                 "fact worker: %d job(s) failed on attempt %d of %d (%s); %s",
-                len(lease.jobs),
+                len(jobs),
                 attempt,
                 self.queue.max_attempts,
                 type(exc).__name__,
@@ -249,10 +266,10 @@ class FactWorker:
                 if attempt < self.queue.max_attempts
                 else "given up (kept in pgmemory_jobs with the error's type until swept)",
             )
-            await self.queue.release(lease, error=type(exc).__name__, retry_in_s=delay)
+            await self.queue.release(lease, jobs, error=type(exc).__name__, retry_in_s=delay)
             return 0
-        logger.info("fact worker: %d job(s) done", len(lease.jobs))
-        return len(lease.jobs)
+        logger.info("fact worker: %d job(s) done", len(jobs))
+        return len(jobs)
 
     async def _derive(
         self, namespace: str, scope: Any, jobs: Sequence[Job]

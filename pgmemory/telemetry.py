@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context, metrics, trace
 
+from pgmemory.text.clean import bad_surrogate_index
+
 if TYPE_CHECKING:
     from pgmemory.settings import Settings
     from pgmemory.store.records import MemoryScope
@@ -293,9 +295,17 @@ def _failed(span: trace.Span, exc: BaseException) -> None:
 
 
 def _pseudonym(settings: Settings, user_id: str | None) -> str | None:
-    """The user's pseudonym under the application's key, or None (no key, or no user)."""
+    """The user's pseudonym under the application's key, or None: no key, no user, or an id
+    with no UTF-8 form (a lone surrogate).
+
+    The span opens before its operation checks its arguments, so the id is checked here before
+    it is encoded: such an id gets no pseudonym, and the operation then refuses it with the
+    store's own error (in this span), exactly as without a key.
+    """
     key = settings.telemetry_user_key
     if key is None or not user_id or not isinstance(user_id, str):
+        return None
+    if bad_surrogate_index(user_id) >= 0:
         return None
     digest = hmac.new(key.get_secret_value().encode(), user_id.encode(), hashlib.sha256)
     return digest.hexdigest()[:32]

@@ -8,6 +8,9 @@
     loaded from a history provider;
 ``context_provider``
     added by a context provider before the model call (``source_id`` names the provider).
+
+:data:`FACTS_NAMESPACE` is the facts namespace fact memory writes by default, and so the one
+``pgmemory mcp``'s ``get_facts`` reads by default.
 """
 
 from __future__ import annotations
@@ -25,3 +28,8 @@ SOURCE_TYPES: tuple[str, ...] = get_args(SourceType)
 EXTERNAL: SourceType = "external"
 CHAT_HISTORY: SourceType = "chat_history"
 CONTEXT_PROVIDER: SourceType = "context_provider"
+
+#: The facts namespace ``FactMemoryProvider`` writes by default (its default ``source_id``,
+#: which its ``namespace`` defaults to), and the one the MCP server's ``get_facts`` reads by
+#: default (``pgmemory mcp --facts-namespace``).
+FACTS_NAMESPACE = "fact_memory"

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from pgmemory.cli.common import CliError, with_store
+from pgmemory.vocabulary import FACTS_NAMESPACE
 
 if TYPE_CHECKING:
     from pgmemory.store.store import MemoryStore
@@ -39,7 +40,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP: the address to bind (loopback)")
     mcp.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP: the port")
     mcp.add_argument(
-        "--facts-namespace", default="facts", help="the facts namespace get_facts reads"
+        "--facts-namespace",
+        default=FACTS_NAMESPACE,
+        help=f"the facts namespace get_facts reads (default {FACTS_NAMESPACE!r}: fact memory's)",
     )
     mcp.set_defaults(handler=run)
 

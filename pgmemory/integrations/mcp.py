@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgmemory.errors import PgMemoryError
 from pgmemory.extras import require
+from pgmemory.vocabulary import FACTS_NAMESPACE
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -57,7 +58,7 @@ def create_server(
     collection: str,
     *,
     user_id: str | None = None,
-    facts_namespace: str = "facts",
+    facts_namespace: str = FACTS_NAMESPACE,
 ) -> "MCPServer":
     """An MCP server over ``store``'s ``collection`` (created if missing, with the store's
     embedder).
@@ -67,7 +68,8 @@ def create_server(
         collection: The collection the tools search and write.
         user_id: The one user every call acts for (stdio); None: the user of each HTTP
             request's token (see :func:`http_app`).
-        facts_namespace: The facts namespace ``get_facts`` reads.
+        facts_namespace: The facts namespace ``get_facts`` reads (default: the one
+            ``FactMemoryProvider`` writes, :data:`~pgmemory.vocabulary.FACTS_NAMESPACE`).
     """
     require("mcp", extra="mcp", purpose="the MCP server")
     from mcp.server.mcpserver import Context, MCPServer

@@ -21,10 +21,16 @@ The rules:
 
 Ids (user, session, message ids, collection names) are keys, not text: they are never
 rewritten, and the store refuses an id with NUL or a lone surrogate instead.
+
+Tool calls' arguments and tool results arrive as JSON text that ``json.dumps``' default wrote,
+every non-ASCII character as a ``\\uXXXX`` escape (agent-framework serialises a tool's
+non-str result so). The memory providers store such text as :func:`readable_json` writes it:
+the same JSON value, its characters readable.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -76,6 +82,34 @@ def bad_surrogate_index(text: str) -> int:
     except UnicodeEncodeError as exc:
         return int(exc.start)
     return -1
+
+
+def readable_json(text: str) -> str:
+    """``text`` with its ``\\uXXXX`` escapes of non-ASCII characters written as the
+    characters, when it is JSON exactly as ``json.dumps`` writes it by default
+    (``ensure_ascii``); any other text unchanged.
+
+    The value does not change: ``json.loads`` reads the same value from both forms, so text
+    stored before in the escaped form decodes as the readable one does. Escapes JSON needs
+    (quotes, backslashes, control characters) stay, and so does the escaped text of a value
+    that holds a lone surrogate (its readable form would have no UTF-8 form).
+
+    Args:
+        text: Any text (a tool result, a tool call's arguments).
+
+    Returns:
+        The readable JSON, or ``text`` itself.
+    """
+    if "\\u" not in text:
+        return text
+    try:
+        value = json.loads(text)
+        if json.dumps(value) != text:  # not json.dumps' own escaped form: kept as written
+            return text
+        readable = json.dumps(value, ensure_ascii=False)
+    except (ValueError, RecursionError):  # not JSON, or nested past what json reads
+        return text
+    return text if bad_surrogate_index(readable) >= 0 else readable
 
 
 def clean_json(value: Any, *, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:

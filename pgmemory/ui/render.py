@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 
 from pgmemory.extras import require
 from pgmemory.store.modes import MODES
+from pgmemory.text.clean import readable_json
 
 
 def require_ui() -> None:
@@ -85,11 +86,32 @@ def message_text(message: Mapping[str, Any]) -> str:
             continue
         kind = content.get("type")
         if kind == "function_call":
-            parts.append(f"→ {content.get('name')}({content.get('arguments')})")
+            arguments = content.get("arguments")
+            if isinstance(arguments, str):
+                arguments = readable_json(arguments)
+            parts.append(f"→ {content.get('name')}({arguments})")
         elif kind == "function_result":
             result = content.get("error") or content.get("result")
-            parts.append(f"← {json.dumps(result, ensure_ascii=False, default=str)}")
+            parts.append(f"← {_result_text(result)}")
     return "\n".join(parts) or json.dumps(message, ensure_ascii=False, default=str)
+
+
+def _result_text(result: object) -> str:
+    """A tool result as the page shows it: JSON text (what the framework stores) readable,
+    whether it was stored readable or ASCII-escaped (before 0.3); other text quoted; any other
+    value as JSON."""
+    if isinstance(result, str) and _is_json(result):
+        return readable_json(result)
+    return json.dumps(result, ensure_ascii=False, default=str)
+
+
+def _is_json(text: str) -> bool:
+    """Whether ``text`` is a JSON document."""
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:

@@ -6,6 +6,7 @@ OpenAI-compatible server; nothing of the framework is stood in for.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -15,15 +16,32 @@ from pathlib import Path
 from typing import Any
 
 import agent_framework as af
+import httpx
+import pytest
+from pydantic import BaseModel
 
 from pgmemory import (
     ChatHistoryMemoryProvider,
     ChatHistoryMemoryProviderOptions,
+    FactMemoryProvider,
     MemoryScope,
     PostgresHistoryProvider,
 )
+from pgmemory.admin import Admin
+from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.integrations.agent_framework.rendering import TOOL_KIND
 from pgmemory.store.store import MemoryStore
-from tests.agents import FOOD_INSTRUCTIONS, agent, food_tools, injected, sent
+from pgmemory.ui import create_app
+from pgmemory.vocabulary import FACTS_NAMESPACE
+from tests.agents import (
+    FOOD_INSTRUCTIONS,
+    MENU,
+    agent,
+    client as chat_client_of,
+    food_tools,
+    injected,
+    sent,
+)
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, call, text, tool_calls
 
@@ -248,3 +266,191 @@ async def test_session_resumes_in_a_fresh_process(
         < contents.index("您好，Alice。")
         < contents.index("我叫什么？")
     )
+
+
+class Profile(BaseModel):
+    """The facts of the tests below (none required: the agent asks for nothing)."""
+
+    name: str | None = None
+
+
+def three_providers(
+    store: MemoryStore, server: OpenAIServer, collection: str, user: str
+) -> tuple[PostgresHistoryProvider, ChatHistoryMemoryProvider, FactMemoryProvider]:
+    """Each kind of pgmemory provider, at its defaults, bound to ``user``."""
+    return (
+        PostgresHistoryProvider(store, user_id=user),
+        ChatHistoryMemoryProvider(store, collection, user_id=user),
+        FactMemoryProvider(store, chat_client_of(server), Profile, user_id=user),
+    )
+
+
+async def nothing_stored(store: MemoryStore, collection: str, user: str, session_id: str) -> None:
+    assert await store.list(collection, MemoryScope(user_id=user)) == []
+    assert await store.read_history(session_id, user_id=user) == []
+    assert await store.get_facts(FACTS_NAMESPACE, MemoryScope(user_id=user)) == {}
+
+
+@pytest.mark.parametrize(
+    "pair",
+    ["two memories", "history and facts", "memory and a framework provider"],
+)
+async def test_two_providers_sharing_a_state_key_are_refused_naming_both(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer, pair: str
+) -> None:
+    """Two providers of one agent with one source_id would share one session-state entry (the
+    framework keys each provider's state by its source_id): the run is refused before anything
+    is read, sent or written, with an error naming both providers and the key."""
+    user = unique("alice")
+    memory = ChatHistoryMemoryProvider(store, collection, user_id=user)
+    if pair == "two memories":
+        providers: list[Any] = [memory, ChatHistoryMemoryProvider(store, unique("c"), user_id=user)]
+        shared = "ChatHistoryMemoryProvider"
+    elif pair == "history and facts":
+        shared = "shared"
+        providers = [
+            PostgresHistoryProvider(store, shared, user_id=user),
+            FactMemoryProvider(
+                store, chat_client_of(openai_server), Profile, user_id=user, source_id=shared
+            ),
+        ]
+    else:
+        shared = "ChatHistoryMemoryProvider"
+        providers = [af.InMemoryHistoryProvider(source_id=shared), memory]
+    assistant = agent(openai_server, *providers)
+    session = assistant.create_session()
+    with pytest.raises(InvalidInputError) as refused:
+        await assistant.run("hello", session=session)
+    message = str(refused.value)
+    assert f"source_id {shared!r}" in message, message
+    # by position in agent.context_providers (where the framework may have put its own
+    # InMemoryHistoryProvider first) and class
+    assert message.count("context_providers[") == 2, message
+    for provider in providers:
+        assert type(provider).__name__ in message, message
+    assert openai_server.requests == []
+    await nothing_stored(store, collection, user, session.session_id)
+
+
+@pytest.mark.parametrize(
+    "given", [b"hi", ["a", None], ["a", 7]], ids=["bytes", "a None item", "an int item"]
+)
+@pytest.mark.parametrize("which", ["history", "memory", "facts"])
+async def test_input_items_that_are_not_messages_get_a_pgmemory_error_naming_them(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer, given: Any, which: str
+) -> None:
+    """agent.run() takes a str, Content or Message, or a list of them; the framework passes
+    anything else through as an input "message". Each pgmemory provider refuses such an item
+    with an InvalidInputError naming its position and type (never its value: b"hi" arrives as
+    the ints 104 and 105), before anything is read, sent or written."""
+    user = unique("alice")
+    history, memory, facts = three_providers(store, openai_server, collection, user)
+    provider = {"history": history, "memory": memory, "facts": facts}[which]
+    assistant = agent(openai_server, provider)
+    session = assistant.create_session()
+    with pytest.raises(InvalidInputError) as refused:
+        await assistant.run(given, session=session)
+    message = str(refused.value)
+    kind = "int" if isinstance(given, bytes) or given[1] == 7 else "NoneType"
+    position = 0 if isinstance(given, bytes) else 1
+    assert f"input item {position} is a {kind}, not a Message" in message, message
+    assert "104" not in message and "105" not in message
+    assert openai_server.requests == []
+    await nothing_stored(store, collection, user, session.session_id)
+
+
+@pytest.mark.parametrize("which", ["history", "memory", "facts"])
+@pytest.mark.parametrize("entry", ["a string", ["a", "list"], 7], ids=["a str", "a list", "an int"])
+async def test_a_restored_session_with_a_malformed_entry_is_refused_clearly(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer, which: str, entry: Any
+) -> None:
+    """A session restored from a client's dict whose entry for a provider is not a dict (the
+    framework hands it to the provider as its ``state``): pgmemory's ScopeError naming the
+    entry's key and type, before anything is read, sent or written."""
+    user = unique("alice")
+    history, memory, facts = three_providers(store, openai_server, collection, user)
+    provider = {"history": history, "memory": memory, "facts": facts}[which]
+    assistant = agent(openai_server, provider)
+    data = assistant.create_session().to_dict()
+    data["state"] = {provider.source_id: entry}
+    session = af.AgentSession.from_dict(data)
+    with pytest.raises(ScopeError) as refused:
+        await assistant.run("hello", session=session)
+    message = str(refused.value)
+    assert f"session.state[{provider.source_id!r}] is a {type(entry).__name__}" in message, message
+    assert openai_server.requests == []
+    await nothing_stored(store, collection, user, session.session_id)
+
+
+async def test_tool_results_are_stored_and_shown_as_readable_utf8_json(
+    store: MemoryStore, collection: str, openai_server: OpenAIServer, database_url: str
+) -> None:
+    """agent-framework hands a tool's non-str result over as ASCII-escaped JSON text
+    (``json.dumps`` defaults: ``["\\u8fa3..."]``). pgmemory stores it as readable UTF-8 JSON,
+    the same value, in the memory, the history row, the CLI and the audit page; a history row
+    written before (escaped) reads back as it was, the same value, and the page shows it
+    readable too."""
+    food = food_agent(store, openai_server, collection)
+    alice = unique("alice")
+    session = session_for(food, alice)
+    openai_server.queue(tool_calls(call("GetMenu", {})), text("点好了。"))
+    await food.run("帮我点一份外卖", session=session)
+    readable, escaped = json.dumps(MENU, ensure_ascii=False), json.dumps(MENU)
+
+    stored = await store.list(collection, MemoryScope(user_id=alice), limit=20)
+    (result,) = [m for m in stored if m.metadata.get(TOOL_KIND) == "result"]
+    assert result.content == f"[tool result: {readable}]"
+    (row,) = [
+        r for r in await store.read_history(session.session_id, user_id=alice)
+        if r.message.get("role") == "tool"
+    ]  # fmt: skip
+    (content,) = row.message["contents"]
+    assert content["result"] == readable
+    assert [item["text"] for item in content["items"]] == [readable]
+
+    # A row as pgmemory stored it before: the framework's escaped text, kept as it was.
+    before = {
+        **row.message,
+        "message_id": unique("before"),
+        "contents": [{**content, "result": escaped, "items": [{"type": "text", "text": escaped}]}],
+    }
+    await store.append_history(session.session_id, [before], user_id=alice)
+    history = next(p for p in food.context_providers if isinstance(p, PostgresHistoryProvider))
+    results = [
+        c.result
+        for m in await history.messages(session)
+        for c in m.contents
+        if c.type == "function_result"
+    ]
+    assert results == [readable, escaped]
+    assert [json.loads(r) for r in results] == [MENU, MENU]
+
+    command = ["memories", "--user", alice, "--collection", collection, "--json"]
+    listed = subprocess.run(
+        [sys.executable, "-m", "pgmemory", "--url", database_url, *command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PGMEMORY_DATABASE_URL")},
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    shown = [m["content"] for m in json.loads(listed.stdout)["memories"]]
+    assert f"[tool result: {readable}]" in shown and "\\u" not in listed.stdout
+
+    async with MemoryStore(database_url) as owner:
+        token = (await Admin(owner).issue_token(unique("operator"))).token
+        transport = httpx.ASGITransport(app=create_app(owner))
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://localhost:8765",
+            headers={"Authorization": f"Bearer {token}"},
+        ) as page:
+            pages = [
+                await page.get(path, params={"user": alice, "session": session.session_id})
+                for path in ("/user/session", "/user/memories")
+            ]
+    session_page, memories_page = (html.unescape(p.text) for p in pages)
+    assert session_page.count(f"← {readable}") == 2, session_page  # the new row and the old
+    assert f"[tool result: {readable}]" in memories_page
+    assert "\\u" not in session_page + memories_page

@@ -13,13 +13,17 @@ from typing import Any
 
 import httpx
 import httpx2
+from agent_framework import Agent
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import BaseModel
 from sqlalchemy import text
 
-from pgmemory import MemoryRecord, MemoryScope, MemoryStore
+from pgmemory import FactMemoryProvider, MemoryRecord, MemoryScope, MemoryStore
 from pgmemory.admin import Admin
+from pgmemory.vocabulary import FACTS_NAMESPACE
 from tests.conftest import unique
+from tests.openai_server import OpenAIServer, json_reply, text as text_reply
 from tests.servers import free_port
 
 TOOLS = {"search_memories", "add_memory", "list_recent", "forget_memory", "get_facts"}
@@ -94,7 +98,7 @@ async def test_stdio_serves_its_user_only_and_refuses_bad_calls(
         assert [f["id"] for f in found] == [added["id"]]  # alice's only
         recent = result(await client.call_tool("list_recent", {}))
         assert [r["text"] for r in recent] == ["I keep bees on the roof"]
-        await store.merge_facts("facts", MemoryScope(user_id=alice), {"city": "Lyon"})
+        await store.merge_facts(FACTS_NAMESPACE, MemoryScope(user_id=alice), {"city": "Lyon"})
         assert result(await client.call_tool("get_facts", {})) == {"city": "Lyon"}
 
         named = await client.call_tool("search_memories", {"query": "bees", "user_id": bob})
@@ -207,3 +211,42 @@ async def test_http_gives_each_token_its_own_user(database_url: str) -> None:
             assert foreign.status_code in (400, 403, 421), foreign.status_code
         kept = await owner.list(collection, MemoryScope(user_id=alice))
         assert [m.content for m in kept] == ["my locker is 42"]  # bob's forget deleted nothing
+
+
+async def test_get_facts_by_default_reads_what_fact_memory_writes(
+    store_url: str, store: MemoryStore, openai_server: OpenAIServer, chat_client: Any
+) -> None:
+    """A FactMemoryProvider left at its defaults extracts facts in a real agent run; `pgmemory
+    mcp` started without --facts-namespace shows exactly them through get_facts."""
+    alice = unique("alice")
+
+    class UserInfo(BaseModel):
+        name: str | None = None
+        city: str | None = None
+
+    facts = FactMemoryProvider(store, chat_client, UserInfo, user_id=alice)
+    agent = Agent(chat_client, "Be brief.", context_providers=[facts])
+    openai_server.queue(text_reply("Hi Ana!"), json_reply({"name": "Ana", "city": "Lyon"}))
+    await agent.run("I'm Ana and I live in Lyon", session=agent.create_session())
+    assert await store.get_facts(facts.namespace, MemoryScope(user_id=alice)) == {
+        "name": "Ana",
+        "city": "Lyon",
+    }
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "pgmemory",
+            "--url",
+            store_url,
+            "mcp",
+            "--collection",
+            unique("mcp"),
+            "--user",
+            alice,
+        ],
+        env=_env(),
+    )
+    async with Client(server) as client:
+        shown = result(await client.call_tool("get_facts", {}))
+    assert shown == {"name": "Ana", "city": "Lyon"}

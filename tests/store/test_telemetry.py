@@ -28,7 +28,7 @@ from pgmemory import (
     Settings,
 )
 from pgmemory.admin import Admin
-from pgmemory.errors import CollectionError
+from pgmemory.errors import CollectionError, InvalidInputError, ScopeError
 from tests.agents import agent
 from tests.conftest import unique
 from tests.openai_server import OpenAIServer, text
@@ -240,3 +240,38 @@ async def test_a_provider_turn_is_spans_under_the_agents_run(
     assert not outside, outside
     assert user not in everything_shown(spans()) and "Lyon" not in everything_shown(spans())
     assert isinstance(assistant, af.Agent)
+
+
+@pytest.mark.parametrize("call", ["read_history", "append_history", "erase_user"])
+async def test_a_user_id_with_a_lone_surrogate_is_refused_as_without_the_pseudonym_key(
+    store_url: str, embedder: Any, call: str
+) -> None:
+    """The user id is checked before anything encodes it: with the pseudonym key set, an id
+    holding a lone surrogate (no UTF-8 form) gets the same clean refusal as without it, in a
+    failed span that shows neither the id nor a pseudonym of it."""
+    bad = "a\ud800"
+
+    async def refusal(settings: Settings) -> BaseException:
+        async with MemoryStore(store_url, settings=settings, embedder=embedder) as store:
+            EXPORTER.clear()
+            with pytest.raises(Exception) as raised:
+                if call == "read_history":
+                    await store.read_history("s1", user_id=bad)
+                elif call == "append_history":
+                    await store.append_history(
+                        "s1", [{"message_id": "m1", "role": "user"}], user_id=bad
+                    )
+                else:
+                    await store.erase_user(bad)
+            return raised.value
+
+    plain = await refusal(Settings(_env_file=None))  # type: ignore[call-arg]
+    keyed = await refusal(
+        Settings(_env_file=None, telemetry_user_key="the application's key")  # type: ignore[call-arg]
+    )
+    assert isinstance(plain, (ScopeError, InvalidInputError))
+    assert type(keyed) is type(plain) and str(keyed) == str(plain)
+    (span,) = [s for s in spans() if s.attributes and "pgmemory.kind" in s.attributes]
+    assert span.attributes and span.attributes["error.type"] == type(plain).__qualname__
+    assert "pgmemory.user.pseudonym" not in span.attributes
+    assert bad not in everything_shown(spans()) and bad not in str(keyed)

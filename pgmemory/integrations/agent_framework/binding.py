@@ -67,31 +67,47 @@ def resolve_user_id(user_id: UserId, session: AgentSession, provider: object) ->
 
 
 def provider_state(session: AgentSession, provider: Any) -> dict[str, Any]:
-    """The provider-scoped state of ``session`` (the dict the framework passes as ``state``)."""
-    state = session.state.setdefault(provider.source_id, {})
+    """The provider-scoped state of ``session`` (the dict the framework passes as ``state``).
+
+    Raises:
+        ScopeError: the session's entry is not a dict (see :func:`check_state`).
+    """
+    return check_state(session.state.setdefault(provider.source_id, {}), provider)
+
+
+def check_state(state: object, provider: Any) -> dict[str, Any]:
+    """``state`` if it is a dict: the provider's entry of ``session.state`` (what the framework
+    passes the hooks as ``state``, taken from a session a client may have sent back).
+
+    Raises:
+        ScopeError: it is of another type; the message names the provider, the entry's key and
+            its type, never its value.
+    """
     if not isinstance(state, dict):
         raise ScopeError(
             f"{provider!r}: session.state[{provider.source_id!r}] is a "
-            f"{type(state).__name__}, not the provider's record; the session state was "
-            "altered. Nothing was read or written."
+            f"{type(state).__name__}, not the provider's record (a dict); the session state "
+            "was altered. Nothing was read or written: start a new session, or restore one "
+            "from what AgentSession.to_dict() returned."
         )
     return state
 
 
-def bind_state(state: dict[str, Any], provider: object, derived: Mapping[str, Any]) -> None:
+def bind_state(state: dict[str, Any], provider: Any, derived: Mapping[str, Any]) -> None:
     """Check the provider's record in ``state`` against ``derived``, then record ``derived``.
 
     Args:
-        state: the provider-scoped state (the hooks' ``state`` argument). An empty dict is
-            no record yet.
+        state: the provider-scoped state (the hooks' ``state`` argument, checked to be a dict:
+            see :func:`check_state`). An empty dict is no record yet.
         provider: the provider, named in the error.
         derived: the JSON-native record the provider derived for this run from what the
             application binds; every one of its fields must equal the record's.
 
     Raises:
-        ScopeError: a field of the record differs from ``derived``. The message names the
-            provider and the field, never the values.
+        ScopeError: ``state`` is not a dict, or a field of the record differs from
+            ``derived``. The message names the provider and the field, never the values.
     """
+    state = check_state(state, provider)
     if state:
         for field, value in derived.items():
             if state.get(field, _ABSENT) != value:
@@ -106,10 +122,49 @@ def bind_state(state: dict[str, Any], provider: object, derived: Mapping[str, An
     state.update(copy.deepcopy(dict(derived)))
 
 
+def check_own_state_key(provider: Any, agent: Any) -> None:
+    """Refuse a run in which another of ``agent``'s context providers has ``provider``'s
+    ``source_id``.
+
+    The framework keys each provider's state in ``session.state`` by its ``source_id``
+    (documented as unique per agent, but not checked): two providers with one would share one
+    entry, each overwriting or refusing the other's record, and the turn's writes are
+    coordinated by it too. Called by every pgmemory provider's hooks, where the framework hands
+    over the agent (``agent.context_providers``: the agent's providers, in order).
+
+    Raises:
+        InvalidInputError: another provider (of any kind), or the same one listed twice, has
+            this ``source_id``; the message names both by position and class, and the key.
+    """
+    providers = list(getattr(agent, "context_providers", None) or ())
+    key = provider.source_id
+    clashing = [i for i, other in enumerate(providers) if getattr(other, "source_id", None) == key]
+    if len(clashing) < 2:
+        return
+    named = " and ".join(
+        f"context_providers[{i}] ({type(providers[i]).__name__})" for i in clashing
+    )
+    twice = len({id(providers[i]) for i in clashing}) < len(clashing)
+    raise InvalidInputError(
+        f"{named} have the same source_id {key!r}, the key of a provider's state in "
+        "session.state, so they would share one entry"
+        + (" (one provider listed twice: list it once)" if twice else "")
+        + "; give each provider its own source_id=. Nothing was read or written."
+    )
+
+
 def check_callable(value: object, what: str, fix: str) -> None:
     """Raise :class:`InvalidInputError` naming ``what`` unless ``value`` is callable."""
     if value is not None and not callable(value):
         raise InvalidInputError(f"{what} is {value!r}; pass {fix}")
 
 
-__all__ = ["UserId", "bind_state", "check_user_id", "provider_state", "resolve_user_id"]
+__all__ = [
+    "UserId",
+    "bind_state",
+    "check_own_state_key",
+    "check_state",
+    "check_user_id",
+    "provider_state",
+    "resolve_user_id",
+]

@@ -57,7 +57,7 @@ from pgmemory.integrations.agent_framework.rendering import (
     render,
     tool_kind,
 )
-from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together
+from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together, check_run
 from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope, Recall, RecallTrace
 from pgmemory.store.store import MemoryStore
 
@@ -85,7 +85,8 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
             ``options.allow_unscoped_search`` is set.
         options: every other setting (:class:`~pgmemory.ChatHistoryMemoryProviderOptions`).
         source_id: the provider's id (default: the class name), also the key of its state in
-            ``session.state``; a second instance in one agent needs only its own.
+            ``session.state``; a second instance in one agent needs only its own (a run whose
+            agent has two providers with one is refused: ``InvalidInputError``).
 
     Raises:
         ScopeError: ``user_id`` is missing or blank.
@@ -237,9 +238,11 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
     async def before_run(
         self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
     ) -> None:
-        """Recall now (``before_ai_invoke``) or add the search tool (on demand)."""
+        """Check the run (:func:`~pgmemory.integrations.agent_framework.turn.check_run`), then
+        recall now (``before_ai_invoke``) or add the search tool (on demand)."""
+        inputs = check_run(self, agent=agent, context=context)
         scopes = self.get_state(session, state)
-        for message in context.input_messages:
+        for message in inputs:
             ensure_identity(message)
         await self.collection()
         # What the model is sent anyway (the session's history, the input): never recalled.

@@ -88,11 +88,12 @@ from pgmemory.integrations.agent_framework.messages import (
     external_only,
     user_messages,
 )
-from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together
+from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together, check_run
 from pgmemory.store.jobs import MAX_DELAY_S, JobQueue
 from pgmemory.store.recall_text import json_text
 from pgmemory.store.records import MemoryScope
 from pgmemory.store.validation import check_number
+from pgmemory.vocabulary import FACTS_NAMESPACE
 
 if TYPE_CHECKING:
     from pgmemory.store.store import MemoryStore
@@ -126,8 +127,8 @@ class FactMemoryProvider(ContextProvider, TurnWriter):
         required: field names the agent must ask for while they are unknown. Default: the
             model's required fields (``name: str | None`` without a default is required; with
             ``= None`` it is not). Pass ``()`` to never ask.
-        source_id: the provider's id (default ``"fact_memory"``); the key of its state in
-            ``session.state`` and the ``actor`` of every audit row.
+        source_id: the provider's id (default ``"fact_memory"``, :data:`FACTS_NAMESPACE`); the
+            key of its state in ``session.state`` and the ``actor`` of every audit row.
         facts_prompt: the header of the injected facts (:data:`DEFAULT_FACTS_PROMPT`).
         missing_prompt: the request for missing required facts, with ``{fields}``
             (:data:`DEFAULT_MISSING_PROMPT`).
@@ -190,7 +191,7 @@ class FactMemoryProvider(ContextProvider, TurnWriter):
         scope: Callable[[str, AgentSession], MemoryScope] | None = None,
         namespace: str | None = None,
         required: Sequence[str] | None = None,
-        source_id: str = "fact_memory",
+        source_id: str = FACTS_NAMESPACE,
         facts_prompt: str = DEFAULT_FACTS_PROMPT,
         missing_prompt: str = DEFAULT_MISSING_PROMPT,
         extraction_prompt: str = DEFAULT_EXTRACTION_PROMPT,
@@ -403,7 +404,8 @@ class FactMemoryProvider(ContextProvider, TurnWriter):
         context: SessionContext,
         state: dict[str, Any],
     ) -> None:
-        """Inject the scope's known facts and ask for missing required ones."""
+        """Check the run (``check_run``), inject the known facts, ask for missing required ones."""
+        check_run(self, agent=agent, context=context)
         scope = self.get_state(session, state).scope
         stored = await self.store.get_facts(self.namespace, scope)
         known = self._known(stored)
@@ -479,12 +481,11 @@ class FactMemoryProvider(ContextProvider, TurnWriter):
                 value = json.loads(reply.text or "null")
             except ValueError:
                 raise InvalidInputError("the extraction reply is not JSON") from None
-            if isinstance(value, Mapping):
-                raw = dict(value)
-            else:
+            if not isinstance(value, Mapping):
                 raise InvalidInputError(
                     f"the extraction reply held {type(value).__name__}, not an object of facts"
                 )
+            raw = dict(value)
             facts = validate_values(self.model, raw, owner=self.source_id)
             summary = raw.get(PROFILE_FIELD) if self.profile else None
             if isinstance(summary, str) and summary.strip():
@@ -552,9 +553,8 @@ class FactMemoryProvider(ContextProvider, TurnWriter):
         )
 
     def unit_of_work(self, context: SessionContext) -> AbstractAsyncContextManager[None]:
-        """Extract the turn's facts (a model call, before any transaction is open), then join
-        the store's shared transaction, so the merge is kept with the rest of the turn or not
-        at all."""
+        """Extract the turn's facts (a model call, before any transaction opens), then join the
+        store's shared transaction: the merge is kept with the rest of the turn, or not at all."""
         return self._extract_then_join(context)
 
     @asynccontextmanager

@@ -38,8 +38,9 @@ from pgmemory.integrations.agent_framework.binding import (
     resolve_user_id,
 )
 from pgmemory.integrations.agent_framework.messages import ATTRIBUTION, CREATED_AT, ensure_identity
-from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together
+from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together, check_run
 from pgmemory.store.store import MemoryStore
+from pgmemory.text.clean import readable_json
 
 #: Where a stored message keeps the attribution it had when it was saved (the framework's
 #: ``_attribution`` is left out, so that loading stamps it as this history's).
@@ -67,7 +68,8 @@ class PostgresHistoryProvider(HistoryProvider, TurnWriter):
     Args:
         store: the store holding the history.
         source_id: the provider's id (default ``"postgres_history"``), also the key of its
-            state in ``session.state``.
+            state in ``session.state``: no other provider of the agent may have it (a run is
+            refused with :class:`~pgmemory.errors.InvalidInputError`).
         user_id: the signed-in user's id, or a resolver ``callable(session) -> str`` called on
             every run. Required; there is no fallback.
         load_messages: feed the stored history to the model before each run.
@@ -162,10 +164,12 @@ class PostgresHistoryProvider(HistoryProvider, TurnWriter):
     async def before_run(
         self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
     ) -> None:
-        """Bind the history's keys (:meth:`bind`), then load the history."""
+        """Check the run (:func:`~pgmemory.integrations.agent_framework.turn.check_run`), bind
+        the history's keys (:meth:`bind`), then load the history."""
+        inputs = check_run(self, agent=agent, context=context)
         self._refuse_after_run_compaction(agent)
         self.bind(session, state)
-        for message in context.input_messages:
+        for message in inputs:
             ensure_identity(message)
         await super().before_run(agent=agent, session=session, context=context, state=state)
 
@@ -252,9 +256,13 @@ class PostgresHistoryProvider(HistoryProvider, TurnWriter):
 
 def to_row(message: Message) -> dict[str, Any]:
     """A framework message as a history row: ``Message.to_dict()`` with an id, a ``text`` key
-    for SQL readers, and its attribution kept aside (:data:`STORED_ATTRIBUTION`)."""
+    for SQL readers, its attribution kept aside (:data:`STORED_ATTRIBUTION`), and its tool
+    results as readable UTF-8 JSON (the framework's text of a non-str result is ASCII-escaped:
+    :func:`pgmemory.text.clean.readable_json`; rows stored before keep their escaped text,
+    the same JSON value)."""
     ensure_identity(message)
     row = message.to_dict()
+    row["contents"] = [_readable_result(content) for content in row.get("contents") or ()]
     properties = dict(row.get("additional_properties") or {})
     stamp = properties.pop(ATTRIBUTION, None)
     if stamp is not None:
@@ -262,6 +270,26 @@ def to_row(message: Message) -> dict[str, Any]:
     row["additional_properties"] = properties
     row["text"] = message.text
     return row
+
+
+def _readable_result(content: Any) -> Any:
+    """A content's dict, a function result's text (``result``, its text ``items``) readable."""
+    if not isinstance(content, dict) or content.get("type") != "function_result":
+        return content
+    content = dict(content)
+    if isinstance(content.get("result"), str):
+        content["result"] = readable_json(content["result"])
+    items = content.get("items")
+    if isinstance(items, list):
+        content["items"] = [
+            {**item, "text": readable_json(item["text"])}
+            if isinstance(item, dict)
+            and item.get("type") == "text"
+            and isinstance(item.get("text"), str)
+            else item
+            for item in items
+        ]
+    return content
 
 
 def from_row(row: Mapping[str, Any]) -> Message:

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
-from agent_framework import HistoryProvider, Message
+from agent_framework import HistoryProvider, Message, SessionContext
 
+from pgmemory.errors import InvalidInputError
 from pgmemory.vocabulary import CHAT_HISTORY, CONTEXT_PROVIDER, EXTERNAL, SourceType
 
 #: Where the framework keeps attribution in ``Message.additional_properties``.
@@ -77,6 +78,34 @@ def user_messages(texts: Iterable[str]) -> list[Message]:
     return [Message("user", [text]) for text in texts if text.strip()]
 
 
+def input_messages(context: SessionContext) -> list[Message]:
+    """The run's input messages (``context.input_messages``), each checked to be a ``Message``.
+
+    ``agent.run()`` takes a str, ``Content`` or ``Message``, or a sequence of them; the
+    framework turns each str and ``Content`` into a message but passes any other item through
+    as it is (a bytes value is iterated into ints). Such an item is outside the framework's
+    input contract and carries nothing a provider could store or search with, so it is refused
+    rather than skipped: dropping it would store a turn without part of what the caller sent.
+
+    Raises:
+        InvalidInputError: an item is not a ``Message``; the message names its position and
+            type, never its value.
+    """
+    messages = context.input_messages
+    for position, item in enumerate(messages):
+        if not isinstance(item, Message):
+            bytes_item = type(item) is int
+            hint = (
+                " (a bytes value is iterated into ints: decode it to a str)" if bytes_item else ""
+            )
+            raise InvalidInputError(
+                f"the run's input item {position} is a {type(item).__name__}, not a Message"
+                f"{hint}; pass agent.run() a str, Content or Message, or a list of them. "
+                "Nothing was read or written."
+            )
+    return messages
+
+
 def ensure_identity(message: Message) -> str:
     """The message's id, given one (a UUID) when it has none, and its creation time recorded.
 
@@ -114,6 +143,7 @@ __all__ = [
     "ensure_identity",
     "external_only",
     "history_sources",
+    "input_messages",
     "source_id_of",
     "source_type_of",
     "user_messages",

@@ -9,6 +9,8 @@ from typing import Any
 
 from agent_framework import Message
 
+from pgmemory.text.clean import readable_json
+
 #: Default heading of the injected memories message.
 DEFAULT_CONTEXT_PROMPT = (
     "## Memories\nConsider the following memories when answering user questions:"
@@ -20,20 +22,25 @@ TOOL_KIND = "pgmemory.tool"
 
 def _arguments(value: Any) -> str:
     if isinstance(value, str):
-        return value
+        return readable_json(value)
     return json.dumps(value if value is not None else {}, ensure_ascii=False, default=str)
 
 
 def _result(content: Any) -> str:
+    """A tool result as readable UTF-8 JSON (the framework hands a non-str result over as
+    ASCII-escaped JSON text: see :func:`pgmemory.text.clean.readable_json`)."""
     if content.exception is not None:
         return f"Error: {content.exception}"
     value = content.result
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, str):
+        return readable_json(value)
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def render(message: Message, *, skip_call_ids: frozenset[str] | set[str] = frozenset()) -> str:
     """The text stored for a framework message: its text, plus the tool calls and results it
-    carries (except those of ``skip_call_ids``); other content kinds are not text."""
+    carries (except those of ``skip_call_ids``), their JSON readable UTF-8; other content kinds
+    are not text."""
     parts = [message.text] if message.text.strip() else []
     for content in message.contents:
         if content.type == "function_call" and content.call_id not in skip_call_ids:

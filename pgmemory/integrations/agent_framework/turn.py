@@ -21,7 +21,10 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
 
-from agent_framework import AgentSession, SessionContext
+from agent_framework import AgentSession, Message, SessionContext
+
+from pgmemory.integrations.agent_framework.binding import check_own_state_key
+from pgmemory.integrations.agent_framework.messages import input_messages
 
 #: Where the providers whose writes wait for the turn's last pgmemory provider are kept.
 WAITING = "pgmemory.after_run_waiting"
@@ -48,6 +51,23 @@ class TurnWriter(ABC):
         """Write what the turn leaves behind (called inside :meth:`unit_of_work`)."""
 
 
+def check_run(provider: TurnWriter, *, agent: Any, context: SessionContext) -> list[Message]:
+    """What each hook of a pgmemory provider checks first, before anything is read or written:
+    that no other provider of ``agent`` has its state key (:func:`~pgmemory.integrations.
+    agent_framework.binding.check_own_state_key`) and that the run's input items are messages
+    (:func:`~pgmemory.integrations.agent_framework.messages.input_messages`).
+
+    Returns:
+        The run's input messages.
+
+    Raises:
+        InvalidInputError: two providers share a ``source_id``, or an input item is not a
+            ``Message``.
+    """
+    check_own_state_key(provider, agent)
+    return input_messages(context)
+
+
 async def after_run_together(
     owner: TurnWriter,
     *,
@@ -61,7 +81,11 @@ async def after_run_together(
     Each call registers ``owner``; the call for the first pgmemory provider in list order runs
     the registered ones, in list order, inside their units of work. The error of a failing
     write propagates (after the rollback), as the framework's own errors do.
+
+    Raises:
+        InvalidInputError: what :func:`check_run` refuses (before anything is written).
     """
+    check_run(owner, agent=agent, context=context)
     providers = list(getattr(agent, "context_providers", None) or ())
     listed = [p for p in providers if isinstance(p, TurnWriter)]
     if owner not in listed or getattr(agent, "require_per_service_call_history_persistence", False):
@@ -83,4 +107,4 @@ async def after_run_together(
             )
 
 
-__all__ = ["WAITING", "TurnWriter", "after_run_together"]
+__all__ = ["WAITING", "TurnWriter", "after_run_together", "check_run"]

@@ -187,6 +187,18 @@ async def verify(db: Database) -> AuditReport:
                 else "every pseudonym in the audits has its erasure record",
             )
         )
+        deletions = (await conn.execute(clause(s.UNAUDITED_DELETIONS))).mappings().one()
+        checks.append(
+            Check(
+                "deletions",
+                not deletions["deletions"],
+                f"{deletions['deletions']} memory(ies) deleted with no audit row, the first at "
+                f"{deletions['oldest']:%Y-%m-%d %H:%M:%S} UTC (deleted outside pgmemory's "
+                "statements; pgmemory_deleted_memories holds their ids)"
+                if deletions["deletions"]
+                else "every deleted memory has its audit row",
+            )
+        )
         misuse = (
             (
                 await conn.execute(
@@ -207,7 +219,10 @@ async def verify(db: Database) -> AuditReport:
         f"superusers ({', '.join(superusers)}) bypass privileges and may disable the guard; "
         "so may the owner of the audit tables. Row hashes reveal edits made while the guard was "
         "off, unless the hash was recomputed; compare the row counts and highest ids with a copy "
-        "kept outside the database to notice deleted rows."
+        "kept outside the database to notice deleted rows.",
+        "pgmemory_recall_audit rows are the application's own statement of what it showed: a "
+        "recall changes nothing the database could check it against, so the guard checks only "
+        "that every memory a row names is one of its user's, in its collection.",
     ]
     report = AuditReport(checks=checks, tables=summary, notes=notes)
     logger.info("audit verified: %s", "ok" if report.ok else f"{len(report.problems)} problem(s)")

@@ -398,6 +398,8 @@ DEFINER_FUNCTIONS = (
     "pgmemory_erase_user",
     "pgmemory_erase_user_audit",
     "pgmemory_prune_audit",
+    "pgmemory_note_deletion",
+    "pgmemory_take_deletion",
 )
 GUARD_FUNCTION = "pgmemory_audit_guard"
 #: The guard's triggers on each audit table.
@@ -493,6 +495,12 @@ UPDATE {table} SET user_id = user_id WHERE id = (SELECT max(id) FROM {table}) RE
 #: Pseudonyms in the audits with no erasure record (rows pseudonymised outside erasure), in two
 #: materialised steps (Citus plans each on its own; a UNION correlated with a subquery it cannot
 #: push down).
+#: Memories deleted with no audit row (migration 0023: a deletion's evidence, left because no
+#: audit row took it in the deleting transaction), and the oldest of them.
+UNAUDITED_DELETIONS = """
+SELECT count(*) AS deletions, min(at) AS oldest FROM pgmemory_deleted_memories
+"""
+
 UNRECORDED_PSEUDONYMS = """
 WITH pseudonyms AS MATERIALIZED (
     SELECT user_id FROM pgmemory_memory_audit WHERE left(user_id, 7) = 'erased:'
@@ -584,11 +592,13 @@ APP_ROLE_GRANTS = (
     f"GRANT SELECT, INSERT, UPDATE, DELETE ON {_DATA_TABLES} TO {{role}}",
     f"GRANT SELECT, INSERT ON {_AUDIT_TABLE_LIST} TO {{role}}",
     "GRANT SELECT ON pgmemory_alembic_version TO {role}",
+    "GRANT SELECT ON pgmemory_deleted_memories TO {role}",
     "GRANT EXECUTE ON FUNCTION pgmemory_keyed_sha256(text, text), "
     "pgmemory_erase_user(text, text), pgmemory_erase_user_audit(text, text), "
     "pgmemory_prune_audit(timestamptz, boolean, boolean, boolean, text), "
     "pgmemory_erasure_stamp(text), pgmemory_erasure_guard(text, text), "
-    "pgmemory_history_tail(text, text) TO {role}",
+    "pgmemory_history_tail(text, text), "
+    "pgmemory_take_deletion(text, uuid, text, text, text, text) TO {role}",
 )
 
 #: The identity sequences of the audit tables (their ``id`` columns), as quoted names.
@@ -632,7 +642,8 @@ SET_PARTITION_COUNT = "SELECT set_config('pgmemory.partitions', CAST(:partitions
 
 #: Turn the EMPTY memories table into one hash-partitioned by user_id into
 #: current_setting('pgmemory.partitions') partitions, keeping every column, default, check,
-#: generated column (the vector's code), storage setting, key, foreign key and index (by name). Run after SET_PARTITION_COUNT, in
+#: generated column (the vector's code), storage setting, key, foreign key, index (by name) and
+#: trigger (migration 0023's deletion evidence). Run after SET_PARTITION_COUNT, in
 #: one transaction; no '%' and no bind marker in it, so it runs as written.
 PARTITION_MEMORIES = """
 DO $$
@@ -649,6 +660,9 @@ DECLARE
         FROM pg_constraint
         WHERE conrelid = 'pgmemory_memories'::regclass AND contype IN ('p', 'u', 'f')
         ORDER BY contype <> 'p', conname);
+    triggers text[] := ARRAY(
+        SELECT pg_get_triggerdef(oid) FROM pg_trigger
+        WHERE tgrelid = 'pgmemory_memories'::regclass AND NOT tgisinternal ORDER BY tgname);
     statement text;
 BEGIN
     ALTER TABLE pgmemory_memories RENAME TO pgmemory_memories_plain;
@@ -664,6 +678,7 @@ BEGIN
     END LOOP;
     FOREACH statement IN ARRAY keys LOOP EXECUTE statement; END LOOP;
     FOREACH statement IN ARRAY indexes LOOP EXECUTE statement; END LOOP;
+    FOREACH statement IN ARRAY triggers LOOP EXECUTE statement; END LOOP;
 END $$
 """
 
@@ -873,6 +888,7 @@ FAN_OUT: dict[str, str] = {
     "audit_row_check": "pgmemory audit verify rechecks every row hash of an audit table",
     "audit_guard_probe": "pgmemory audit verify's rolled-back UPDATE of an audit table's newest row",
     "UNRECORDED_PSEUDONYMS": "pgmemory audit verify: erased users' pseudonyms across all audits",
+    "UNAUDITED_DELETIONS": "pgmemory audit verify: deletions no audit row took, all users",
     "AUDIT_MISUSE": "pgmemory audit verify: misplaced records and erased live users, all users",
     "REEMBED_CLEAR": "pgmemory db reembed --restart: a collection's staged vectors, every user",
     "REEMBED_COUNTS": "pgmemory db reembed: progress over a whole collection, every user",

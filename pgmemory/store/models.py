@@ -424,6 +424,31 @@ class JobRow(Base):
     )
 
 
+class DeletedMemoryRow(Base):
+    """Evidence of a memory's deletion, for its audit row (migration 0023).
+
+    Written by a ``BEFORE DELETE`` trigger on the memories, as the tables' owner (the
+    application role may only read this table), with the deleting transaction's id; the
+    deletion's audit row takes it in the same transaction, so the table is normally empty. A
+    row left here is a deletion no audit row recorded (``pgmemory audit verify`` reports it).
+    """
+
+    __tablename__ = "pgmemory_deleted_memories"
+
+    user_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    collection: Mapped[str] = mapped_column(Text, nullable=False)
+    application_id: Mapped[str] = mapped_column(Text, nullable=False)
+    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
+    session_id: Mapped[str] = mapped_column(Text, nullable=False)
+    txid: Mapped[int] = mapped_column(
+        BigInteger, nullable=False, server_default=text("(pg_current_xact_id()::text)::bigint")
+    )
+    at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
 class AccessTokenRow(Base):
     """An operator's access token, kept as its sha256 only: who it was issued to (a label),
     what it opens (``purpose``), until when, and whether it was revoked.

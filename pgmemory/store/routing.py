@@ -30,6 +30,7 @@ PER_USER_TABLES = (
     "pgmemory_fact_audit",
     "pgmemory_jobs",
     "pgmemory_user_secrets",
+    "pgmemory_deleted_memories",
 )
 
 #: pgmemory's own SQL functions (migrations 0006, 0014, 0022) that read or write per-user

@@ -190,6 +190,7 @@ AFTER_0008 = [
     "0020",
     "0021",
     "0022",
+    "0023",
 ]
 
 
@@ -215,6 +216,7 @@ async def test_each_migration_after_0008_applies_to_a_distributed_database(
             assert migrate.current(url) == revision
         assert _layout(url)["pgmemory_memories"][:2] == ("distributed", "user_id")
         assert _layout(url)["pgmemory_jobs"][:2] == ("distributed", "user_id")  # by 0016
+        assert _layout(url)["pgmemory_deleted_memories"][:2] == ("distributed", "user_id")
         assert _search_vector_storage(url) == {"m"}  # every shard's, by 0017
         assert _term_index_options(url) == {"{fastupdate=off}"}  # every shard's, by 0020
         # The migrated cluster serves the library: a write and a recall of one user.
@@ -227,6 +229,10 @@ async def test_each_migration_after_0008_applies_to_a_distributed_database(
             # the keyword side through the scoped term index (0018), on the user's shard
             hits = await store.search("c", scope, query="tea", mode="text")
             assert [h.memory.content for h in hits] == ["tea"]
+            # a delete audited on the user's shard, its evidence taken there (0023)
+            assert await store.delete("c", ids=[hits[0].memory.id], scope=scope) == 1
+        async with MemoryStore(url) as store:
+            assert (await Admin(store).verify_audit()).ok
 
 
 #: The storage of ``search_vector`` in the table ``{}`` names.

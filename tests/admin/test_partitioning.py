@@ -81,6 +81,16 @@ def _memories_layout(url: str) -> dict[str, object]:
                 .scalars()
                 .all()
             )
+            triggers = (
+                conn.execute(
+                    sa.text(
+                        "SELECT tgname FROM pg_trigger WHERE tgrelid = "
+                        "'pgmemory_memories'::regclass AND NOT tgisinternal ORDER BY tgname"
+                    )
+                )
+                .scalars()
+                .all()
+            )
             columns = conn.execute(
                 sa.text(
                     "SELECT attname, format_type(atttypid, atttypmod), attnotnull, attstorage, "
@@ -97,6 +107,7 @@ def _memories_layout(url: str) -> dict[str, object]:
         "partitions": parts,
         "constraints": [tuple(c) for c in constraints],
         "indexes": list(indexes),
+        "triggers": list(triggers),
         "columns": [tuple(c) for c in columns],
     }
 
@@ -131,9 +142,10 @@ async def test_partitioned_table_keeps_every_column_key_and_index(
     before, after = _memories_layout(str(plain.url)), _memories_layout(parted_url)
     assert (before["kind"], before["partitions"]) == ("r", 0)
     assert (after["kind"], after["partitions"]) == ("p", 4)
-    for what in ("columns", "constraints", "indexes"):
+    for what in ("columns", "constraints", "indexes", "triggers"):
         assert after[what] == before[what], what
     assert before["indexes"] and before["constraints"]
+    assert before["triggers"] == ["pgmemory_note_deletion"]  # a deletion's evidence (0023)
 
 
 async def test_partitioned_reads_and_writes_match_the_plain_table(

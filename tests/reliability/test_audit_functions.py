@@ -22,6 +22,15 @@ from tests.conftest import unique
 
 DIMENSIONS = 3
 
+#: An audit row the role may write by itself (a recall that showed nothing: the application's
+#: own statement; rows that record a change need the change, tests/reliability/
+#: test_audit_forgery.py), dated by the writer.
+_RECALL_AUDIT_DATED = (
+    "INSERT INTO pgmemory_recall_audit (user_id, collection, application_id, agent_id, "
+    "session_id, query_sha256, memory_ids, scores, at) "
+    "VALUES (:u, 'c', '', '', '', repeat('0', 64), '{}', '{}', '2001-01-01') RETURNING at"
+)
+
 
 @pytest.fixture(params=["owner", "app role"])
 def role_engine(request: pytest.FixtureRequest, database_url: str) -> Iterator[sa.Engine]:
@@ -108,12 +117,7 @@ async def test_audit_rows_carry_the_servers_time_whatever_the_insert_says(
     user = unique("dated")
     with role_engine.begin() as conn:
         at = conn.execute(
-            sa.text(
-                "INSERT INTO pgmemory_memory_audit (user_id, operation, memory_id, collection, "
-                "application_id, agent_id, session_id, content_sha256, actor, at) "
-                "VALUES (:u, 'insert', gen_random_uuid(), 'c', '', '', '', repeat('0', 64), 'x', "
-                "'2001-01-01') RETURNING at"
-            ),
+            sa.text(_RECALL_AUDIT_DATED),
             {"u": user},
         ).scalar_one()
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
@@ -197,12 +201,7 @@ async def test_a_role_setting_the_functions_flag_itself_gains_nothing(
     with role_engine.begin() as conn:
         conn.execute(sa.text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
         at = conn.execute(
-            sa.text(
-                "INSERT INTO pgmemory_memory_audit (user_id, operation, memory_id, collection, "
-                "application_id, agent_id, session_id, content_sha256, actor, at) "
-                "VALUES (:u, 'insert', gen_random_uuid(), 'c', '', '', '', repeat('0', 64), 'x', "
-                "'2001-01-01') RETURNING at"
-            ),
+            sa.text(_RECALL_AUDIT_DATED),
             {"u": user},
         ).scalar_one()
     if role_engine.url.username == sa.engine.make_url(database_url).username:
@@ -210,7 +209,7 @@ async def test_a_role_setting_the_functions_flag_itself_gains_nothing(
     assert at.year > 2001  # stamped with the server's clock
     with pytest.raises(sa.exc.DBAPIError), role_engine.begin() as conn:
         conn.execute(sa.text("SET LOCAL pgmemory.audit_change = 'sanctioned'"))
-        conn.execute(sa.text("DELETE FROM pgmemory_memory_audit WHERE user_id = :u"), {"u": user})
+        conn.execute(sa.text("DELETE FROM pgmemory_recall_audit WHERE user_id = :u"), {"u": user})
 
 
 async def test_an_erasure_moves_each_audit_row_whole_to_the_pseudonym(

@@ -136,7 +136,8 @@ async def test_a_recorded_recall_commits_alone_or_with_its_block(
     store: MemoryStore, collection: str
 ) -> None:
     scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
-    ids = [uuid.uuid4(), uuid.uuid4()]
+    records = [MemoryRecord(content=text, scope=scope) for text in ("one", "two")]
+    ids = await store.add(collection, records)
     await store.record_recall(collection, scope, memory_ids=ids, scores=[0.5, 0.25], query="q")
     with pytest.raises(RuntimeError):
         async with store.shared_transaction():

@@ -416,6 +416,20 @@ class Worker:
         await asyncio.to_thread(migrate.upgrade, url)
         return {"migrations": folder, "head": migrate.head_revision()}
 
+    async def app_role(self, url: str, name: str) -> dict[str, Any]:
+        """A least-privilege application role on ``url``'s database, made by this checkout's
+        own ``Admin.create_app_role`` (as ``pgmemory db roles`` would), and its URL."""
+        from sqlalchemy.engine import make_url
+
+        from pgmemory import MemoryStore
+        from pgmemory.admin import Admin
+
+        password = f"{name}-bench-password"
+        async with MemoryStore(url, settings=_settings(), embedder=HashEmbedder()) as owner:  # type: ignore[arg-type]
+            await Admin(owner).create_app_role(name, password)
+        role_url = make_url(url).set(username=name, password=password)
+        return {"url": role_url.render_as_string(hide_password=False), "role": name}
+
     async def setup(self, url: str, flavour: str) -> dict[str, Any]:
         import pgmemory
         from pgmemory import MemoryStore

@@ -243,9 +243,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             urls = {"before": url_before, "after": url_after}
             roots = {"before": before_root, "after": after_root}
             flavours = {"before": args.before_flavour, "after": args.after_flavour}
+            owner_urls = dict(urls)  # vacuum and analyse as the tables' owner
             for side in SIDES:
                 workers[side] = Worker(side, roots[side])
                 migrated = workers[side].call("migrate", url=urls[side])
+                if args.app_role:  # each side's own `pgmemory db roles`, and the turns as it
+                    made = workers[side].call("app_role", url=urls[side], name=f"bench_app_{side}")
+                    urls[side] = made["url"]
+                    migrated["role"] = made["role"]
                 setup[side] = {
                     **migrated,
                     **workers[side].call("setup", url=urls[side], flavour=flavours[side]),
@@ -263,7 +268,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     # Both sides vacuumed alike after seeding: an import of one checkout may
                     # vacuum (cc3c9cc on) and another's only analyse, and the turns must not
                     # measure that difference (all-visible pages are read index-only).
-                    asyncio.run(vacuum_analyze(urls[side]))
+                    asyncio.run(vacuum_analyze(owner_urls[side]))
                 rng = random.Random(f"turns-{size}")
                 times: dict[str, dict[str, list[float]]] = {
                     s: {"recall": [], "store": []} for s in SIDES
@@ -385,6 +390,11 @@ def main() -> None:
         help="where --before's tree is extracted (kept for the next run)",
     )
     p.add_argument("--quick", action="store_true", help="a ~1-2 minute smoke (20 timed turns)")
+    p.add_argument(
+        "--app-role",
+        action="store_true",
+        help="run both sides' turns as a least-privilege application role (pgmemory db roles)",
+    )
     p.add_argument("--note", default="", help="a note kept in the JSON's conditions")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = p.parse_args()

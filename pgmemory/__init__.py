@@ -83,9 +83,9 @@ if TYPE_CHECKING:
 
 
 def _version() -> str:
-    from importlib.metadata import version
+    from pgmemory.extras import installed_version
 
-    return version("pgmemory")
+    return installed_version()
 
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, computed={"__version__": _version})

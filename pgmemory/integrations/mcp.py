@@ -1,6 +1,6 @@
 """pgmemory as a Model Context Protocol server: memory tools for coding agents and assistants.
 
-    pip install 'pgmemory[mcp]'
+    pip install 'pgmemory-agents[mcp]'
     pgmemory mcp --collection notes --user alice              # stdio, one user
     pgmemory token create alice --purpose mcp                  # a token that speaks for alice
     pgmemory mcp --collection notes --http --port 8766         # streamable HTTP, a token per user

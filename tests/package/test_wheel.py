@@ -45,7 +45,7 @@ def test_wheel_ships_migrations_and_upgrades_a_database(
         check=True,
         timeout=300,
     )
-    (wheel,) = (tmp_path / "dist").glob("pgmemory-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("pgmemory_agents-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "pgmemory/migrations/env.py" in names
     assert "pgmemory/migrations/script.py.mako" in names

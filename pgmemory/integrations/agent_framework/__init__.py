@@ -1,4 +1,4 @@
-"""pgmemory's providers for agent-framework: ``pip install 'pgmemory[agent-framework]'``.
+"""pgmemory's providers for agent-framework: ``pip install 'pgmemory-agents[agent-framework]'``.
 
 The classes are agent-framework ``ContextProvider`` / ``HistoryProvider`` subclasses; they use
 the framework's own ``Message``, ``SessionContext`` and ``AgentSession``::

@@ -144,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status.
     """
-    parser = argparse.ArgumentParser(prog="pgmemory")
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_parser(commands)  # it takes --url itself
-    return run(parser.parse_args(["ui", *(argv if argv is not None else sys.argv[1:])]))
+    # The main command line's: its one-line errors (a missing extra, a refused connection)
+    # rather than a traceback.
+    from pgmemory.cli import run as run_command_line
+
+    return run_command_line(["ui", *(argv if argv is not None else sys.argv[1:])])

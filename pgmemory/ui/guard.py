@@ -17,12 +17,14 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from starlette.datastructures import URL, Headers
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from pgmemory.ui.render import render, require_ui
 
-from pgmemory.ui.render import render
+require_ui()  # before starlette loads: a missing extra is named, not a raw ImportError
+
+from starlette.datastructures import URL, Headers  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import PlainTextResponse, RedirectResponse, Response  # noqa: E402
+from starlette.types import ASGIApp, Receive, Scope, Send  # noqa: E402
 
 if TYPE_CHECKING:
     from pgmemory.admin.admin import Admin

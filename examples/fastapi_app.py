@@ -22,10 +22,8 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 from agent_framework import Agent, AgentSession
-from agent_framework.openai import OpenAIChatCompletionClient
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse
-from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from pgmemory import (
@@ -35,6 +33,7 @@ from pgmemory import (
     PostgresHistoryProvider,
     ScopeError,
     Settings,
+    chat_client,
 )
 
 COLLECTION = "chat_memory"
@@ -53,14 +52,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Open the store and the model client once per process; warm the embedder."""
     settings = Settings()
     store = await MemoryStore(settings=settings, migrate=True).open()
-    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-    openai = AsyncOpenAI(
-        base_url=settings.openai_base_url,
-        api_key=key or "unset",
-        max_retries=settings.openai_max_retries,
-        timeout=settings.openai_timeout_s,
-    )
-    client = OpenAIChatCompletionClient(model=settings.openai_chat_model, async_client=openai)
+    client = chat_client(settings)  # PGMEMORY_OPENAI_BASE_URL / _API_KEY / _CHAT_MODEL
     try:
         await store.embedder.embed(["warm-up"])  # load the local model now, not on a request
         memory = ChatHistoryMemoryProvider(store, COLLECTION, user_id=bound_user)
@@ -70,7 +62,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         yield
     finally:
-        await openai.close()
+        await client.client.close()
         await store.close()
 
 

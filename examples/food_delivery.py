@@ -34,7 +34,13 @@ from agent_framework import Agent, AgentSession, ContextProvider, SessionContext
 from agent_framework.openai import OpenAIChatCompletionClient
 from typing_extensions import TypedDict
 
-from pgmemory import ChatHistoryMemoryProvider, MemoryStore, PostgresHistoryProvider, Settings
+from pgmemory import (
+    ChatHistoryMemoryProvider,
+    MemoryStore,
+    PostgresHistoryProvider,
+    Settings,
+    chat_client,
+)
 
 COLLECTION = "food_delivery"
 #: (dish, kind, spicy)
@@ -226,10 +232,7 @@ async def main() -> None:
     settings = Settings()
     server = None
     if settings.openai_base_url or settings.openai_api_key:
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        client = OpenAIChatCompletionClient(
-            model=settings.openai_chat_model, base_url=settings.openai_base_url, api_key=key
-        )
+        client = chat_client(settings)
         print(
             f"model: {settings.openai_chat_model} at {settings.openai_base_url or 'api.openai.com'}"
         )

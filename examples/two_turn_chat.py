@@ -7,7 +7,7 @@ the history is read back from PostgreSQL.
 Configuration comes from the environment (see ``pgmemory.settings.Settings``)::
 
     PGMEMORY_OPENAI_BASE_URL    any OpenAI-compatible endpoint (unset = api.openai.com)
-    PGMEMORY_OPENAI_API_KEY     its key (a local server usually needs none)
+    PGMEMORY_OPENAI_API_KEY     its key (a local server usually needs none); one of the two
     PGMEMORY_OPENAI_CHAT_MODEL  the model (default gpt-4o-mini)
     PGMEMORY_DATABASE_URL       PostgreSQL with pgvector (unset = the embedded server)
 
@@ -20,9 +20,8 @@ import asyncio
 import json
 
 from agent_framework import Agent, AgentSession
-from agent_framework.openai import OpenAIChatCompletionClient
 
-from pgmemory import MemoryStore, PostgresHistoryProvider
+from pgmemory import MemoryStore, PostgresHistoryProvider, chat_client
 
 INSTRUCTIONS = "You are a friendly assistant. Answer in one or two sentences."
 USER = "alice"  # the signed-in user; in an application, from its authentication
@@ -31,11 +30,7 @@ USER = "alice"  # the signed-in user; in an application, from its authentication
 async def turn(saved_session: str | None, text: str) -> str:
     """Open a store, run one turn, close everything; return the session as JSON."""
     async with MemoryStore(migrate=True) as store:
-        settings = store.settings
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        client = OpenAIChatCompletionClient(
-            model=settings.openai_chat_model, base_url=settings.openai_base_url, api_key=key
-        )
+        client = chat_client(store.settings)  # PGMEMORY_OPENAI_*
         history = PostgresHistoryProvider(store, user_id=USER)
         agent = Agent(client=client, instructions=INSTRUCTIONS, context_providers=[history])
         if saved_session is None:

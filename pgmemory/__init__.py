@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from pgmemory.integrations.agent_framework.chat_history_options import (
         ChatHistoryMemoryProviderOptions as ChatHistoryMemoryProviderOptions,
     )
+    from pgmemory.integrations.agent_framework.client import (
+        chat_client as chat_client,
+    )
     from pgmemory.integrations.agent_framework.fact_worker import (
         FactWorker as FactWorker,
     )

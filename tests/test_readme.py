@@ -1,9 +1,14 @@
 """Every ```python block of README.md runs as written.
 
 Each block runs as its own script in a fresh interpreter, from an empty temporary directory,
-against the test session's migrated database (``PGMEMORY_DATABASE_URL``) and, for blocks that
-talk to a model, a scripted OpenAI-compatible server (``PGMEMORY_OPENAI_BASE_URL``). A block
-passes when it exits with status 0. Other blocks (bash, sql) are not run.
+against a new, empty database (``PGMEMORY_DATABASE_URL``: no extension, no schema, as a new
+user's) and, for blocks that talk to a model, a scripted OpenAI-compatible server named the one
+way the README documents (``PGMEMORY_OPENAI_BASE_URL``; the framework's ``OPENAI_*`` are
+unset). A block passes when it exits with status 0. Other blocks (bash, sql) are not run.
+
+Here the blocks run with this environment's packages (every extra). ``make test-readme``
+(tests/readme_extras.py) runs each in a venv holding only the extras its section names,
+installed from a built wheel, on a fresh embedded data directory.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from tests.openai_server import OpenAIServer, Reply, call, text, tool_calls
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+#: How a section names what a snippet needs: ``pip install '.[a,b]'`` or ``pip install .``.
+INSTALL = re.compile(r"pip install (?:'\.\[(?P<extras>[a-z0-9,-]+)\]'|\.(?=[\s`)]))")
+
+
 def python_blocks(markdown: str) -> list[tuple[str, str]]:
     """The ```python blocks of a markdown text.
 
@@ -33,22 +42,44 @@ def python_blocks(markdown: str) -> list[tuple[str, str]]:
         ``(label, code)`` per block, in order; the label is the nearest heading above the
         block and the block's line number, for test ids and failure messages.
     """
-    blocks: list[tuple[str, str]] = []
+    return [(label, code) for label, code, _ in python_blocks_with_extras(markdown)]
+
+
+def python_blocks_with_extras(markdown: str) -> list[tuple[str, str, frozenset[str] | None]]:
+    """Like :func:`python_blocks`, with the extras each block's section names.
+
+    The extras of a block are those of the last ``pip install '.[...]'`` (or ``pip install .``:
+    none) between the top-level (``##``) heading of its section and the block; ``None`` when
+    the section names none before it.
+    """
+    blocks: list[tuple[str, str, frozenset[str] | None]] = []
     heading = "top"
+    extras: frozenset[str] | None = None
     lines = markdown.splitlines()
     index = 0
     while index < len(lines):
         line = lines[index]
         if line.startswith("#"):
             heading = line.lstrip("#").strip()
+            if line.startswith("## "):
+                extras = None
+        elif line.strip().startswith("```") and line.strip() != "```python":
+            # Another kind of block (bash, text): its install lines are not a section's word.
+            index += 1
+            while lines[index].strip() != "```":
+                index += 1
         elif line.strip() == "```python":
             start = index + 1
             end = start
             while lines[end].strip() != "```":
                 end += 1
             slug = re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")
-            blocks.append((f"{slug}-line{start}", "\n".join(lines[start:end]) + "\n"))
+            blocks.append((f"{slug}-line{start}", "\n".join(lines[start:end]) + "\n", extras))
             index = end
+        else:
+            for found in INSTALL.finditer(line):
+                named = found.group("extras")
+                extras = frozenset(named.split(",")) if named else frozenset()
         index += 1
     return blocks
 
@@ -81,6 +112,16 @@ def scripted_model(body: Mapping[str, Any]) -> Reply | dict[str, Any]:
     return text("OK: one 番茄炒蛋 is on its way.")
 
 
+def snippet_environment() -> dict[str, str]:
+    """This process's environment without pgmemory's settings or the framework's OpenAI ones
+    (``OPENAI_*``), which the README does not use: what a new user's shell holds."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("PGMEMORY_", "OPENAI_", "AZURE_OPENAI_"))
+    }
+
+
 @pytest.fixture(scope="module")
 def model_server() -> Iterator[OpenAIServer]:
     """One scripted model for every snippet."""
@@ -92,21 +133,38 @@ def test_the_readme_has_python_snippets() -> None:
     assert len(BLOCKS) >= 4, [label for label, _ in BLOCKS]
 
 
+def test_every_snippet_s_section_names_existing_extras() -> None:
+    """What ``make test-readme`` installs for a block is what its section tells the reader."""
+    import tomllib
+
+    pyproject = tomllib.loads((README.parent / "pyproject.toml").read_text())
+    known = set(pyproject["project"]["optional-dependencies"])
+    for label, _, extras in python_blocks_with_extras(README.read_text(encoding="utf-8")):
+        assert extras is not None, f"{label}: its section names no `pip install '.[...]'`"
+        assert extras <= known, (label, extras - known)
+
+
+def test_the_install_section_lists_every_extra() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((README.parent / "pyproject.toml").read_text())
+    readme = README.read_text(encoding="utf-8")
+    install = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
+    named = set()
+    for found in INSTALL.finditer(install):
+        named |= set((found.group("extras") or "").split(",")) - {""}
+    assert named == set(pyproject["project"]["optional-dependencies"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("code", [code for _, code in BLOCKS], ids=[label for label, _ in BLOCKS])
 def test_snippet_runs_as_written(
-    code: str, tmp_path: Path, database_url: str, model_server: OpenAIServer
+    code: str, tmp_path: Path, fresh_database: str, model_server: OpenAIServer
 ) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(code, encoding="utf-8")
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PGMEMORY_")}
-    env.update(
-        PGMEMORY_DATABASE_URL=database_url,
-        PGMEMORY_OPENAI_BASE_URL=model_server.url,
-        PGMEMORY_OPENAI_API_KEY="test",
-        OPENAI_BASE_URL=model_server.url,
-        OPENAI_API_KEY="test",
-    )
+    env = snippet_environment()
+    env.update(PGMEMORY_DATABASE_URL=fresh_database, PGMEMORY_OPENAI_BASE_URL=model_server.url)
     asked_before = len(model_server.requests)
     done = subprocess.run(
         [sys.executable, str(script)],
@@ -118,7 +176,7 @@ def test_snippet_runs_as_written(
     )
     output = f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     assert done.returncode == 0, f"snippet failed:\n{code}\n{output}"
-    if "OpenAIChatCompletionClient" in code:  # it really talked to the (scripted) model
+    if "chat_client()" in code:  # it really talked to the (scripted) model
         assert len(model_server.requests) > asked_before, output
 
 

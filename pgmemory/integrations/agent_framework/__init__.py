@@ -26,6 +26,7 @@ from pgmemory.integrations.agent_framework.chat_history import (  # noqa: E402
 from pgmemory.integrations.agent_framework.chat_history_options import (  # noqa: E402
     ChatHistoryMemoryProviderOptions,
 )
+from pgmemory.integrations.agent_framework.client import chat_client  # noqa: E402
 from pgmemory.integrations.agent_framework.fact_worker import FactWorker  # noqa: E402
 from pgmemory.integrations.agent_framework.facts import FactMemoryProvider  # noqa: E402
 from pgmemory.integrations.agent_framework.history import PostgresHistoryProvider  # noqa: E402
@@ -43,5 +44,6 @@ __all__ = [
     "MessageFilter",
     "PostgresHistoryProvider",
     "all_messages",
+    "chat_client",
     "external_only",
 ]

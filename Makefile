@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS ?= embedded,use,minilm,ui,agent-framework,test,dev
 
-.PHONY: demo test test-citus lint reliability bench docs clean
+.PHONY: demo test test-readme test-citus lint reliability bench docs clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("pgmemory needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -31,6 +31,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 	PGMEMORY_TEST_APP_ROLE=1 $(PY) -m pytest -q tests/store
+
+# Every README snippet as a new user runs it: from a built wheel, in a venv holding only the
+# extras its section names, on a brand-new embedded data directory (tests/readme_extras.py;
+# `make test` runs them with every extra on a new database). Venvs grow while the extras do,
+# so this builds two; CI runs it once.
+test-readme: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/readme_extras.py
 
 # The whole suite on a real Citus cluster (a coordinator and two workers,
 # tests/citus/cluster.py) as the owner, then the store, admin, memory and reliability suites as

@@ -181,8 +181,9 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     recall = commands.add_parser(
         "recall", parents=[common],
         help="search a scope's memories, best first (audited as provider 'cli')",
-        description="Search a scope's memories the way the library's providers do; the "
-        "recall is audited (provider 'cli'). " + scores_help() + ".",
+        description="Search a scope's memories as MemoryStore.search does: every stored row, "
+        "tool calls and results too (the providers' recall leaves those out of what it "
+        "injects); the search is audited (provider 'cli'). " + scores_help() + ".",
     )  # fmt: skip
     recall.add_argument("collection", help="the collection to search")
     recall.add_argument("query", help="the text to search for")
@@ -293,6 +294,16 @@ async def _memories(store: MemoryStore, args: argparse.Namespace) -> int:
                 "memories": [memory_json(m) for m in found],
                 "more": more,
             }
+        )
+        return 0
+    if not found:  # not a bare header: say what was looked at, and where to look next
+        where = (
+            f"collection {args.collection!r}" if args.collection else f"{len(names)} collection(s)"
+        )
+        session = " and session" if args.session is not None else ""
+        note(
+            f"no memories of that user{session} in {where}; `pgmemory users` lists the users "
+            "found (ids are matched exactly: spaces and case count)"
         )
         return 0
     print_table(

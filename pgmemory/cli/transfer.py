@@ -242,6 +242,7 @@ async def _import(store: MemoryStore, args: argparse.Namespace) -> int:
         if first is None:
             raise CliError(f"{name} holds no memories", code=2)
         record, model = _record(first[1], first[0], new_ids=args.new_ids)
+        created = False
         try:
             info = await store.get_collection(args.collection)
         except CollectionError:
@@ -257,6 +258,7 @@ async def _import(store: MemoryStore, args: argparse.Namespace) -> int:
             info = await store.create_collection(
                 args.collection, dimensions=len(record.embedding), embedding_model=model
             )
+            created = True
         read = 0
 
         def records() -> Iterator[MemoryRecord]:
@@ -285,13 +287,21 @@ async def _import(store: MemoryStore, args: argparse.Namespace) -> int:
             imported = await store.import_records(
                 info.name, records(), actor=args.actor, progress=sys.stderr.isatty()
             )
-        except DuplicateIdError as exc:
-            raise CliError(
-                f"memory {exc.memory_id} of this file is already stored under its id for the "
-                "same user, or given twice (the import was undone, nothing was stored): pass "
-                "--new-ids to import copies, or delete the originals first",
-                code=1,
-            ) from None
+        except BaseException as failed:
+            # The import is one transaction, undone: a collection --create made for it goes too,
+            # so that "nothing was stored" holds and a corrected rerun starts from the same place.
+            if created:
+                with contextlib.suppress(Exception):
+                    await store.drop_collection(info.name, actor=args.actor)
+            if isinstance(failed, DuplicateIdError):
+                raise CliError(
+                    f"memory {failed.memory_id} of this file is already stored under its id for "
+                    "the same user, or given twice (the import was undone, nothing was stored"
+                    f"{', nor the collection --create made' if created else ''}): pass "
+                    "--new-ids to import copies, or delete the originals first",
+                    code=1,
+                ) from None
+            raise
     finally:
         if source is not sys.stdin:
             source.close()

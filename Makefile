@@ -1,28 +1,42 @@
 # Two entry points: `make demo` and `make test`. Each creates .venv when missing and installs
-# the project with every extra they use (the embedded server, both local embedders, the test,
-# lint and type-check tools) before running. `make lint` runs ruff (lint and format) and mypy.
+# the project with the extras it uses: the demo only what the demos import (`local`: the
+# embedded server, the default embedder, agent-framework), the tests every extra with the test,
+# lint and type-check tools. `make lint` runs ruff (lint and format) and mypy.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS ?= embedded,use,minilm,ui,agent-framework,test,dev
+DEMO_EXTRAS ?= local
+DEMO_STAMP := $(VENV)/.installed-demo
+
+# The venv, made once; before 0.3.0 this project was installed as `pgmemory`, the package
+# index's name of an unrelated project with the same import name: neither may stay beside
+# pgmemory-agents.
+define venv_with
+	@$(PYTHON) -c 'import sys; sys.exit("pgmemory needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e ".[$(1)]"
+	$(PY) -m pip uninstall -q -y pgmemory 2>/dev/null || true
+endef
 
 .PHONY: demo test test-readme test-citus lint reliability bench docs clean
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit("pgmemory needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	@# Before 0.3.0 this project was installed as `pgmemory`, the package index's name of an
-	@# unrelated project with the same import name: neither may stay beside pgmemory-agents.
-	$(PY) -m pip uninstall -q -y pgmemory 2>/dev/null || true
+	$(call venv_with,$(EXTRAS))
 	@# The UI's browser tests drive Debian's chromium (playwright never downloads a browser);
 	@# tests/store/test_pooler.py starts Debian's pgbouncer in front of the test server.
 	if [ "$$(id -u)" = 0 ] && ! { command -v chromium && command -v pgbouncer; } >/dev/null; then apt-get update -qq && apt-get install -y -qq chromium pgbouncer; fi
 	touch $(STAMP)
 
-demo: $(STAMP)
+# What the demos import, and nothing else (tests/package/test_make.py checks the recipe).
+$(DEMO_STAMP): pyproject.toml
+	$(call venv_with,$(DEMO_EXTRAS))
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(PY) examples/quickstart.py
 	$(PY) examples/food_delivery.py
 

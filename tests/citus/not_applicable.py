@@ -76,6 +76,12 @@ NOT_APPLICABLE: dict[str, str] = {
         _PARTITION
     ),
     "tests/admin/test_partitioning.py::test_cli_partition_json_and_refusals": _PARTITION,
+    "tests/package/test_statements_at_wire.py::test_one_server": (
+        "compares what pgmemory sends to one server with that deployment's golden files; on the "
+        "cluster the same script is checked against tests/golden/statements-citus.txt "
+        "(test_citus)"
+    ),
+    "tests/package/test_statements_at_wire.py::test_read_replicas": _REAL_STANDBY,
     "tests/store/test_routing.py::test_distribute_without_citus_says_so_and_changes_nothing": (
         "checks the refusal when the citus extension is missing, and every database on the "
         "cluster has it; tests/admin/test_distribute.py tests distribute on the cluster"

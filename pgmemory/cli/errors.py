@@ -198,3 +198,13 @@ def _alembic_problem(exc: BaseException) -> Problem | None:
             1,
         )
     return Problem(f"migration failed: {text.splitlines()[0] if text else 'alembic error'}", 1)
+
+
+def report(exc: Exception) -> int:
+    """The exit status of a command that failed with ``exc``, its one line printed; an error
+    pgmemory cannot explain is raised again (a traceback is then the honest answer)."""
+    problem = explain(exc)
+    if problem is None:
+        raise exc
+    print(f"pgmemory: error: {problem.message}", file=sys.stderr)
+    return problem.code

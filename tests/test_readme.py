@@ -176,6 +176,8 @@ def test_snippet_runs_as_written(
     )
     output = f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     assert done.returncode == 0, f"snippet failed:\n{code}\n{output}"
+    # What a snippet prints is for a reader: values, not dataclass reprs (UserSummary(user_id=...)).
+    assert not re.search(r"\b[A-Z]\w+\(\w+=", done.stdout), output
     if "chat_client()" in code:  # it really talked to the (scripted) model
         assert len(model_server.requests) > asked_before, output
 

@@ -118,13 +118,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:
-        from pgmemory.cli.errors import explain
+        from pgmemory.cli.errors import report
 
-        problem = explain(exc)
-        if problem is None:
-            raise
-        print(f"pgmemory: error: {problem.message}", file=sys.stderr)
-        return problem.code
+        return report(exc)
 
 
 if __name__ == "__main__":

@@ -144,8 +144,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status.
     """
-    # The main command line's: its one-line errors (a missing extra, a refused connection)
-    # rather than a traceback.
-    from pgmemory.cli import run as run_command_line
+    from pgmemory.cli.errors import report
 
-    return run_command_line(["ui", *(argv if argv is not None else sys.argv[1:])])
+    parser = argparse.ArgumentParser(prog="pgmemory")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_parser(commands)  # it takes --url itself
+    # The main command line's one-line errors (a missing extra, a refused connection), not a
+    # traceback.
+    try:
+        return run(parser.parse_args(["ui", *(argv if argv is not None else sys.argv[1:])]))
+    except Exception as exc:
+        return report(exc)

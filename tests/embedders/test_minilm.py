@@ -158,5 +158,5 @@ def test_rejects_bad_options(kwargs: dict[str, int]) -> None:
 
 def test_missing_extra_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` fail
-    with pytest.raises(ImportError, match=r"pip install 'pgmemory\[minilm\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'pgmemory-agents\[minilm\]'"):
         MiniLMEmbedder()

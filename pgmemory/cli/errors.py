@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pgmemory.cli.common import CliError, mask, target
+from pgmemory.store.addresses import Where, connection_problem, where
 
 _SETTING = "PGMEMORY_DATABASE_URL (or --url)"
 
@@ -43,16 +44,19 @@ def explain(exc: BaseException) -> Problem | None:
 
 
 def _explain(exc: BaseException) -> Problem | None:
-    from pgmemory.errors import InvalidInputError, PgMemoryError
+    from pgmemory.errors import DatabaseUnavailableError, InvalidInputError, PgMemoryError
 
     if isinstance(exc, CliError):
         return Problem(str(exc), exc.code)
-    if isinstance(exc, PgMemoryError):
+    # A failed connection is told from the driver's error, naming --url as well.
+    if isinstance(exc, PgMemoryError) and not isinstance(exc, DatabaseUnavailableError):
         return Problem(str(exc), 2 if isinstance(exc, InvalidInputError) else 1)
     for cause in _chain(exc):
         found = _database_problem(cause) or _alembic_problem(cause)
         if found is not None:
             return found
+    if isinstance(exc, PgMemoryError):
+        return Problem(str(exc), 1)
     return None
 
 
@@ -71,28 +75,8 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
                 todo.append(nxt)
 
 
-@dataclass(frozen=True)
-class _Where:
-    """Where the command tried to go: ``host:port``, database, role, and the masked URL."""
-
-    address: str
-    database: str
-    role: str
-    url: str
-
-
-def _where() -> _Where:
-    if not target.url:
-        return _Where("the database server", "?", "?", "(none)")
-    try:
-        from sqlalchemy.engine import make_url
-
-        url = make_url(target.url)
-    except Exception:
-        return _Where("the database server", "?", "?", mask(target.url))
-    host = url.host or str(url.query.get("host") or "localhost")
-    address = f"{host}:{url.port or 5432}" if not host.startswith("/") else f"socket {host}"
-    return _Where(address, url.database or "?", url.username or "?", mask(target.url))
+def _where() -> Where:
+    return where(target.url)
 
 
 def _database_problem(exc: BaseException) -> Problem | None:
@@ -135,53 +119,14 @@ def _database_problem(exc: BaseException) -> Problem | None:
             1,
         )
     if sqlstate is None and isinstance(exc, psycopg.OperationalError):
-        return _connection_problem(lowered, first, where)
+        return _connection_problem(text, where)
     if sqlstate in ("28P01", "28000", "3D000"):
-        return _connection_problem(lowered, first, where)
+        return _connection_problem(text, where)
     return Problem(f"the database refused the command: {first}", 1)
 
 
-def _connection_problem(lowered: str, first: str, where: _Where) -> Problem:
-    check = f"check {_SETTING}, now {where.url}"
-    if "connection refused" in lowered:
-        return Problem(
-            f"cannot connect to PostgreSQL at {where.address}: connection refused; {check}, "
-            "and start the server (or unset it to use the embedded one)",
-            1,
-        )
-    if "timeout" in lowered or "timed out" in lowered:
-        return Problem(
-            f"cannot connect to PostgreSQL at {where.address}: no answer in time; {check}, and "
-            "that the server is running and reachable (firewall, network)",
-            1,
-        )
-    unresolved = ("resolve host", "translate host name", "name or service")
-    if any(phrase in lowered for phrase in unresolved):
-        return Problem(
-            f"cannot find the host of PostgreSQL at {where.address}: the name does not "
-            f"resolve; {check}",
-            1,
-        )
-    if "password" in lowered or "authentication" in lowered:
-        return Problem(
-            f"PostgreSQL at {where.address} refused the login of role {where.role!r} "
-            f"(authentication failed); check the user and password in {_SETTING}",
-            1,
-        )
-    if "database" in lowered and "does not exist" in lowered:
-        return Problem(
-            f"database {where.database!r} does not exist on PostgreSQL at {where.address}: "
-            f"create it (createdb {where.database}) or fix the database name in {_SETTING}",
-            1,
-        )
-    if "role" in lowered and "does not exist" in lowered:
-        return Problem(
-            f"role {where.role!r} does not exist on PostgreSQL at {where.address}: create it, "
-            f"or fix the user name in {_SETTING}",
-            1,
-        )
-    reason = first.split("failed:", 1)[-1].strip() or first
-    return Problem(f"cannot connect to PostgreSQL at {where.address}: {reason}; {check}", 1)
+def _connection_problem(text: str, at: Where) -> Problem:
+    return Problem(connection_problem(text, at, setting=_SETTING), 1)
 
 
 def _alembic_problem(exc: BaseException) -> Problem | None:

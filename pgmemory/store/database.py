@@ -34,6 +34,10 @@ Every verb gets a healthy connection: the pool replaces connections whose server
 is started again before connecting. Autocommit reads cost no BEGIN/COMMIT round trips and no
 ROLLBACK, after which psycopg would drop its prepared statements.
 
+Whatever the driver, SQLAlchemy or the pool raise comes out of a verb (and of opening) as a
+:class:`~pgmemory.errors.DatabaseError` naming the step and, for a write, its outcome
+(:mod:`pgmemory.store.driver_errors`).
+
 With read replicas (``Settings.read_urls``), :meth:`read` hands out a connection to a hot
 standby when one is healthy and has replayed the reading user's own latest write (see
 :mod:`pgmemory.store.replicas`), else to the primary. For that, every committed :meth:`write`
@@ -59,6 +63,7 @@ import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
 from pgmemory.settings import Settings
 from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries as q
+from pgmemory.store.addresses import URL_SETTING
 from pgmemory.store.clauses import clause
 from pgmemory.store.connector import (
     adopt_engine,
@@ -67,11 +72,11 @@ from pgmemory.store.connector import (
     is_distributed,
     make_engine,
 )
+from pgmemory.store.driver_errors import DRIVER_ERRORS, reraise, reraise_opening
 from pgmemory.store.embedded import EmbeddedServer
 from pgmemory.store.fast_verbs import FastVerbs
 from pgmemory.store.held import HeldConnections
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
-from pgmemory.store.retry import outcome_unknown
 from pgmemory.store.unit_of_work import SharedTransaction, lock
 
 logger = logging.getLogger(__name__)
@@ -189,8 +194,10 @@ class Database(FastVerbs):
                 self._replicas = ReplicaSet(
                     self._read_urls, self.settings, generic_plans=not self.distributed
                 )
-        except BaseException:
+        except BaseException as exc:
             await self._release()
+            if isinstance(exc, DRIVER_ERRORS):
+                reraise_opening(exc, url=url, setting=self._setting)
             raise
 
     @property
@@ -236,7 +243,10 @@ class Database(FastVerbs):
         """
         if self._resolved_url is None:
             raise RuntimeError("open the store first (the embedded server's URL is known then)")
-        await asyncio.to_thread(migrations.upgrade, self._resolved_url)
+        try:
+            await asyncio.to_thread(migrations.upgrade, self._resolved_url)
+        except DRIVER_ERRORS as exc:
+            reraise_opening(exc, url=self._resolved_url, setting=self._setting)
 
     @property
     def url(self) -> str:
@@ -301,10 +311,10 @@ class Database(FastVerbs):
                     await lock(conn, users or frozenset(), sessions)
                     yield conn
                     committing = True
-            except DBAPIError as exc:
+            except DRIVER_ERRORS as exc:
                 if committing:
-                    outcome_unknown(exc)
-                raise
+                    reraise(exc, step="commit", outcome="unknown")
+                reraise(exc, step="statement", outcome="not stored")
             await self.note_write(conn, users)
 
     async def note_write(
@@ -358,12 +368,15 @@ class Database(FastVerbs):
             conn = await self._connect()
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_exit(conn)
-            if transaction:
-                conn = await conn.execution_options(isolation_level="READ COMMITTED")
-                async with conn.begin():
-                    yield conn
-            else:
-                yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                if transaction:
+                    conn = await conn.execution_options(isolation_level="READ COMMITTED")
+                    async with conn.begin():
+                        yield conn
+                else:
+                    yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+            except DRIVER_ERRORS as exc:
+                reraise(exc, step="statement", outcome=None)
 
     async def read_rows(
         self, statement: str, params: Mapping[str, Any], *, user: str | None
@@ -429,7 +442,10 @@ class Database(FastVerbs):
         async with contextlib.AsyncExitStack() as stack:
             conn = await self._connect()
             stack.push_async_exit(conn)
-            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+            except DRIVER_ERRORS as exc:
+                reraise(exc, step="statement", outcome=None)
 
     @property
     def in_unit_of_work(self) -> bool:
@@ -493,15 +509,31 @@ class Database(FastVerbs):
                 raise
             self._child_server_due = False
         try:
-            conn = await connect()
-        except DBAPIError as exc:
-            if self._server is None:
-                raise
-            logger.warning(
-                "cannot connect to the embedded server (%s); starting it again",
-                type(exc.orig).__name__,
+            try:
+                conn = await connect()
+            except (DBAPIError, psycopg.Error) as exc:
+                if self._server is None:
+                    raise
+                logger.warning(
+                    "cannot connect to the embedded server (%s); starting it again",
+                    type(getattr(exc, "orig", exc)).__name__,
+                )
+                await asyncio.to_thread(self._server.ensure_running)
+                conn = await connect()
+        except DRIVER_ERRORS as exc:
+            reraise(
+                exc,
+                step="connect",
+                outcome="not stored",
+                url=self._resolved_url,
+                setting=self._setting,
             )
-            await asyncio.to_thread(self._server.ensure_running)
-            conn = await connect()
         self._leases.add(conn)
         return conn
+
+    @property
+    def _setting(self) -> str:
+        """What names the database, for the fix of a connection that failed."""
+        if self._server is not None:
+            return f"the embedded server (data in {self.settings.data_dir})"
+        return URL_SETTING

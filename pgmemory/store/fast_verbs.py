@@ -24,8 +24,8 @@ import pgmemory.telemetry as telemetry
 from pgmemory.settings import Settings
 from pgmemory.store import fastpath
 from pgmemory.store.connector import driver_error
+from pgmemory.store.driver_errors import DRIVER_ERRORS, Step, reraise
 from pgmemory.store.held import HeldConnections
-from pgmemory.store.retry import outcome_unknown
 from pgmemory.store.unit_of_work import Deferred, SharedTransaction
 
 C = TypeVar("C")
@@ -162,7 +162,7 @@ class FastVerbs:
                 (:attr:`locks_in_statement`): no lock statement is sent.
         """
         shared = self._shared.get()
-        if shared is not None:
+        if shared is not None:  # its errors are the unit of work's (translated there)
             return await shared.fetch(
                 statement, params, frozenset(users), frozenset(sessions),
                 deferrable=deferrable, locking=locking,
@@ -194,7 +194,7 @@ class FastVerbs:
                 except psycopg.Error as exc:
                     raise driver_error(exc, conn, self.engine.dialect) from exc
 
-        await self._on_driver(commit, wrote=True, users=users)
+        await self._on_driver(commit, wrote=True, users=users, step="commit")
 
     def _needs_block(self) -> bool:
         """Whether a deferred unit of work's commit needs an explicit transaction block
@@ -225,20 +225,20 @@ class FastVerbs:
         *,
         wrote: bool,
         users: frozenset[str] | None,
+        step: Step = "statement",
     ) -> R:
         """``work`` on a :meth:`driver_autocommit` connection; when it ``wrote`` (``users``'
         data; None: anyone's), the write is noted for replicas, and a lost connection leaves
-        its outcome unknown (never retried)."""
+        its outcome unknown (``work`` commits as it runs: never retried). Errors come out as
+        :func:`~pgmemory.store.driver_errors.translated` says (``step``: what ``work`` is)."""
         try:
             async with self.driver_autocommit() as conn:
                 result = await work(conn)
                 if wrote:
                     await self.note_write(conn, users)
                 return result
-        except DBAPIError as exc:
-            if wrote:
-                outcome_unknown(exc)
-            raise
+        except DRIVER_ERRORS as exc:
+            reraise(exc, step=step, outcome="unknown" if wrote else None)
 
     async def _run_driver(
         self,

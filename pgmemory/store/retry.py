@@ -1,6 +1,7 @@
 """The read retry: a reading method runs once more, on a fresh connection, after losing its
-connection midway (:func:`retried`), unless a write in it may have committed
-(:func:`outcome_unknown`); and once more when the erasure guard refused it."""
+connection midway (:func:`retried`), unless a write in it may have committed (the error's
+``outcome``, :mod:`pgmemory.store.driver_errors`); and once more when the erasure guard
+refused it."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 S = TypeVar("S")
 
-#: Set on an error raised while committing: the transaction may have committed or not.
-_COMMIT_OUTCOME_UNKNOWN = "_pgmemory_commit_outcome_unknown"
+#: What a lost write's ``outcome`` must be for the read around it to run again.
+_NOTHING_COMMITTED = (None, "not stored")
 
 
 #: How the erasure guard of an audited read refuses it (SQLSTATE 40001, migration 0022): an
@@ -32,11 +33,6 @@ def _erased_while_reading(exc: DBAPIError) -> bool:
     orig = exc.orig
     message = getattr(getattr(orig, "diag", None), "message_primary", None) or ""
     return getattr(orig, "sqlstate", None) == "40001" and message.startswith(ERASED_WHILE_READING)
-
-
-def outcome_unknown(exc: DBAPIError) -> None:
-    """Mark ``exc`` as raised by a commit that may have taken effect: it is never retried."""
-    setattr(exc, _COMMIT_OUTCOME_UNKNOWN, True)
 
 
 async def retried(operation: Callable[[], Awaitable[T]]) -> T:
@@ -55,14 +51,18 @@ async def retried(operation: Callable[[], Awaitable[T]]) -> T:
         What ``operation`` returns.
 
     Raises:
-        sqlalchemy.exc.DBAPIError: The read failed otherwise, or lost its connection twice.
+        pgmemory.errors.DatabaseError: The read failed otherwise, or lost its connection twice
+            (also a ``sqlalchemy.exc.DBAPIError``, as the driver's error was).
     """
     try:
         return await operation()
     except DBAPIError as exc:
         if _erased_while_reading(exc):
             logger.info("an erasure of the read's user committed while it ran; running it again")
-        elif not exc.connection_invalidated or getattr(exc, _COMMIT_OUTCOME_UNKNOWN, False):
+        elif (
+            not exc.connection_invalidated
+            or getattr(exc, "outcome", None) not in _NOTHING_COMMITTED
+        ):
             raise
         else:
             logger.warning(

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 from pgmemory.errors import TurnWriteFailedError
 from pgmemory.store import queries as q
 from pgmemory.store.clauses import clause
+from pgmemory.store.driver_errors import DRIVER_ERRORS, reraise
 
 
 async def lock(
@@ -172,6 +173,8 @@ class SharedTransaction:
                 yield conn
             except BaseException as exc:
                 self._failed = type(exc).__name__
+                if isinstance(exc, DRIVER_ERRORS):  # before the commit: nothing is committed
+                    reraise(exc, step="statement", outcome="not stored")
                 raise
             finally:
                 self._owner = None
@@ -253,6 +256,8 @@ class SharedTransaction:
             return await self._run(driver, statement, params, users, sessions, begin=begin)
         except BaseException as exc:
             self._failed = type(exc).__name__
+            if isinstance(exc, DRIVER_ERRORS):  # before the commit: nothing is committed
+                reraise(exc, step="statement", outcome="not stored")
             raise
 
     async def _send_queued(self, conn: AsyncConnection) -> None:
@@ -319,7 +324,10 @@ class SharedTransaction:
                 if commit and self._failed is None:
                     # Statements joined here keep the server's synchronous_commit: none relaxes
                     # its own commit inside a unit of work (see Database.in_unit_of_work).
-                    await outer.commit()
+                    try:
+                        await outer.commit()
+                    except DRIVER_ERRORS as exc:
+                        reraise(exc, step="commit", outcome="unknown")
                     await self._note_write(conn, self._users)
                 else:
                     with contextlib.suppress(Exception):

@@ -86,6 +86,21 @@ NOT_APPLICABLE: dict[str, str] = {
         "checks the refusal when the citus extension is missing, and every database on the "
         "cluster has it; tests/admin/test_distribute.py tests distribute on the cluster"
     ),
+    **dict.fromkeys(
+        (
+            f"tests/reliability/test_driver_errors.py::{name}"
+            for name in (
+                "test_a_write_killed_before_its_commit_is_not_stored_and_its_retry_stores_it_once",
+                "test_a_write_killed_during_its_commit_has_an_unknown_outcome_and_a_safe_retry",
+                "test_an_agent_turn_whose_connection_dies_mid_write_raises_the_pgmemory_error",
+                "test_a_statement_timeout_names_the_setting",
+            )
+        ),
+        "stops the write's backend at a chosen point with a test trigger on "
+        "pgmemory_chat_messages; Citus runs no trigger on a distributed table unless told to, "
+        "and then on the shards, where the write's backend is a worker's connection (the "
+        "file's other tests, the lost reply after the commit among them, are not skipped)",
+    ),
 }
 
 

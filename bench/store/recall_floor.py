@@ -61,7 +61,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
     from pgmemory.store import connector, fastpath, queries as q
-    from pgmemory.store.unit_of_work import lock_statement
+    from pgmemory.store.fastpath import lock_statement
 
     sent: dict[str, Any] = {}
     run_one = fastpath.run

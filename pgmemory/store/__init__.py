@@ -4,8 +4,8 @@
 to the module that owns the concern:
 
 * ``database`` – where the database is, its life cycle, and the verbs every statement runs by
-  (read, fetch, write, unit of work, DDL; ``fast_verbs`` holds fetch's); ``connector`` builds
-  the engine, ``fastpath`` runs one prepared round trip on psycopg, ``replicas`` routes reads
+  (read, fetch, audited, write, unit of work, DDL; ``deployment`` decides their shape once);
+  ``connector`` builds the engine, ``fastpath`` runs one prepared round trip on psycopg, ``replicas`` routes reads
   to hot standbys, ``embedded`` runs the embedded server, ``migrate`` runs the migrations,
   ``driver_errors`` turns what the driver raises into pgmemory's errors (``addresses``: a
   database's URL and a failed connection, in words);

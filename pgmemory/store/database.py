@@ -51,13 +51,15 @@ import contextlib
 import contextvars
 import logging
 import os
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
@@ -68,13 +70,14 @@ from pgmemory.store.clauses import clause
 from pgmemory.store.connector import (
     adopt_engine,
     check_database,
+    driver_error,
     first_passes,
     is_distributed,
     make_engine,
 )
-from pgmemory.store.driver_errors import DRIVER_ERRORS, reraise, reraise_opening
+from pgmemory.store.deployment import AuditedRead, AuditRoute, Deployment, Locking, TooFewRows
+from pgmemory.store.driver_errors import DRIVER_ERRORS, Step, reraise, reraise_opening
 from pgmemory.store.embedded import EmbeddedServer
-from pgmemory.store.fast_verbs import FastVerbs
 from pgmemory.store.held import HeldConnections
 from pgmemory.store.replicas import ReplicaSet, parse_lsn
 from pgmemory.store.unit_of_work import SharedTransaction, lock
@@ -82,6 +85,7 @@ from pgmemory.store.unit_of_work import SharedTransaction, lock
 logger = logging.getLogger(__name__)
 
 C = TypeVar("C")
+R = TypeVar("R")
 
 #: Why nothing opens when no URL is set and the embedded server may not start.
 NO_URL_NO_EMBEDDED = (
@@ -90,7 +94,7 @@ NO_URL_NO_EMBEDDED = (
 )
 
 
-class Database(FastVerbs):
+class Database:
     """A PostgreSQL database holding pgmemory's schema, reached through a pooled async engine.
 
     Args:
@@ -130,6 +134,8 @@ class Database(FastVerbs):
         self._closed = False
         #: Whether the memories table is distributed by Citus (read when the store opens).
         self.distributed = False
+        #: How this database runs what the domain asks (read when the store opens).
+        self.deployment = Deployment(durable_recall_audit=settings.durable_recall_audit)
         #: The two-phase path's first passes the memories keep (binary codes, half vectors:
         #: pgvector >= 0.7; read when the store opens).
         self.first_passes: tuple[q.FirstPass, ...] = ()
@@ -194,6 +200,12 @@ class Database(FastVerbs):
                 self._replicas = ReplicaSet(
                     self._read_urls, self.settings, generic_plans=not self.distributed
                 )
+            self.deployment = Deployment(
+                distributed=self.distributed,
+                replicated=self._replicas is not None,
+                read_committed=self._engine.dialect.default_isolation_level == "READ COMMITTED",
+                durable_recall_audit=self.settings.durable_recall_audit,
+            )
         except BaseException as exc:
             await self._release()
             if isinstance(exc, DRIVER_ERRORS):
@@ -421,8 +433,9 @@ class Database(FastVerbs):
         shared = SharedTransaction(
             self._connect,
             self.note_write,
-            self._run_driver,
-            self._send_deferred if deferred else None,
+            prepare=self.settings.prepared_statements,
+            dialect=self.engine.dialect,
+            deferred=deferred,
         )
         token = self._shared.set(shared)
         try:
@@ -432,7 +445,9 @@ class Database(FastVerbs):
             await shared.finish(commit=False)
             raise
         self._shared.reset(token)
-        await shared.finish(commit=True)
+        queued = await shared.finish(commit=True)
+        if queued:
+            await self._send_deferred(queued, shared.users)
 
     @contextlib.asynccontextmanager
     async def ddl(self) -> AsyncIterator[AsyncConnection]:
@@ -537,3 +552,244 @@ class Database(FastVerbs):
         if self._server is not None:
             return f"the embedded server (data in {self.settings.data_dir})"
         return URL_SETTING
+
+    @contextlib.asynccontextmanager
+    async def driver_autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection's own psycopg connection, in autocommit: what :meth:`fetch` runs
+        on, skipping SQLAlchemy's statement handling (:mod:`pgmemory.store.fastpath`).
+
+        It is one the fast path held since its last statement (:mod:`pgmemory.store.held`: no
+        checkout at all), or else one checked out of the pool as a raw connection (the pool's
+        events, its checks and its reset on return still apply), without a SQLAlchemy
+        ``Connection`` around it: that wrapper cost a small search about 0.05 ms of its ~0.9 ms.
+        When done, it is held again if it may be, else it goes back to the pool.
+
+        Errors come out as from any other statement: a psycopg error raised in the block is
+        re-raised as SQLAlchemy's ``DBAPIError`` (parameters hidden). When the connection was
+        lost, the pool discards it and the error is ``connection_invalidated``, so
+        :func:`pgmemory.store.retry.retried_read` runs the read once more.
+        """
+        self._usable()
+        taken = await self._held.take()
+        if taken is None:
+            pooled = await self._checkout(self.engine.raw_connection)
+            leased_at = time.monotonic()
+            driver = pooled.driver_connection
+            assert driver is not None
+        else:
+            pooled, driver, leased_at = taken
+        kept = False
+        try:
+            if not driver.autocommit:
+                await driver.set_autocommit(True)
+            try:
+                yield driver
+            except psycopg.Error as exc:
+                error = driver_error(exc, driver, self.engine.dialect)
+                if (driver.broken or driver.closed) and pooled.is_valid:
+                    await greenlet_spawn(pooled.invalidate)
+                raise error from exc
+            except DBAPIError:  # a psycopg error the block converted (_run_driver)
+                if (driver.broken or driver.closed) and pooled.is_valid:
+                    await greenlet_spawn(pooled.invalidate)
+                raise
+            finally:
+                if pooled.is_valid:
+                    kept = self._held.keep(pooled, driver, leased_at)
+                    if not kept:
+                        try:
+                            await driver.set_autocommit(False)
+                        except psycopg.Error:  # e.g. cancelled mid-statement: not reusable
+                            await greenlet_spawn(pooled.invalidate)
+        finally:
+            if not kept and pooled.is_valid:
+                await greenlet_spawn(pooled.close)
+
+    @overload
+    async def fetch(
+        self,
+        statement: str | Locking,
+        params: Mapping[str, Any],
+        *,
+        users: Sequence[str] = (),
+        sessions: Sequence[tuple[str, str]] = (),
+        wrote: bool = False,
+        deferrable: Literal[False] = False,
+    ) -> list[dict[str, Any]]: ...
+
+    @overload
+    async def fetch(
+        self,
+        statement: str | Locking,
+        params: Mapping[str, Any],
+        *,
+        users: Sequence[str] = (),
+        sessions: Sequence[tuple[str, str]] = (),
+        wrote: bool = False,
+        deferrable: bool,
+    ) -> list[dict[str, Any]] | None: ...
+
+    async def fetch(
+        self,
+        statement: str | Locking,
+        params: Mapping[str, Any],
+        *,
+        users: Sequence[str] = (),
+        sessions: Sequence[tuple[str, str]] = (),
+        wrote: bool = False,
+        deferrable: bool = False,
+    ) -> list[dict[str, Any]] | None:
+        """The fast verb: ``statement`` (``:name`` parameters) and the locks it needs in one
+        prepared round trip on the primary's driver connection, its rows as dicts
+        (:mod:`pgmemory.store.fastpath`): one implicit transaction, committed when it returns;
+        in a :meth:`unit_of_work`, part of the unit's transaction (the locks it holds already
+        not taken again).
+
+        Args:
+            users: The users whose rows the statement writes: their erasure lock is held,
+                shared, as :meth:`write` holds it.
+            sessions: The chat-history sessions it appends to (their append lock, exclusive).
+            wrote: It writes ``users``' data: with replicas their reads wait for it (as after
+                :meth:`write`); a lost connection leaves the outcome unknown (never retried).
+            deferrable: The caller can do without its rows: in a deferred unit of work that
+                has sent nothing yet it is queued for the commit, and None is returned.
+
+        A :class:`~pgmemory.store.deployment.Locking` statement runs in the form the
+        deployment chooses: where locks are taken in the statement, no lock statement is sent.
+        """
+        if isinstance(statement, Locking):
+            statement, extra, locking = self.deployment.write_statement(statement, users)
+            if extra:
+                params = {**params, **extra}
+        else:
+            locking = False
+        shared = self._shared.get()
+        if shared is not None:  # its errors are the unit of work's (translated there)
+            return await shared.fetch(
+                statement, params, frozenset(users), frozenset(sessions),
+                deferrable=deferrable, locking=locking,
+            )  # fmt: skip
+        locks: tuple[Sequence[str], Sequence[tuple[str, str]]] = (
+            ((), ()) if locking else (users, sessions)
+        )
+        return await self._on_driver(
+            lambda conn: fastpath.send(
+                conn,
+                statement,
+                params,
+                lock_users=tuple(locks[0]),
+                lock_sessions=tuple(locks[1]),
+                prepare=self.settings.prepared_statements,
+                dialect=self.engine.dialect,
+            ),
+            wrote=wrote,
+            users=frozenset(users) if wrote else None,
+        )
+
+    async def _send_deferred(
+        self, writes: Sequence[fastpath.Deferred], users: frozenset[str] | None
+    ) -> None:
+        """A deferred unit of work's commit: its queued ``writes`` of ``users`` (None: anyone's)
+        in one round trip (:func:`fastpath.run_all`)."""
+
+        async def commit(conn: psycopg.AsyncConnection[Any]) -> None:
+            with telemetry.sql("statement"):
+                try:
+                    await fastpath.run_all(
+                        conn,
+                        writes,
+                        prepare=self.settings.prepared_statements,
+                        block=self.deployment.needs_block,
+                    )
+                except psycopg.Error as exc:
+                    raise driver_error(exc, conn, self.engine.dialect) from exc
+
+        await self._on_driver(commit, wrote=True, users=users, step="commit")
+
+    @property
+    def locks_in_statement(self) -> bool:
+        """Whether a statement of one user takes its locks itself
+        (:attr:`Deployment.locks_in_statement <pgmemory.store.deployment.Deployment>`)."""
+        return self.deployment.locks_in_statement
+
+    @property
+    def guards_reads(self) -> bool:
+        """Whether an audited read of a user takes the user's erasure lock in its own statement
+        now (:meth:`Deployment.shape <pgmemory.store.deployment.Deployment.shape>`'s
+        ``guarded``): where locks are taken in the statement, outside a unit of work."""
+        return self.locks_in_statement and self._shared.get() is None
+
+    async def audited(self, read: AuditedRead) -> Sequence[Any]:
+        """The audited-read verb: ``read``'s statement, in the shape and on the route the
+        deployment chooses (:mod:`pgmemory.store.deployment`), its recall audit row committed
+        with it: in the statement itself, one prepared round trip (:meth:`fetch`, holding the
+        user's erasure lock unless the statement takes it); apart from it in one transaction
+        holding that lock (Citus); or, when a hot standby served it, inserted on the primary
+        after it (:meth:`insert_audit`). With ``settings``, the read runs in a transaction of
+        its own after them.
+
+        Raises:
+            TooFewRows: Fewer rows than ``read.wanted`` (nothing of the read committed).
+        """
+        route = self.deployment.audit_route(read)
+        shape = self.deployment.shape(read, route, in_unit_of_work=self.in_unit_of_work)
+        statement = read.build(shape)
+        user = read.user
+        if route is AuditRoute.AFTER:
+            async with self.read(user, transaction=read.settings is not None) as conn:
+                rows = await _read_rows(conn, statement, read)
+            if read.audit:
+                await self.insert_audit(read.audit_row(rows))
+            return rows
+        if route is AuditRoute.APART:
+            async with self.write(users=(user,) if user else ()) as conn:
+                rows = await _read_rows(conn, statement, read)
+                # Not relaxed: the setting would not reach the worker that commits the row.
+                row = read.audit_row(rows)
+                await conn.execute(clause(q.record_recall(relax_commit=False)), row)
+            return rows
+        if read.settings is not None:
+            async with self.write(users=()) as conn:
+                return await _read_rows(conn, statement, read)
+        users = (user,) if read.audit and user and not shape.guarded else ()
+        return await self.fetch(statement, read.params, users=users)
+
+    async def insert_audit(self, row: Mapping[str, Any]) -> None:
+        """Insert one recall audit row (:func:`~pgmemory.store.queries.record_recall`'s
+        parameters) on the primary, holding its user's erasure lock; no read waits for it on a
+        replica. Outside a unit of work: one prepared round trip, committed without waiting
+        for the disk flush unless ``durable_recall_audit``; inside one, with the block."""
+        relax = self.deployment.relaxes_audit(in_unit_of_work=self.in_unit_of_work)
+        user = row["user_id"]
+        await self.fetch(q.record_recall(relax_commit=relax), row, users=(user,) if user else ())
+
+    async def _on_driver(
+        self,
+        work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]],
+        *,
+        wrote: bool,
+        users: frozenset[str] | None,
+        step: Step = "statement",
+    ) -> R:
+        """``work`` on a :meth:`driver_autocommit` connection; when it ``wrote`` (``users``'
+        data; None: anyone's), the write is noted for replicas, and a lost connection leaves
+        its outcome unknown (``work`` commits as it runs: never retried). Errors come out as
+        :func:`~pgmemory.store.driver_errors.translated` says (``step``: what ``work`` is)."""
+        try:
+            async with self.driver_autocommit() as conn:
+                result = await work(conn)
+                if wrote:
+                    await self.note_write(conn, users)
+                return result
+        except DRIVER_ERRORS as exc:
+            reraise(exc, step=step, outcome="unknown" if wrote else None)
+
+
+async def _read_rows(conn: AsyncConnection, statement: str, read: AuditedRead) -> Sequence[Any]:
+    """``read``'s statement on ``conn`` (after its ``settings``), at least ``wanted`` rows."""
+    if read.settings is not None:
+        await conn.execute(clause(read.settings[0]), read.settings[1])
+    rows = (await conn.execute(clause(statement), read.params)).mappings().all()
+    if len(rows) < read.wanted:
+        raise TooFewRows(f"{len(rows)} of {read.wanted} rows")
+    return rows

@@ -27,7 +27,7 @@ returned is audited, and a lost attempt may leave an audit row of its own.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -36,12 +36,44 @@ from typing import Any
 import psycopg
 from psycopg import pq
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
+from sqlalchemy.engine import Dialect
 
+import pgmemory.telemetry as telemetry
+from pgmemory.store import queries as q
 from pgmemory.store.binary import ARRAY_TYPES, ArrayParameter
 from pgmemory.store.clauses import clause
-from pgmemory.store.unit_of_work import Deferred, lock_statement
+from pgmemory.store.connector import driver_error
 
 _DIALECT = PGDialectAsync_psycopg()
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A write a deferred unit of work sends with its commit: its statement, its parameters
+    and the locks it takes that the writes queued before it did not."""
+
+    statement: str
+    params: Mapping[str, Any]
+    lock_users: tuple[str, ...]
+    lock_sessions: tuple[tuple[str, str], ...]
+
+
+def lock_statement(
+    users: Iterable[str], sessions: Iterable[tuple[str, str]] = ()
+) -> tuple[str, dict[str, Any]]:
+    """The statement that takes these locks, and its parameters: one user's erasure lock alone
+    is :data:`~pgmemory.store.queries.LOCK_USER_SHARED`; any other set is
+    :data:`~pgmemory.store.queries.LOCK_FOR_WRITE`, each kind in sorted order (so two writes
+    naming the same users or sessions never wait for each other in a cycle)."""
+    named = sorted(users)
+    ordered = sorted(sessions)
+    if len(named) == 1 and not ordered:
+        return q.LOCK_USER_SHARED, {"user_id": named[0]}
+    return q.LOCK_FOR_WRITE, {
+        "users": named,
+        "session_users": [user for user, _ in ordered],
+        "sessions": [session for _, session in ordered],
+    }
 
 
 #: A parameter as SQLAlchemy compiles ``:name`` (``%(name)s``), or an escaped ``%``.
@@ -185,11 +217,10 @@ async def run(
         Its rows, as dicts by column name (none for a statement that returns no rows).
     """
     cursor = own_cursor(conn)
-    rows = driver_statement(statement).rows
-    locks = bool(lock_users or lock_sessions)
-    if not locks and not begin:
-        await execute(cursor, statement, params, prepare)
-        return await rows(cursor)
+    sent = driver_statement(statement)
+    if not (lock_users or lock_sessions or begin):
+        await cursor.execute(sent.sql, sent.values(params), prepare=prepare)  # as execute() does
+        return await sent.rows(cursor)
     # All go before one Sync: in autocommit the server runs the lock and the statement as one
     # implicit transaction, so the lock holds until the statement's commit (and the
     # statement's snapshot is taken after it); after BEGIN, or in a transaction, they are
@@ -198,7 +229,31 @@ async def run(
         if begin:
             await cursor.execute(_begin(conn), prepare=False)
         await _send_locked(cursor, statement, params, lock_users, lock_sessions, prepare)
-    return await rows(cursor)
+    return await sent.rows(cursor)
+
+
+async def send(
+    conn: psycopg.AsyncConnection[Any],
+    statement: str,
+    params: Mapping[str, Any],
+    *,
+    lock_users: Sequence[str] = (),
+    lock_sessions: Sequence[tuple[str, str]] = (),
+    begin: bool = False,
+    prepare: bool,
+    dialect: Dialect,
+) -> list[dict[str, Any]]:
+    """:func:`run` as the store runs every statement: in a ``statement`` span, psycopg's errors
+    coming out as :func:`~pgmemory.store.connector.driver_error` says (``dialect``: the
+    engine's, for SQLAlchemy's error classes)."""
+    with telemetry.sql("statement"):
+        try:
+            return await run(
+                conn, statement, params, lock_users=lock_users, lock_sessions=lock_sessions,
+                begin=begin, prepare=prepare,
+            )  # fmt: skip
+        except psycopg.Error as exc:
+            raise driver_error(exc, conn, dialect) from exc
 
 
 async def run_all(

@@ -87,9 +87,8 @@ async def append(
             return 0
         # The rows returned, not the rowcount: Citus reports the rows its INSERT ... SELECT sent
         # to the shards, the skipped ones included.
-        locking = db.locks_in_statement
         rows = await db.fetch(
-            q.APPEND_HISTORY_LOCKING if locking else q.APPEND_HISTORY,
+            q.HISTORY_APPEND,
             {
                 "session_id": session_id,
                 "user_id": user_id,
@@ -101,7 +100,6 @@ async def append(
             sessions=((user_id, session_id),),
             wrote=True,
             deferrable=True,
-            locking=locking,
         )
         added = len(ids) if rows is None else len(rows)  # None: sent with the unit's commit
         op.count("record.count", added)

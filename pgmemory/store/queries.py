@@ -17,6 +17,7 @@ from pgmemory.store.columns import (
     SENT_COLUMNS,
     STAGING_COLUMNS,
 )
+from pgmemory.store.deployment import Locking
 from pgmemory.store.models import CONVERSATION_KEY, COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import FUSIONS, SEARCH_MODES
 
@@ -156,6 +157,9 @@ INSERT_MEMORIES_LOCKING = _audited(
     ),
     "insert",
 )
+
+#: A memory insert as the deployment runs it (:class:`~pgmemory.store.deployment.Locking`).
+MEMORY_INSERT = Locking(INSERT_MEMORIES_LOCKING, INSERT_MEMORIES, users_param="lock_users")
 
 #: A bulk import may run longer than the interactive statement timeout (this transaction only).
 NO_STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = 0"
@@ -1726,6 +1730,9 @@ WITH base AS MATERIALIZED (
 )""",
     base="base",
 )
+
+#: A history append as the deployment runs it (:class:`~pgmemory.store.deployment.Locking`).
+HISTORY_APPEND = Locking(APPEND_HISTORY_LOCKING, APPEND_HISTORY)
 
 #: A page of a session's history in order.
 READ_HISTORY = """

@@ -2,11 +2,10 @@
 
 Every read is confined to a scope (see :func:`pgmemory.store.records.check_search_scope`) and
 skips expired rows. Search is exact unless the collection's approximate path takes it (see
-:mod:`pgmemory.store.ann`), and writes its recall audit row in the same statement.
-
-With read replicas, reads go through :meth:`pgmemory.store.database.Database.reading` (a
-replica when one may serve the scope's user); a search then runs without its audit part and
-its recall audit row is inserted on the primary afterwards (:func:`pgmemory.store.recall.insert`).
+:mod:`pgmemory.store.ann`); it is an audited read (:class:`~pgmemory.store.deployment.AuditedRead`)
+whose recall audit row commits with it, written where the deployment says (in the same
+statement; apart on Citus; on the primary after it when a read replica served it: see
+:meth:`pgmemory.store.database.Database.audited`).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
@@ -30,10 +28,10 @@ from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.clauses import clause
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
+from pgmemory.store.deployment import AuditedRead, Shape
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import DEFAULT_MODE, SEARCH_MODES
-from pgmemory.store.recall import insert as insert_recall, run_audited_apart
 from pgmemory.store.records import (
     Memory,
     MemoryHit,
@@ -173,31 +171,21 @@ async def search(
         if path is not None:
             shortlist = None
 
-        # With replicas, the search statement only reads; its audit row is inserted separately.
-        replicated = db.replicas is not None
-        # On Citus the exact search's audit row is a statement of its own in the search's
-        # transaction: Citus runs a search-and-insert statement in steps (intermediate results
-        # on every worker, the insert through the coordinator, two-phase commit).
-        apart = audit and db.distributed and not replicated
-        # An audited statement of a user takes the user's erasure lock itself, where it can.
-        guarded = audit and not replicated and bool(scope.user_id) and db.guards_reads
-
-        def statement(on: AnnPath | None) -> str:
+        def statement(on: AnnPath | None, shape: Shape) -> str:
             return q.search_memories(
                 tuple(scope_columns),
                 covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
-                audit=audit and not replicated and not (apart and on is None),
+                audit=shape.audit,
                 mode=mode,
                 fusion=weights.fusion if mode == "hybrid" else "score",
                 neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
                 ann_dimensions=info.dimensions if on is not None else None,
                 shortlist=shortlist.first_pass if on is None and shortlist is not None else None,
-                # A shared transaction holds the turn's writes: its commit stays durable.
-                relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
-                guarded=guarded,
+                relax_commit=shape.relax_commit,
+                guarded=shape.guarded,
                 windowed=windowed,
                 explain=explain,
-                distributed=db.distributed,
+                distributed=shape.distributed,
             )
 
         found = terms.distinct(query) if query is not None else []  # stemmed once
@@ -226,17 +214,27 @@ async def search(
             elif not trace.mode:
                 trace = dataclasses.replace(trace, mode=mode)
             params.update(_audit_params(scope, trace, query, query_hash))
-        run = _run_replicated if replicated else _run
+
+        def read(on: AnnPath | None, wanted: int) -> AuditedRead:
+            return AuditedRead(
+                build=lambda shape: statement(on, shape),
+                params=params,
+                user=scope.user_id,
+                audit=audit,
+                audit_row=lambda got: _audit_row(
+                    params, got, collection=collection, explain=explain
+                ),
+                replica=True,
+                settings=on.settings() if on is not None else None,
+                wanted=wanted,
+            )
+
         rows: Sequence[Any] | None = None
         if path is not None and chosen:
             # Too few hits (the scope filter thinned the index's candidates) or any failure: the
             # transaction rolls back (no audit row) and the exact path answers.
-            wanted = limit if min_score is None else 0
             try:
-                rows = await run(
-                    db, statement(path), params, lock_user=audit and not guarded, path=path,
-                    wanted=wanted, scope=scope,
-                )  # fmt: skip
+                rows = await db.audited(read(path, limit if min_score is None else 0))
             except Exception as exc:
                 logger.warning(
                     "approximate path of collection %s not used for a search (%s); searched exactly",
@@ -244,25 +242,8 @@ async def search(
                     type(exc).__name__,
                 )
             path = None
-        if rows is None and apart and path is None:
-            rows = await run_audited_apart(
-                db,
-                statement(None),
-                params,
-                users=(scope.user_id,) if scope.user_id else (),
-                audit_row=lambda got: _audit_row(
-                    params, got, collection=collection, explain=explain
-                ),
-            )
         if rows is None:
-            rows = await run(
-                db, statement(path), params, lock_user=audit and not guarded, path=path,
-                wanted=0, scope=scope,
-            )  # fmt: skip
-        if audit and replicated:
-            await insert_recall(
-                db, _audit_row(params, rows, collection=collection, explain=explain)
-            )
+            rows = await db.audited(read(path, 0))
         hits = _hits(rows, explain=explain)
         op.results([h.score for h in hits], [h.memory.content for h in hits])
         return hits
@@ -288,37 +269,8 @@ async def probe_search(
     )  # fmt: skip
 
 
-class _TooFewHits(Exception):
-    """The approximate path returned fewer hits than asked for (its transaction rolls back)."""
-
-
 #: The recall audit row's parameters that describe the recall rather than the scope.
 _AUDIT_TRACE = ("provider", "mode", "requesting_session_id", "query_sha256", "query_text")
-
-
-async def _run(
-    db: Database,
-    statement: str,
-    params: dict[str, Any],
-    *,
-    lock_user: bool,
-    path: AnnPath | None,
-    wanted: int,
-    scope: MemoryScope,
-) -> Sequence[Any]:
-    """Run a search statement on ``path``; fewer than ``wanted`` rows raise _TooFewHits.
-
-    The exact path runs as one prepared round trip (:meth:`Database.fetch`), its audit row
-    committing with it (or with the task's unit of work); the approximate path needs its
-    settings in the same transaction. ``lock_user``: the statement writes an audit row under
-    the scope's user without taking their erasure lock itself (not ``guarded``), so a lock
-    statement before it holds the lock.
-    """
-    if path is None:
-        users = (scope.user_id,) if lock_user and scope.user_id else ()
-        return await db.fetch(statement, params, users=users)
-    async with db.write(users=()) as conn:
-        return await _execute(conn, statement, params, path=path, wanted=wanted)
 
 
 def _audit_row(
@@ -335,40 +287,6 @@ def _audit_row(
         "reasons": [row["reason"] for row in rows] if explain else None,
         "signals": jsonb([_signals(row).as_dict() for row in rows]) if explain else None,
     }
-
-
-async def _run_replicated(
-    db: Database,
-    statement: str,
-    params: dict[str, Any],
-    *,
-    lock_user: bool,
-    path: AnnPath | None,
-    wanted: int,
-    scope: MemoryScope,
-) -> Sequence[Any]:
-    """As :func:`_run`, for a statement without its audit part, on a connection from
-    :meth:`Database.reading` (a replica when one may serve the scope's user)."""
-    async with db.read(scope.user_id, transaction=path is not None) as conn:
-        return await _execute(conn, statement, params, path=path, wanted=wanted)
-
-
-async def _execute(
-    conn: AsyncConnection,
-    statement: str,
-    params: dict[str, Any],
-    *,
-    path: AnnPath | None,
-    wanted: int,
-) -> Sequence[Any]:
-    """Run a search statement (with the approximate path's settings when on it)."""
-    if path is not None:
-        settings, values = path.settings()
-        await conn.execute(clause(settings), values)
-    rows = (await conn.execute(clause(statement), params)).mappings().all()
-    if len(rows) < wanted:
-        raise _TooFewHits(f"{len(rows)} of {wanted} hits")
-    return rows
 
 
 def _hits(rows: Sequence[Any], *, explain: bool = False) -> list[MemoryHit]:

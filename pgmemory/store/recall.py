@@ -1,11 +1,11 @@
 """Recall, and the recall audit: which memories went into an answer, for whom, and why.
 
 :func:`recall` is what a memory provider injects, chosen, fitted to its token budget and
-audited in ONE statement (:func:`pgmemory.store.queries.recall_memories`); it renders the
-shown rows with :mod:`pgmemory.store.recall_text`. A :func:`pgmemory.store.reads.search`
-writes its own audit row in the search statement (or, with read replicas, through
-:func:`insert` after the search); a caller that puts an answer's memories together from
-several reads records them with :func:`record`.
+audited in ONE statement (:func:`pgmemory.store.queries.recall_memories`, run by
+:meth:`Database.audited <pgmemory.store.database.Database.audited>`, which writes the audit row
+apart on Citus); it renders the shown rows with :mod:`pgmemory.store.recall_text`. A
+:func:`pgmemory.store.reads.search` is audited the same way; a caller that puts an answer's
+memories together from several reads records them with :func:`record`.
 
 What :func:`recall` shows: the newest ``recent_turns`` user messages of the scope and every
 message after them (at most :data:`ROWS_PER_TURN` rows a turn), oldest first; and the best
@@ -37,16 +37,16 @@ trace asks for the text; either is of the query as search uses it (cleaned and c
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q, recall_text
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.clauses import clause
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.database import Database
+from pgmemory.store.deployment import AuditedRead
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import SEARCH_MODES
@@ -184,55 +184,32 @@ async def recall(
                     "query_text": cleaned if trace.include_query_text and cleaned else None,
                 }
             )
-        # On Citus the audit row is a statement of its own in the recall's transaction (as
-        # for a search: see pgmemory.store.reads.search).
-        apart = audit and db.distributed and db.replicas is None
-        # The audit row is written under the user: the recall holds their erasure lock, taken
-        # in its own statement where it can (guarded), else by a lock statement before it.
-        guarded = audit and not apart and bool(scope.user_id) and db.guards_reads
-        statement = q.recall_memories(
-            tuple(scope.as_dict()),
-            covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
-            mode=mode if matched else None,
-            fusion=weights.fusion if mode == "hybrid" else "score",
-            neighbours=mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0,
-            max_results=max_results,
-            audit=audit and not apart,
-            # A shared transaction holds the turn's writes: its commit stays durable.
-            relax_commit=not (db.settings.durable_recall_audit or db.in_unit_of_work),
-            guarded=guarded,
-            distributed=db.distributed,
-        )
-        users = (scope.user_id,) if audit and scope.user_id and not guarded else ()
-        rows: Sequence[Any]
-        if apart:
-            rows = await run_audited_apart(
-                db, statement, params, users=users, audit_row=lambda got: _audit_row(params, got)
+        dimensions = tuple(scope.as_dict())
+        covering = info.dimensions <= COVERING_MAX_DIMENSIONS
+        neighbours = mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0
+        rows = await db.audited(
+            AuditedRead(
+                build=lambda shape: q.recall_memories(
+                    dimensions,
+                    covering=covering,
+                    mode=mode if matched else None,
+                    fusion=weights.fusion if mode == "hybrid" else "score",
+                    neighbours=neighbours,
+                    max_results=max_results,
+                    audit=shape.audit,
+                    relax_commit=shape.relax_commit,
+                    guarded=shape.guarded,
+                    distributed=shape.distributed,
+                ),
+                params=params,
+                user=scope.user_id,
+                audit=audit,
+                audit_row=lambda got: _audit_row(params, got),
             )
-        else:
-            rows = await db.fetch(statement, params, users=users)
+        )
         recalled = _assemble(rows, heading=heading, bounded=max_tokens is not None, mode=used_mode)
         op.results([i.score for i in recalled.items], [i.memory.content for i in recalled.items])
         return recalled
-
-
-async def run_audited_apart(
-    db: Database,
-    statement: str,
-    params: dict[str, Any],
-    *,
-    users: Sequence[str],
-    audit_row: Callable[[Sequence[Any]], dict[str, Any]],
-) -> Sequence[Any]:
-    """Run a search or recall ``statement`` built without its audit part, then insert the
-    audit row ``audit_row`` makes of its rows, in one transaction that holds ``users``'
-    erasure lock from the start: how Citus audits (it would run the one-statement form in
-    steps, through the coordinator, with two-phase commit)."""
-    async with db.write(users=users) as conn:
-        rows = (await conn.execute(clause(statement), params)).mappings().all()
-        # Not relaxed: the setting would not reach the worker that commits the row.
-        await conn.execute(clause(q.record_recall(relax_commit=False)), audit_row(rows))
-    return rows
 
 
 def _audit_row(params: dict[str, Any], rows: Sequence[Any]) -> dict[str, Any]:
@@ -389,19 +366,4 @@ async def record(
         if signals is None
         else jsonb([None if s is None else s.as_dict() for s in signals]),
     }
-    await insert(db, params)
-
-
-async def insert(db: Database, params: dict[str, Any]) -> None:
-    """Insert one recall audit row (:func:`~pgmemory.store.queries.record_recall`'s
-    parameters) on the primary; no read waits for it on a replica.
-
-    Outside a shared transaction: one prepared round trip, its own transaction, committed
-    without waiting for the disk flush unless ``durable_recall_audit``. Inside one, the row
-    commits with the block, at the block's durability.
-    """
-    shared = db.in_unit_of_work
-    statement = q.record_recall(relax_commit=not (db.settings.durable_recall_audit or shared))
-    # The row is written under the user: it holds their erasure lock, as an audited search does.
-    user = params["user_id"]
-    await db.fetch(statement, params, users=(user,) if user else ())
+    await db.insert_audit(params)

@@ -2,23 +2,26 @@
 
 :class:`SharedTransaction` is what :meth:`pgmemory.store.database.Database.unit_of_work` makes
 the current task's writes join; :func:`lock` takes a write's erasure and append locks in one
-statement, the one :func:`lock_statement` chooses (also for the fast path's pipeline).
+statement, the one :func:`~pgmemory.store.fastpath.lock_statement` chooses (also for the fast
+path's pipeline). Both run their statements on the driver below them
+(:mod:`pgmemory.store.fastpath`) and call nothing of the database above them but the
+connection it hands out and, after a commit, its note for read-your-writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 import psycopg
 from psycopg import pq
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from pgmemory.errors import TurnWriteFailedError
-from pgmemory.store import queries as q
+from pgmemory.store import fastpath
 from pgmemory.store.clauses import clause
 from pgmemory.store.driver_errors import DRIVER_ERRORS, reraise
 
@@ -27,29 +30,11 @@ async def lock(
     conn: AsyncConnection, users: frozenset[str], sessions: frozenset[tuple[str, str]]
 ) -> None:
     """Hold the erasure lock of ``users`` (shared) and the append lock of ``sessions``
-    (exclusive) until the transaction ends, in one statement (:func:`lock_statement`); a write
+    (exclusive) until the transaction ends, in one statement (:func:`fastpath.lock_statement`); a write
     naming neither takes none."""
     if users or sessions:
-        statement, params = lock_statement(users, sessions)
+        statement, params = fastpath.lock_statement(users, sessions)
         await conn.execute(clause(statement), params)
-
-
-def lock_statement(
-    users: Iterable[str], sessions: Iterable[tuple[str, str]] = ()
-) -> tuple[str, dict[str, Any]]:
-    """The statement that takes these locks, and its parameters: one user's erasure lock alone
-    is :data:`~pgmemory.store.queries.LOCK_USER_SHARED`; any other set is
-    :data:`~pgmemory.store.queries.LOCK_FOR_WRITE`, each kind in sorted order (so two writes
-    naming the same users or sessions never wait for each other in a cycle)."""
-    named = sorted(users)
-    ordered = sorted(sessions)
-    if len(named) == 1 and not ordered:
-        return q.LOCK_USER_SHARED, {"user_id": named[0]}
-    return q.LOCK_FOR_WRITE, {
-        "users": named,
-        "session_users": [user for user, _ in ordered],
-        "sessions": [session for _, session in ordered],
-    }
 
 
 async def _driver(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
@@ -57,32 +42,6 @@ async def _driver(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
     driver = (await conn.get_raw_connection()).driver_connection
     assert driver is not None
     return driver  # type: ignore[no-any-return]
-
-
-class DriverRun(Protocol):
-    """Runs one statement and its locks on a driver connection (``Database._run_driver``)."""
-
-    def __call__(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        statement: str,
-        params: Mapping[str, Any],
-        users: Iterable[str],
-        sessions: Iterable[tuple[str, str]],
-        *,
-        begin: bool = False,
-    ) -> Awaitable[list[dict[str, Any]]]: ...
-
-
-@dataclass(frozen=True)
-class Deferred:
-    """A write a deferred unit of work sends with its commit: its statement, its parameters
-    and the locks it takes that the writes queued before it did not."""
-
-    statement: str
-    params: Mapping[str, Any]
-    lock_users: tuple[str, ...]
-    lock_sessions: tuple[tuple[str, str], ...]
 
 
 class SharedTransaction:
@@ -96,9 +55,9 @@ class SharedTransaction:
     (:class:`~pgmemory.errors.TurnWriteFailedError`). Only a write nested in another write of
     the same task is a savepoint of its own.
 
-    A deferred block (``send_deferred`` given) sends nothing while its writes are ones whose
-    rows their callers do not need (:meth:`fetch` with ``deferrable``): it queues them, and
-    its commit sends them all as one transaction in one round trip (``send_deferred``).
+    A ``deferred`` block sends nothing while its writes are ones whose rows their callers do
+    not need (:meth:`fetch` with ``deferrable``): it queues them, and :meth:`finish` hands
+    them back, for the database to send as one transaction in one round trip.
     The first other write (a :meth:`join`, or a statement whose rows are needed) sends the
     queued ones first, in order, in the shared transaction, and the block goes on as an
     undeferred one. A queued write's error comes out of the commit (nothing is written).
@@ -107,25 +66,27 @@ class SharedTransaction:
         connect: Hands out a pooled primary connection (the database's own).
         note_write: Called after the commit with the users the block wrote (for
             read-your-writes on replicas).
-        run: Runs one statement and its locks on the shared driver connection.
-        send_deferred: Commits queued writes in one round trip, with the users they wrote
-            (None: the block defers nothing).
+        prepare: Prepare statements on the connection (``Settings.prepared_statements``).
+        dialect: The engine's dialect (for the driver's errors: :func:`fastpath.send`).
+        deferred: Queue the writes whose rows are not needed for the commit.
     """
 
     def __init__(
         self,
         connect: Callable[[], Awaitable[AsyncConnection]],
         note_write: Callable[[AsyncConnection, frozenset[str] | None], Awaitable[None]],
-        run: DriverRun,
-        send_deferred: Callable[[Sequence[Deferred], frozenset[str] | None], Awaitable[None]]
-        | None = None,
+        *,
+        prepare: bool,
+        dialect: Dialect,
+        deferred: bool = False,
     ) -> None:
         self._connect = connect
         self._note_write = note_write
-        self._run = run
-        self._send_deferred = send_deferred
+        self._prepare = prepare
+        self._dialect = dialect
+        self._defers = deferred
         #: The writes queued for the commit (while nothing has been sent).
-        self._deferred: list[Deferred] = []
+        self._deferred: list[fastpath.Deferred] = []
         #: The users the joined writes named (None once one named none: everyone).
         self._users: frozenset[str] | None = frozenset()
         #: The users and sessions whose locks the transaction holds.
@@ -204,7 +165,10 @@ class SharedTransaction:
         task = asyncio.current_task()
         if task is not None and task is self._owner:
             async with self.join(users, sessions) as conn:
-                return await self._run(await _driver(conn), statement, params, (), ())
+                return await fastpath.send(
+                    await _driver(conn), statement, params,
+                    prepare=self._prepare, dialect=self._dialect,
+                )  # fmt: skip
         if self._users is not None:
             self._users = self._users | users
         async with self._lock:
@@ -217,10 +181,10 @@ class SharedTransaction:
                 if locking
                 else (new_users, new_sessions)
             )
-            if deferrable and self._send_deferred is not None and self._conn is None:
+            if deferrable and self._defers and self._conn is None:
                 self._refuse_if_ended()
                 self._deferred.append(
-                    Deferred(
+                    fastpath.Deferred(
                         statement, params, tuple(sorted(sent_users)), tuple(sorted(sent_sessions))
                     )
                 )
@@ -253,7 +217,11 @@ class SharedTransaction:
             await driver.set_autocommit(True)
             self._autocommit = driver
         try:
-            return await self._run(driver, statement, params, users, sessions, begin=begin)
+            return await fastpath.send(
+                driver, statement, params, lock_users=tuple(users),
+                lock_sessions=tuple(sessions), begin=begin, prepare=self._prepare,
+                dialect=self._dialect,
+            )  # fmt: skip
         except BaseException as exc:
             self._failed = type(exc).__name__
             if isinstance(exc, DRIVER_ERRORS):  # before the commit: nothing is committed
@@ -299,10 +267,15 @@ class SharedTransaction:
                 "the block rolls back and writes nothing"
             )
 
-    async def finish(self, *, commit: bool) -> None:
+    @property
+    def users(self) -> frozenset[str] | None:
+        """The users the block's writes named (None: one named none, so anyone's)."""
+        return self._users
+
+    async def finish(self, *, commit: bool) -> list[fastpath.Deferred]:
         """Commit or roll back the shared transaction (if it began), and return the connection;
-        or send the queued writes with their commit (a deferred block that sent nothing else),
-        or drop them (rolling back).
+        or, in a deferred block that sent nothing else, hand back the queued writes for the
+        caller to send with their commit (none when rolling back).
 
         Raises:
             TurnWriteFailedError: Asked to commit after a joined write failed (it rolls back).
@@ -316,10 +289,7 @@ class SharedTransaction:
             self._conn = self._outer = None
             queued, self._deferred = self._deferred, []
             if conn is None or outer is None:
-                if commit and queued:
-                    assert self._send_deferred is not None
-                    await self._send_deferred(queued, self._users)
-                return
+                return queued if commit else []
             try:
                 if commit and self._failed is None:
                     # Statements joined here keep the server's synchronous_commit: none relaxes
@@ -340,3 +310,4 @@ class SharedTransaction:
                         await self._autocommit.set_autocommit(False)
                 with contextlib.suppress(Exception):
                     await conn.close()
+        return []

@@ -111,24 +111,21 @@ async def add(
         together = (
             db.unit_of_work() if len(ordered) > INSERT_CHUNK_ROWS else contextlib.nullcontext()
         )
-        locking = db.locks_in_statement  # the statement takes the users' locks itself
         async with _ids_stored_once(), together:
             for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
                 sent = ordered[start : start + INSERT_CHUNK_ROWS]
                 chunk = to_batch(sent)
                 inserted = await db.fetch(
-                    q.INSERT_MEMORIES_LOCKING if locking else q.INSERT_MEMORIES,
+                    q.MEMORY_INSERT,
                     {
                         **chunk,
                         "collection": collection,
                         "embedding_model": info.embedding_model,
                         "actor": actor or "",
-                        **({"lock_users": users} if locking else {}),
                     },
                     users=users,
                     wrote=True,
                     deferrable=True,
-                    locking=locking,
                 )
                 if inserted is None:  # queued for a deferred unit of work's commit
                     stored.update(row["id"] for row in sent)

@@ -17,6 +17,11 @@ PACKAGE = Path(pgmemory.__file__).parent
 #: Longest module, in lines; the statement catalogues are exempt (one statement after another).
 MAX_LINES = 600
 CATALOGUES = {"pgmemory.store.queries", "pgmemory.admin.statements"}
+#: Modules of one concept longer than that, each with why it stays whole.
+ONE_CONCEPT = {
+    # its verbs, once split over two files with type-only stubs of its own methods to fit
+    "pgmemory.store.database": "the Database class: every verb a statement runs by",
+}
 #: Written by a generator (one line per public method of the store and admin fronts).
 GENERATED = {"pgmemory.sync_generated"}
 #: What the data plane must never import: the planes and faces built on it.
@@ -148,7 +153,7 @@ def test_no_module_is_longer_than_one_concept() -> None:
     long = {
         name: n
         for name, path in MODULES.items()
-        if name not in CATALOGUES | GENERATED
+        if name not in CATALOGUES | GENERATED | ONE_CONCEPT.keys()
         and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}

@@ -288,7 +288,7 @@ async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore
 def test_one_users_lock_is_the_short_statement() -> None:
     """A search or recall locks one user: the one-lock statement. Several users, or any
     session, take LOCK_FOR_WRITE with each kind sorted."""
-    from pgmemory.store.unit_of_work import lock_statement
+    from pgmemory.store.fastpath import lock_statement
 
     assert lock_statement(["u"]) == (q.LOCK_USER_SHARED, {"user_id": "u"})
     assert lock_statement(["b", "a"]) == (

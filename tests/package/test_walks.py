@@ -11,8 +11,10 @@ The ceilings are the walks as they are at d7307c6 (the turn's write crosses 30 f
 statements it sends at its commit are 10 frames below the hook, its deepest stack 17 frames,
 re-entering ``history.py``; the recall 12 frames to its statement; the history read 13); the
 execution-layer work of issue 56 aims at a write of at most 8 frames over at most 10 files,
-none re-entered, and a recall of at most 6, and lowers them as it gets there. ``pytest -s``
-prints the walks.
+none re-entered, and a recall of at most 6, and lowers them as it gets there: at b4747e8 (the
+deployment chosen once, the unit of work calling no verb of the database) the write is 9 frames
+over 4 files, the recall still 12 over 7, the history read 12 over 7. ``pytest -s`` prints the
+walks.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ _SENDS = {psycopg.AsyncCursor.execute.__code__, psycopg.AsyncCursor.executemany.
 
 #: The ceilings of each phase: the frames, files and files re-entered of its longest walk to a
 #: statement, the frames of its deepest stack, and the files it crossed.
-WRITE_CEILING = (10, 6, 0, 17, 30)
+WRITE_CEILING = (9, 4, 0, 17, 30)
 RECALL_CEILING = (12, 7, 0, 14, 28)
-HISTORY_CEILING = (13, 8, 0, 14, 16)
+HISTORY_CEILING = (12, 7, 0, 14, 15)
 
 
 @dataclass(frozen=True)

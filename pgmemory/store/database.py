@@ -18,6 +18,10 @@ verb                   transaction                      retry                   
 :meth:`read_rows`      a read-only statement's rows:    as :meth:`read`             as :meth:`read`
                        :meth:`fetch` without replicas,
                        else :meth:`read`
+:meth:`audited`        a read and its recall audit      as :meth:`read`             a standby may serve
+                       row, shaped and routed as                                    a search; its audit
+                       ``deployment.py`` says                                       row then follows on
+                                                                                    the primary
 :meth:`write`          one transaction (joins the unit  never: a lost commit may    primary; notes the
                        of work if one is open)          have taken effect           WAL position for
                                                                                     read-your-writes
@@ -589,7 +593,7 @@ class Database:
                 if (driver.broken or driver.closed) and pooled.is_valid:
                     await greenlet_spawn(pooled.invalidate)
                 raise error from exc
-            except DBAPIError:  # a psycopg error the block converted (_run_driver)
+            except DBAPIError:  # a psycopg error the block converted (fastpath.send)
                 if (driver.broken or driver.closed) and pooled.is_valid:
                     await greenlet_spawn(pooled.invalidate)
                 raise

@@ -7,6 +7,7 @@ What the client sends is read from libpq's own protocol trace (:mod:`tests.wire`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import numpy as np
@@ -174,13 +175,15 @@ async def test_a_deferred_turns_writes_are_one_round_trip_with_their_commit(
         # the block's connection is idle again, in autocommit, and takes the next write
         await store.append_history("s1", [{"message_id": "m3", "role": "user"}], user_id=user)
         assert await _stored(store, user) == (2, 3)
-        # A server whose default isolation is not READ COMMITTED gets the explicit block.
-        dialect = store.database.engine.dialect
-        default, dialect.default_isolation_level = dialect.default_isolation_level, "SERIALIZABLE"
+        # A server whose default isolation is not READ COMMITTED gets the explicit block (the
+        # deployment, read when the store opened, as it would read such a server).
+        database = store.database
+        chosen = database.deployment
+        database.deployment = dataclasses.replace(chosen, read_committed=False)
         try:
             kinds = await sent(pgconn, lambda: turn(3, "m4"))
         finally:
-            dialect.default_isolation_level = default
+            database.deployment = chosen
         assert kinds.count("Execute") == 5, kinds
         assert any(kind.startswith("Parse BEGIN") for kind in kinds), kinds
         assert await _stored(store, user) == (3, 4)

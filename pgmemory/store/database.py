@@ -136,8 +136,6 @@ class Database:
         self._read_urls = tuple(read_urls)
         self._replicas: ReplicaSet | None = None
         self._closed = False
-        #: Whether the memories table is distributed by Citus (read when the store opens).
-        self.distributed = False
         #: How this database runs what the domain asks (read when the store opens).
         self.deployment = Deployment(durable_recall_audit=settings.durable_recall_audit)
         #: The two-phase path's first passes the memories keep (binary codes, half vectors:
@@ -190,8 +188,8 @@ class Database:
             else:
                 self._engine = make_engine(url, self.settings)
             await check_database(self._engine, expected_revision=migrations.head_revision())
-            self.distributed = await is_distributed(self._engine)
-            if self.distributed and self._given_engine is None:
+            distributed = await is_distributed(self._engine)
+            if distributed and self._given_engine is None:
                 # Citus plans no generic plan of a distributed statement (connector.GENERIC_PLANS)
                 await self._engine.dispose()
                 self._engine = make_engine(url, self.settings, generic_plans=False)
@@ -202,10 +200,10 @@ class Database:
             self._held = HeldConnections(self.settings.pool_size - 1 if own else 0)
             if self._read_urls:
                 self._replicas = ReplicaSet(
-                    self._read_urls, self.settings, generic_plans=not self.distributed
+                    self._read_urls, self.settings, generic_plans=not distributed
                 )
             self.deployment = Deployment(
-                distributed=self.distributed,
+                distributed=distributed,
                 replicated=self._replicas is not None,
                 read_committed=self._engine.dialect.default_isolation_level == "READ COMMITTED",
                 durable_recall_audit=self.settings.durable_recall_audit,
@@ -711,6 +709,11 @@ class Database:
         await self._on_driver(commit, wrote=True, users=users, step="commit")
 
     @property
+    def distributed(self) -> bool:
+        """Whether the memories table is distributed by Citus (read when the store opens)."""
+        return self.deployment.distributed
+
+    @property
     def locks_in_statement(self) -> bool:
         """Whether a statement of one user takes its locks itself
         (:attr:`Deployment.locks_in_statement <pgmemory.store.deployment.Deployment>`)."""
@@ -721,7 +724,7 @@ class Database:
         """Whether an audited read of a user takes the user's erasure lock in its own statement
         now (:meth:`Deployment.shape <pgmemory.store.deployment.Deployment.shape>`'s
         ``guarded``): where locks are taken in the statement, outside a unit of work."""
-        return self.locks_in_statement and self._shared.get() is None
+        return self.deployment.guards_reads(in_unit_of_work=self.in_unit_of_work)
 
     async def audited(self, read: AuditedRead) -> Sequence[Any]:
         """The audited-read verb: ``read``'s statement, in the shape and on the route the

@@ -169,10 +169,18 @@ class Deployment:
         inline = read.audit and route is AuditRoute.INLINE
         return Shape(
             audit=inline,
-            guarded=inline and bool(read.user) and self.locks_in_statement and not in_unit_of_work,
+            guarded=inline
+            and bool(read.user)
+            and self.guards_reads(in_unit_of_work=in_unit_of_work),
             relax_commit=self.relaxes_audit(in_unit_of_work=in_unit_of_work),
             distributed=self.distributed,
         )
+
+    def guards_reads(self, *, in_unit_of_work: bool) -> bool:
+        """Whether an audited read of a user takes the user's erasure lock in its own
+        statement: where locks are taken in the statement, outside a unit of work (the guard
+        may refuse the read, to be run again, which a unit of work's transaction could not)."""
+        return self.locks_in_statement and not in_unit_of_work
 
     def relaxes_audit(self, *, in_unit_of_work: bool) -> bool:
         """Whether a recall audit row's commit may skip the disk flush: unless

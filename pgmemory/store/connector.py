@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from pgvector.psycopg import register_vector_async
 from sqlalchemy import event
-from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -204,9 +204,7 @@ def setup_error(exc: BaseException, *, connection: Any = None) -> DatabaseNotRea
     return None
 
 
-def driver_error(
-    exc: psycopg.Error, connection: psycopg.AsyncConnection[Any], dialect: Dialect
-) -> Exception:
+def driver_error(exc: psycopg.Error, connection: psycopg.AsyncConnection[Any]) -> Exception:
     """What a psycopg error raised on ``connection`` (used without SQLAlchemy) comes out as:
     :func:`setup_error`'s error when the deployment explains it, else SQLAlchemy's
     ``DBAPIError`` as from any other statement (parameters hidden; ``connection_invalidated``
@@ -218,7 +216,6 @@ def driver_error(
         psycopg.Error,
         hide_parameters=True,
         connection_invalidated=connection.broken or connection.closed,
-        dialect=dialect,
     )
 
 

@@ -57,7 +57,15 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Literal, TypeVar, overload
 
 import psycopg
@@ -89,7 +97,6 @@ from pgmemory.store.unit_of_work import SharedTransaction, lock
 logger = logging.getLogger(__name__)
 
 C = TypeVar("C")
-R = TypeVar("R")
 
 #: Why nothing opens when no URL is set and the embedded server may not start.
 NO_URL_NO_EMBEDDED = (
@@ -392,14 +399,20 @@ class Database:
             except DRIVER_ERRORS as exc:
                 reraise(exc, step="statement", outcome=None)
 
-    async def read_rows(
+    def read_rows(
         self, statement: str, params: Mapping[str, Any], *, user: str | None
-    ) -> list[dict[str, Any]]:
+    ) -> Coroutine[Any, Any, list[dict[str, Any]]]:
         """The rows of a read-only ``statement`` of ``user``'s data, as dicts: on a replica's
         connection when :meth:`read` may give one (replicas configured), else as :meth:`fetch`
-        (one prepared round trip on the primary, no SQLAlchemy connection around it)."""
+        (one prepared round trip on the primary, no SQLAlchemy connection around it). It only
+        chooses, as :meth:`audited` does: what it returns to await is the route's coroutine."""
         if self._replicas is None:
-            return await self.fetch(statement, params)
+            return self.fetch(statement, params)
+        return self._read_rows_on_replica(statement, params, user)
+
+    async def _read_rows_on_replica(
+        self, statement: str, params: Mapping[str, Any], user: str | None
+    ) -> list[dict[str, Any]]:
         async with self.read(user) as conn:
             return [dict(row) for row in (await conn.execute(clause(statement), params)).mappings()]
 
@@ -436,7 +449,6 @@ class Database:
             self._connect,
             self.note_write,
             prepare=self.settings.prepared_statements,
-            dialect=self.engine.dialect,
             deferred=deferred,
         )
         token = self._shared.set(shared)
@@ -556,7 +568,13 @@ class Database:
         return URL_SETTING
 
     @contextlib.asynccontextmanager
-    async def driver_autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def driver_autocommit(
+        self,
+        *,
+        wrote: bool = False,
+        users: frozenset[str] | None = None,
+        step: Step = "statement",
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection's own psycopg connection, in autocommit: what :meth:`fetch` runs
         on, skipping SQLAlchemy's statement handling (:mod:`pgmemory.store.fastpath`).
 
@@ -566,10 +584,16 @@ class Database:
         ``Connection`` around it: that wrapper cost a small search about 0.05 ms of its ~0.9 ms.
         When done, it is held again if it may be, else it goes back to the pool.
 
-        Errors come out as from any other statement: a psycopg error raised in the block is
-        re-raised as SQLAlchemy's ``DBAPIError`` (parameters hidden). When the connection was
-        lost, the pool discards it and the error is ``connection_invalidated``, so
-        :func:`pgmemory.store.retry.retried_read` runs the read once more.
+        Args:
+            wrote: The block writes ``users``' data (None: anyone's), committing as it runs:
+                after it the write is noted for replicas, and a lost connection leaves its
+                outcome unknown (never retried).
+            users: See ``wrote``.
+            step: What the block is, for its errors (``statement`` or ``commit``).
+
+        Errors come out as :func:`~pgmemory.store.driver_errors.translated` says: when the
+        connection was lost, the pool discards it and the error is ``connection_invalidated``,
+        so :func:`pgmemory.store.retry.retried_read` runs a read once more.
         """
         self._usable()
         taken = await self._held.take()
@@ -586,15 +610,13 @@ class Database:
                 await driver.set_autocommit(True)
             try:
                 yield driver
-            except psycopg.Error as exc:
-                error = driver_error(exc, driver, self.engine.dialect)
+                if wrote:  # on this connection, before another task may take it
+                    await self.note_write(driver, users)
+            except DRIVER_ERRORS as exc:  # fastpath.run's DBAPIError, or psycopg's own
+                error = driver_error(exc, driver) if isinstance(exc, psycopg.Error) else exc
                 if (driver.broken or driver.closed) and pooled.is_valid:
                     await greenlet_spawn(pooled.invalidate)
-                raise error from exc
-            except DBAPIError:  # a psycopg error the block converted (fastpath.send)
-                if (driver.broken or driver.closed) and pooled.is_valid:
-                    await greenlet_spawn(pooled.invalidate)
-                raise
+                reraise(error, step=step, outcome="unknown" if wrote else None)
             finally:
                 if pooled.is_valid:
                     kept = self._held.keep(pooled, driver, leased_at)
@@ -674,39 +696,26 @@ class Database:
         locks: tuple[Sequence[str], Sequence[tuple[str, str]]] = (
             ((), ()) if locking else (users, sessions)
         )
-        return await self._on_driver(
-            lambda conn: fastpath.send(
-                conn,
-                statement,
-                params,
-                lock_users=tuple(locks[0]),
-                lock_sessions=tuple(locks[1]),
-                prepare=self.settings.prepared_statements,
-                dialect=self.engine.dialect,
-            ),
-            wrote=wrote,
-            users=frozenset(users) if wrote else None,
-        )
+        named = frozenset(users) if wrote else None
+        async with self.driver_autocommit(wrote=wrote, users=named) as conn:
+            return await fastpath.run(
+                conn, statement, params, lock_users=tuple(locks[0]),
+                lock_sessions=tuple(locks[1]), prepare=self.settings.prepared_statements,
+            )  # fmt: skip
 
     async def _send_deferred(
         self, writes: Sequence[fastpath.Deferred], users: frozenset[str] | None
     ) -> None:
         """A deferred unit of work's commit: its queued ``writes`` of ``users`` (None: anyone's)
         in one round trip (:func:`fastpath.run_all`)."""
-
-        async def commit(conn: psycopg.AsyncConnection[Any]) -> None:
+        async with self.driver_autocommit(wrote=True, users=users, step="commit") as conn:
             with telemetry.sql("statement"):
-                try:
-                    await fastpath.run_all(
-                        conn,
-                        writes,
-                        prepare=self.settings.prepared_statements,
-                        block=self.deployment.needs_block,
-                    )
-                except psycopg.Error as exc:
-                    raise driver_error(exc, conn, self.engine.dialect) from exc
-
-        await self._on_driver(commit, wrote=True, users=users, step="commit")
+                await fastpath.run_all(
+                    conn,
+                    writes,
+                    prepare=self.settings.prepared_statements,
+                    block=self.deployment.needs_block,
+                )
 
     @property
     def distributed(self) -> bool:
@@ -726,7 +735,7 @@ class Database:
         ``guarded``): where locks are taken in the statement, outside a unit of work."""
         return self.deployment.guards_reads(in_unit_of_work=self.in_unit_of_work)
 
-    async def audited(self, read: AuditedRead) -> Sequence[Any]:
+    def audited(self, read: AuditedRead) -> Coroutine[Any, Any, Sequence[Any]]:
         """The audited-read verb: ``read``'s statement, in the shape and on the route the
         deployment chooses (:mod:`pgmemory.store.deployment`), its recall audit row committed
         with it: in the statement itself, one prepared round trip (:meth:`fetch`, holding the
@@ -735,12 +744,25 @@ class Database:
         after it (:meth:`insert_audit`). With ``settings``, the read runs in a transaction of
         its own after them.
 
+        It only chooses (a plain function): what it returns to await is the chosen route's
+        coroutine, :meth:`fetch` itself for the one round trip.
+
         Raises:
             TooFewRows: Fewer rows than ``read.wanted`` (nothing of the read committed).
         """
         route = self.deployment.audit_route(read)
         shape = self.deployment.shape(read, route, in_unit_of_work=self.in_unit_of_work)
         statement = read.build(shape)
+        if route is AuditRoute.INLINE and read.settings is None:
+            user = read.user
+            users = (user,) if read.audit and user and not shape.guarded else ()
+            return self.fetch(statement, read.params, users=users)
+        return self._audited_in_transaction(read, route, statement)
+
+    async def _audited_in_transaction(
+        self, read: AuditedRead, route: AuditRoute, statement: str
+    ) -> Sequence[Any]:
+        """The routes of :meth:`audited` that need a transaction or a second statement."""
         user = read.user
         if route is AuditRoute.AFTER:
             async with self.read(user, transaction=read.settings is not None) as conn:
@@ -755,11 +777,8 @@ class Database:
                 row = read.audit_row(rows)
                 await conn.execute(clause(q.record_recall(relax_commit=False)), row)
             return rows
-        if read.settings is not None:
-            async with self.write(users=()) as conn:
-                return await _read_rows(conn, statement, read)
-        users = (user,) if read.audit and user and not shape.guarded else ()
-        return await self.fetch(statement, read.params, users=users)
+        async with self.write(users=()) as conn:  # inline, after the read's settings
+            return await _read_rows(conn, statement, read)
 
     async def insert_audit(self, row: Mapping[str, Any]) -> None:
         """Insert one recall audit row (:func:`~pgmemory.store.queries.record_recall`'s
@@ -769,27 +788,6 @@ class Database:
         relax = self.deployment.relaxes_audit(in_unit_of_work=self.in_unit_of_work)
         user = row["user_id"]
         await self.fetch(q.record_recall(relax_commit=relax), row, users=(user,) if user else ())
-
-    async def _on_driver(
-        self,
-        work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]],
-        *,
-        wrote: bool,
-        users: frozenset[str] | None,
-        step: Step = "statement",
-    ) -> R:
-        """``work`` on a :meth:`driver_autocommit` connection; when it ``wrote`` (``users``'
-        data; None: anyone's), the write is noted for replicas, and a lost connection leaves
-        its outcome unknown (``work`` commits as it runs: never retried). Errors come out as
-        :func:`~pgmemory.store.driver_errors.translated` says (``step``: what ``work`` is)."""
-        try:
-            async with self.driver_autocommit() as conn:
-                result = await work(conn)
-                if wrote:
-                    await self.note_write(conn, users)
-                return result
-        except DRIVER_ERRORS as exc:
-            reraise(exc, step=step, outcome="unknown" if wrote else None)
 
 
 async def _read_rows(conn: AsyncConnection, statement: str, read: AuditedRead) -> Sequence[Any]:

@@ -36,7 +36,6 @@ from typing import Any
 import psycopg
 from psycopg import pq
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
-from sqlalchemy.engine import Dialect
 
 import pgmemory.telemetry as telemetry
 from pgmemory.store import queries as q
@@ -175,14 +174,6 @@ def own_cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncRawCursor[Any
     return kept
 
 
-async def execute(
-    cursor: psycopg.AsyncRawCursor[Any], statement: str, params: Mapping[str, Any], prepare: bool
-) -> None:
-    """Send ``statement`` (``:name`` parameters) with ``params`` on ``cursor``."""
-    sent = driver_statement(statement)
-    await cursor.execute(sent.sql, sent.values(params), prepare=prepare)
-
-
 async def run(
     conn: psycopg.AsyncConnection[Any],
     statement: str,
@@ -193,7 +184,10 @@ async def run(
     begin: bool = False,
     prepare: bool = True,
 ) -> list[dict[str, Any]]:
-    """Run ``statement`` (``:name`` parameters) on ``conn`` as one prepared round trip.
+    """Run ``statement`` (``:name`` parameters) on ``conn`` as one prepared round trip, in a
+    ``statement`` span; psycopg's errors come out as
+    :func:`~pgmemory.store.connector.driver_error` says (SQLAlchemy's ``DBAPIError``,
+    ``connection_invalidated`` when the connection was lost).
 
     Args:
         conn: A psycopg connection in autocommit (:meth:`Database.driver_autocommit
@@ -218,42 +212,22 @@ async def run(
     """
     cursor = own_cursor(conn)
     sent = driver_statement(statement)
-    if not (lock_users or lock_sessions or begin):
-        await cursor.execute(sent.sql, sent.values(params), prepare=prepare)  # as execute() does
-        return await sent.rows(cursor)
-    # All go before one Sync: in autocommit the server runs the lock and the statement as one
-    # implicit transaction, so the lock holds until the statement's commit (and the
-    # statement's snapshot is taken after it); after BEGIN, or in a transaction, they are
-    # part of it.
-    async with conn.pipeline():
-        if begin:
-            await cursor.execute(_begin(conn), prepare=False)
-        await _send_locked(cursor, statement, params, lock_users, lock_sessions, prepare)
-    return await sent.rows(cursor)
-
-
-async def send(
-    conn: psycopg.AsyncConnection[Any],
-    statement: str,
-    params: Mapping[str, Any],
-    *,
-    lock_users: Sequence[str] = (),
-    lock_sessions: Sequence[tuple[str, str]] = (),
-    begin: bool = False,
-    prepare: bool,
-    dialect: Dialect,
-) -> list[dict[str, Any]]:
-    """:func:`run` as the store runs every statement: in a ``statement`` span, psycopg's errors
-    coming out as :func:`~pgmemory.store.connector.driver_error` says (``dialect``: the
-    engine's, for SQLAlchemy's error classes)."""
     with telemetry.sql("statement"):
         try:
-            return await run(
-                conn, statement, params, lock_users=lock_users, lock_sessions=lock_sessions,
-                begin=begin, prepare=prepare,
-            )  # fmt: skip
+            if not (lock_users or lock_sessions or begin):
+                await cursor.execute(sent.sql, sent.values(params), prepare=prepare)
+                return await sent.rows(cursor)
+            # All go before one Sync: in autocommit the server runs the lock and the statement
+            # as one implicit transaction, so the lock holds until the statement's commit (and
+            # the statement's snapshot is taken after it); after BEGIN, or in a transaction,
+            # they are part of it.
+            async with conn.pipeline():
+                if begin:
+                    await cursor.execute(_begin(conn), prepare=False)
+                await _send_locked(cursor, sent, params, lock_users, lock_sessions, prepare)
+            return await sent.rows(cursor)
         except psycopg.Error as exc:
-            raise driver_error(exc, conn, dialect) from exc
+            raise driver_error(exc, conn) from exc
 
 
 async def run_all(
@@ -288,8 +262,8 @@ async def run_all(
                 await cursor.execute(_begin(conn), prepare=False)
             for write in writes:
                 await _send_locked(
-                    cursor, write.statement, write.params, write.lock_users, write.lock_sessions,
-                    prepare,
+                    cursor, driver_statement(write.statement), write.params, write.lock_users,
+                    write.lock_sessions, prepare,
                 )  # fmt: skip
             if block:
                 await cursor.execute("COMMIT", prepare=False)
@@ -302,20 +276,22 @@ async def run_all(
 
 async def _send_locked(
     cursor: psycopg.AsyncRawCursor[Any],
-    statement: str,
+    sent: DriverStatement,
     params: Mapping[str, Any],
     lock_users: Sequence[str],
     lock_sessions: Sequence[tuple[str, str]],
     prepare: bool,
 ) -> None:
     """In an open pipeline, on ``cursor``: the lock statement of ``lock_users`` and
-    ``lock_sessions`` (when there are any), then ``statement``. One cursor serves the
-    pipeline's statements (making one costs more Python than a small statement's own): its
+    ``lock_sessions`` (when there are any), then ``sent`` with ``params``. One cursor serves
+    the pipeline's statements (making one costs more Python than a small statement's own): its
     result is the last statement's, as a pipeline's statements before it return nothing
     that is read."""
     if lock_users or lock_sessions:
-        await execute(cursor, *lock_statement(lock_users, lock_sessions), prepare)
-    await execute(cursor, statement, params, prepare)
+        lock, values = lock_statement(lock_users, lock_sessions)
+        locking = driver_statement(lock)
+        await cursor.execute(locking.sql, locking.values(values), prepare=prepare)
+    await cursor.execute(sent.sql, sent.values(params), prepare=prepare)
 
 
 def _begin(conn: psycopg.AsyncConnection[Any]) -> str:

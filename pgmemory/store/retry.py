@@ -1,5 +1,5 @@
 """The read retry: a reading method runs once more, on a fresh connection, after losing its
-connection midway (:func:`retried`), unless a write in it may have committed (the error's
+connection midway (:func:`retried_read`), unless a write in it may have committed (the error's
 ``outcome``, :mod:`pgmemory.store.driver_errors`); and once more when the erasure guard
 refused it."""
 
@@ -35,58 +35,59 @@ def _erased_while_reading(exc: DBAPIError) -> bool:
     return getattr(orig, "sqlstate", None) == "40001" and message.startswith(ERASED_WHILE_READING)
 
 
-async def retried(operation: Callable[[], Awaitable[T]]) -> T:
-    """Run a read; once more, on a fresh connection, if it lost its connection midway; once
-    more if the erasure guard refused it (:data:`ERASED_WHILE_READING`).
-
-    Only for operations that change nothing but recall audit rows written in the same
-    transaction (a transaction that lost its connection before its commit did not commit,
-    so it can run again). A commit that lost its connection is not retried: it may have
-    taken effect.
-
-    Args:
-        operation: Runs the read (called once, or twice after a lost connection).
-
-    Returns:
-        What ``operation`` returns.
-
-    Raises:
-        pgmemory.errors.DatabaseError: The read failed otherwise, or lost its connection twice
-            (also a ``sqlalchemy.exc.DBAPIError``, as the driver's error was).
-    """
-    try:
-        return await operation()
-    except DBAPIError as exc:
-        if _erased_while_reading(exc):
-            logger.info("an erasure of the read's user committed while it ran; running it again")
-        elif (
-            not exc.connection_invalidated
-            or getattr(exc, "outcome", None) not in _NOTHING_COMMITTED
-        ):
-            raise
-        else:
-            logger.warning(
-                "a read lost its database connection (%s); running it once more",
-                type(exc.orig).__name__,
-            )
-    return await operation()
+def runs_again(exc: DBAPIError) -> bool:
+    """Whether a read that raised ``exc`` runs once more (and why, logged): it lost its
+    connection midway and no write in it may have committed (a transaction that lost its
+    connection before its commit did not commit), or the erasure guard refused it
+    (:data:`ERASED_WHILE_READING`). A commit that lost its connection is not retried: it may
+    have taken effect."""
+    if _erased_while_reading(exc):
+        logger.info("an erasure of the read's user committed while it ran; running it again")
+        return True
+    if not exc.connection_invalidated or getattr(exc, "outcome", None) not in _NOTHING_COMMITTED:
+        return False
+    logger.warning(
+        "a read lost its database connection (%s); running it once more", type(exc.orig).__name__
+    )
+    return True
 
 
 def retried_read(
     method: Callable[Concatenate[S, P], Awaitable[T]],
+    *,
+    check: Callable[[S], None] | None = None,
 ) -> Callable[Concatenate[S, P], Awaitable[T]]:
-    """Run a reading method (of the store or the admin plane) through :func:`retried`
-    (retried once after a lost connection).
+    """A reading method (of the store or the admin plane) that runs once more, on a fresh
+    connection, when :func:`runs_again` says so.
+
+    Only for methods that change nothing but recall audit rows written in the same
+    transaction. The retry is in the one wrapper's own frame (no function of its own on the
+    stack of every read); :func:`pgmemory.store.lifecycle.refuse_when_closed` makes that
+    wrapper refuse a closed store too (``check``), rather than wrapping it once more.
 
     Args:
         method: An ``async`` method that only reads (and at most writes recall audit rows).
+        check: Called with ``self`` before anything else; raises to refuse the call.
 
     Returns:
-        The method, retried once when it loses its connection midway.
+        The method, retried once; marked (``__retried_read__``: ``method``) so that the
+        class's refusal wraps ``method`` itself.
+
+    Raises:
+        pgmemory.errors.DatabaseError: (from the wrapper) The read failed otherwise, or lost
+            its connection twice (also a ``sqlalchemy.exc.DBAPIError``, as the driver's was).
     """
 
     @functools.wraps(method)
     async def reading(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await retried(lambda: method(self, *args, **kwargs))
+        if check is not None:
+            check(self)
+        try:
+            return await method(self, *args, **kwargs)
+        except DBAPIError as exc:
+            if not runs_again(exc):
+                raise
+        return await method(self, *args, **kwargs)
 
+    reading.__retried_read__ = method  # type: ignore[attr-defined]
     return reading

@@ -17,7 +17,6 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
-from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from pgmemory.errors import TurnWriteFailedError
@@ -67,7 +66,6 @@ class SharedTransaction:
         note_write: Called after the commit with the users the block wrote (for
             read-your-writes on replicas).
         prepare: Prepare statements on the connection (``Settings.prepared_statements``).
-        dialect: The engine's dialect (for the driver's errors: :func:`fastpath.send`).
         deferred: Queue the writes whose rows are not needed for the commit.
     """
 
@@ -77,13 +75,11 @@ class SharedTransaction:
         note_write: Callable[[AsyncConnection, frozenset[str] | None], Awaitable[None]],
         *,
         prepare: bool,
-        dialect: Dialect,
         deferred: bool = False,
     ) -> None:
         self._connect = connect
         self._note_write = note_write
         self._prepare = prepare
-        self._dialect = dialect
         self._defers = deferred
         #: The writes queued for the commit (while nothing has been sent).
         self._deferred: list[fastpath.Deferred] = []
@@ -165,10 +161,9 @@ class SharedTransaction:
         task = asyncio.current_task()
         if task is not None and task is self._owner:
             async with self.join(users, sessions) as conn:
-                return await fastpath.send(
-                    await _driver(conn), statement, params,
-                    prepare=self._prepare, dialect=self._dialect,
-                )  # fmt: skip
+                return await fastpath.run(
+                    await _driver(conn), statement, params, prepare=self._prepare
+                )
         if self._users is not None:
             self._users = self._users | users
         async with self._lock:
@@ -217,10 +212,9 @@ class SharedTransaction:
             await driver.set_autocommit(True)
             self._autocommit = driver
         try:
-            return await fastpath.send(
+            return await fastpath.run(
                 driver, statement, params, lock_users=tuple(users),
                 lock_sessions=tuple(sessions), begin=begin, prepare=self._prepare,
-                dialect=self._dialect,
             )  # fmt: skip
         except BaseException as exc:
             self._failed = type(exc).__name__

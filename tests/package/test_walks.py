@@ -39,9 +39,9 @@ _SENDS = {psycopg.AsyncCursor.execute.__code__, psycopg.AsyncCursor.executemany.
 
 #: The ceilings of each phase: the frames, files and files re-entered of its longest walk to a
 #: statement, the frames of its deepest stack, and the files it crossed.
-WRITE_CEILING = (9, 4, 0, 17, 30)
-RECALL_CEILING = (12, 7, 0, 14, 28)
-HISTORY_CEILING = (12, 7, 0, 14, 15)
+WRITE_CEILING = (6, 4, 0, 17, 30)
+RECALL_CEILING = (6, 6, 0, 9, 28)
+HISTORY_CEILING = (7, 6, 0, 9, 15)
 
 
 @dataclass(frozen=True)

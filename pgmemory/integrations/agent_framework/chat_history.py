@@ -255,9 +255,12 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
         # The store cleans and truncates a query as it does stored text: no message is too long
         # or too odd to recall with.
         query = "\n".join(m.text for m in self.search_messages(context) if m.text.strip()).strip()
-        shown = await self._recall(
-            scopes, session, query or None, heading=self.options.context_prompt, seen=in_context
-        )
+        scope = scopes.effective_search_scope
+        shown = await self.store.recall(
+            self.collection_name, scope, query=query or None,
+            **self._recall_options(session, heading=self.options.context_prompt, seen=in_context),
+        )  # fmt: skip
+        self._log_recall(scope, query, shown)
         if not shown.items:
             return
         recalled = shown.memories
@@ -345,42 +348,39 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
 
     # --- recall ----------------------------------------------------------------------------
 
-    async def _recall(
-        self,
-        scopes: State,
-        session: AgentSession,
-        query: str | None,
-        *,
-        heading: str | None,
-        seen: Sequence[str],
-    ) -> Recall:
-        """The store's one-statement recall: the newest turns, the matches with their
-        neighbours, near-duplicates dropped, fitted to ``max_context_tokens`` under
-        ``heading``, and its audit row (exactly what is shown, with why) written in the same
-        statement. Tool calls and results are left out unless ``include_tools_in_recall``, and
-        so are the messages the model is sent anyway (``seen``: their message ids)."""
-        scope = scopes.effective_search_scope
+    def _recall_options(
+        self, session: AgentSession, *, heading: str | None, seen: Sequence[str]
+    ) -> dict[str, Any]:
+        """The keywords of the store's one-statement recall (:meth:`MemoryStore.recall
+        <pgmemory.store.store.MemoryStore.recall>`) that this provider's options choose: the
+        newest turns, the matches with their neighbours, near-duplicates dropped, fitted to
+        ``max_context_tokens`` under ``heading``, and its audit row (exactly what is shown,
+        with why) written in the same statement. Tool calls and results are left out unless
+        ``include_tools_in_recall``, and so are the messages the model is sent anyway
+        (``seen``: their message ids). The hook awaits the store's recall itself: no frame of
+        the provider's between its hook and the store."""
         opts = self.options
-        shown = await self.store.recall(
-            self.collection_name,
-            scope,
-            query=query,
-            max_results=opts.max_results,
-            recent_turns=opts.recent_turns,
-            max_tokens=opts.max_context_tokens,
-            mode=opts.recall_mode,
-            weights=opts.weights,
-            near_duplicate_threshold=opts.near_duplicate_threshold,
-            include_tools=opts.include_tools_in_recall,
-            heading=heading,
-            trace=RecallTrace(
+        return {
+            "max_results": opts.max_results,
+            "recent_turns": opts.recent_turns,
+            "max_tokens": opts.max_context_tokens,
+            "mode": opts.recall_mode,
+            "weights": opts.weights,
+            "near_duplicate_threshold": opts.near_duplicate_threshold,
+            "include_tools": opts.include_tools_in_recall,
+            "heading": heading,
+            "trace": RecallTrace(
                 provider=self.source_id,
                 session_id=session.session_id or "",
                 include_query_text=opts.enable_sensitive_telemetry_data,
             ),
-            allow_unscoped=opts.allow_unscoped_search,
-            exclude_message_ids=seen,
-        )
+            "allow_unscoped": opts.allow_unscoped_search,
+            "exclude_message_ids": seen,
+        }
+
+    def _log_recall(self, scope: MemoryScope, query: str | None, shown: Recall) -> None:
+        """Log what a recall showed (ids and counts; texts only at DEBUG, through the
+        provider's redaction)."""
         logger.info(
             "%s recalled %d memories (%d recent) for %s",
             self.source_id,
@@ -395,7 +395,6 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
                 self._loggable(query or ""),
                 [(item.reason, self._loggable(item.memory.content)) for item in shown.items],
             )
-        return shown
 
     def _search_tool(
         self, scopes: State, session: AgentSession, seen: Sequence[str]
@@ -408,7 +407,12 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
         ) -> str:
             # The question is model-generated: it is only ever a bound parameter and embedded text.
             question = userQuestion.strip()
-            shown = await self._recall(scopes, session, question or None, heading=None, seen=seen)
+            scope = scopes.effective_search_scope
+            shown = await self.store.recall(
+                self.collection_name, scope, query=question or None,
+                **self._recall_options(session, heading=None, seen=seen),
+            )  # fmt: skip
+            self._log_recall(scope, question, shown)
             if not shown.items:
                 return "No related memories found."
             return shown.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from pgmemory.store.connector import VERSION_TABLE, normalise_url
+from pgmemory.store._engine.connector import VERSION_TABLE, normalise_url
 from pgmemory.store.migrate import include_object, migration_lock
 from pgmemory.store.models import Base
 

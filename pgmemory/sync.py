@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgmemory.admin.admin import Admin
 from pgmemory.errors import PgMemoryError, StoreClosedError
-from pgmemory.store import lifecycle
+from pgmemory.store._engine import lifecycle
 from pgmemory.store.store import MemoryStore
 from pgmemory.sync_generated import SyncAdminMethods, SyncMemoryStoreMethods
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pgmemory.admin.tokens import IssuedToken, TokenInfo
     from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
     from pgmemory.embedders.base import Embedder
-    from pgmemory.store.database import Database
+    from pgmemory.store._engine.database import Database
     from pgmemory.store.modes import SearchMode
     from pgmemory.store.records import (
         AnnStatus,

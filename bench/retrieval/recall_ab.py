@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
+from bench._common.layout import today
 from bench._common.paths import ROOT
 from bench._common.scratch import Server
 
@@ -57,17 +58,25 @@ def reads_at(ref: str) -> ModuleType:
         assert spec is not None
         module = importlib.util.module_from_spec(spec)
         full = {f"pgmemory.store.{n}": m for n, m in loaded.items()}
-        saved = {k: sys.modules[k] for k in full}
-        saved_attrs = {n: getattr(package, n) for n in loaded}
+        # today's module of each name, or None when today's package has not imported it
+        saved = {k: sys.modules.get(k) for k in full}
+        saved_attrs = {n: getattr(package, n, None) for n in loaded}
         sys.modules.update(full)
         for n, m in loaded.items():
             setattr(package, n, m)
         try:
-            exec(compile(source, f"{ref}:pgmemory/store/{name}.py", "exec"), module.__dict__)
+            exec(compile(today(source), f"{ref}:pgmemory/store/{name}.py", "exec"), module.__dict__)
         finally:
-            sys.modules.update(saved)
-            for n, m in saved_attrs.items():
-                setattr(package, n, m)
+            for k, was in saved.items():
+                if was is None:
+                    sys.modules.pop(k, None)
+                else:
+                    sys.modules[k] = was
+            for n, was in saved_attrs.items():
+                if was is None:
+                    delattr(package, n)
+                else:
+                    setattr(package, n, was)
         loaded[name] = module
     return loaded["reads"]
 

@@ -3,7 +3,7 @@
     python bench/store/generic_plans.py [--rows 12000] [--big 3000 1500] [--json F]
 
 pgmemory's connections prepare their statements, and PostgreSQL runs a prepared statement on
-its generic plan after its first executions (:data:`pgmemory.store.connector.GENERIC_PLANS`).
+its generic plan after its first executions (:data:`pgmemory.store._engine.connector.GENERIC_PLANS`).
 A generic plan does not know whose scope it reads: it estimates a user's rows from the table's
 average. With many small users beside a busy one (every production table), that estimate is a
 row or two where the busy user has thousands, and a plan that is right for one row can be very
@@ -63,7 +63,7 @@ async def captured(url: str, big: int, args: argparse.Namespace) -> list[tuple[s
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
     from pgmemory.admin import statements as admin_statements
     from pgmemory.store import queries
-    from pgmemory.store.database import Database
+    from pgmemory.store._engine.database import Database
 
     embedder = BagEmbedder()
     corpus = Corpus(seed=args.seed)

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (b
 
 import numpy as np
 
+from bench._common.layout import today
 from bench._common.paths import ROOT
 from bench._common.scratch import Server
 from bench.retrieval.recall_ab import reads_at
@@ -175,7 +176,7 @@ def queries_at(ref: str) -> Any:
     spec = importlib.util.spec_from_loader(f"queries_at_{ref}", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    exec(compile(source, f"{ref}:pgmemory/store/queries.py", "exec"), module.__dict__)
+    exec(compile(today(source), f"{ref}:pgmemory/store/queries.py", "exec"), module.__dict__)
     return module
 
 
@@ -221,7 +222,8 @@ def p50(values: list[float]) -> float:
 
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     from pgmemory import MemoryScope, MemoryStore, Settings
-    from pgmemory.store import fastpath, queries as now
+    from pgmemory.store import queries as now
+    from pgmemory.store._engine import fastpath
 
     before_queries = queries_at(args.before)
     before_reads = reads_at(args.before)

@@ -112,7 +112,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     import psycopg
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-    from pgmemory.store import fastpath
+    from pgmemory.store._engine import fastpath
 
     embedder = BagEmbedder()
     corpus = Corpus()

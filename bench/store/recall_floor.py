@@ -9,7 +9,7 @@ process and connection pool:
 * ``db.fetch``: the statement ``search`` sends, through the database's fast verb alone
   (``Database.fetch``: no argument checks, no hit objects);
 * ``pool checkout + return``: ``Database.driver_autocommit`` with nothing run in it (a
-  connection the fast path holds, taken and held again: ``pgmemory.store.held``);
+  connection the fast path holds, taken and held again: ``pgmemory.store._engine.held``);
 * ``raw: audited statement``, ``raw: search statement, no audit``, ``raw: SELECT 1``: the same
   statements on a psycopg connection of their own (prepared, autocommit, pgmemory's adapters,
   rows read as dicts by psycopg's ``dict_row``), with nothing of pgmemory around them: the
@@ -60,8 +60,9 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
     from psycopg.rows import dict_row, tuple_row
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-    from pgmemory.store import connector, fastpath, queries as q
-    from pgmemory.store.fastpath import lock_statement
+    from pgmemory.store import queries as q
+    from pgmemory.store._engine import connector, fastpath
+    from pgmemory.store._engine.fastpath import lock_statement
 
     sent: dict[str, Any] = {}
     run_one = fastpath.run

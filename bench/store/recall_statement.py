@@ -60,7 +60,8 @@ def shown(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     from pgmemory import MemoryScope, MemoryStore, Settings
-    from pgmemory.store import fastpath, queries as now
+    from pgmemory.store import queries as now
+    from pgmemory.store._engine import fastpath
 
     before = queries_at(args.before)
     embedder = BagEmbedder()

@@ -21,7 +21,7 @@ Here the read takes the lock itself, in its audit row's one-row step:
   secret (``seen``) and it is gone or another now, an erasure committed after the statement's
   snapshot and before the lock was held: the statement may have read erased memories, so the
   function refuses (SQLSTATE 40001, ``pgmemory: the user was erased while this statement
-  read``) and the read runs again (``pgmemory.store.retry``). If the statement saw none, its
+  read``) and the read runs again (``pgmemory.store._engine.retry``). If the statement saw none, its
   snapshot holds no memory of the user to have been erased (a secret another statement
   created since changes nothing). Any later erasure waits for this statement's commit.
 

@@ -43,10 +43,10 @@ from pgmemory.admin.recalls import (
 from pgmemory.admin.retention import PruneRecord
 from pgmemory.admin.tokens import DEFAULT_LIFETIME, IssuedToken, TokenInfo
 from pgmemory.admin.users import ScopeSummary, SessionSummary, UserPage
-from pgmemory.store import lifecycle
-from pgmemory.store.database import Database
+from pgmemory.store._engine import lifecycle
+from pgmemory.store._engine.database import Database
+from pgmemory.store._engine.retry import retried_read
 from pgmemory.store.records import Memory
-from pgmemory.store.retry import retried_read
 from pgmemory.store.store import MemoryStore
 
 if TYPE_CHECKING:

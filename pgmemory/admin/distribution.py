@@ -15,8 +15,8 @@ from sqlalchemy.exc import DBAPIError
 from pgmemory.admin import statements as s
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.routing import (
     DISTRIBUTION_COLUMN,
     PER_USER_TABLES,

@@ -33,7 +33,7 @@ from pgmemory.store.models import HALVES_MAX_DIMENSIONS
 from pgmemory.store.validation import HALVES_INDEX
 
 if TYPE_CHECKING:
-    from pgmemory.store.database import Database
+    from pgmemory.store._engine.database import Database
 
 
 #: SQLSTATE program_limit_exceeded: an index entry larger than a B-tree holds.
@@ -70,8 +70,8 @@ async def add_half_vectors(db: Database) -> HalfVectorsReport:
     """
     from pgmemory.admin import statements as s
     from pgmemory.store import queries as q
-    from pgmemory.store.clauses import clause
-    from pgmemory.store.connector import first_passes
+    from pgmemory.store._engine.clauses import clause
+    from pgmemory.store._engine.connector import first_passes
     from pgmemory.store.migrate import MIGRATION_LOCK_KEY
 
     async with db.write() as conn:

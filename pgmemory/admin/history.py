@@ -9,7 +9,7 @@ from pgmemory.admin import statements as s
 from pgmemory.admin.pages import check_user, clamp_limit, read_rows
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
-from pgmemory.store.database import Database
+from pgmemory.store._engine.database import Database
 from pgmemory.store.records import HistoryRow
 from pgmemory.store.validation import check_name
 

@@ -24,8 +24,8 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 
 from pgmemory.admin import statements as s
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 
 logger = logging.getLogger(__name__)
 

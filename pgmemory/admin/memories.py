@@ -10,7 +10,7 @@ from typing import Any
 
 from pgmemory.admin import statements as s
 from pgmemory.admin.pages import Cursor, Page, check_user, clamp_limit, keyset_page, read_rows
-from pgmemory.store.database import Database
+from pgmemory.store._engine.database import Database
 from pgmemory.store.records import Memory, MemoryScope
 from pgmemory.store.validation import check_name, check_optional_name
 

@@ -3,7 +3,7 @@
 Every list an operator sees is a page: at most ``limit`` rows (clamped to :data:`MAX_PAGE`),
 walked with an opaque :class:`Cursor` (the time and id of the row a page ends on), so a user
 with a hundred thousand memories costs one index range per page, never a full read. Every
-read goes through :meth:`Database.read <pgmemory.store.database.Database.read>` (replica
+read goes through :meth:`Database.read <pgmemory.store._engine.database.Database.read>` (replica
 routing, read-your-writes), confined to the user its parameters name.
 """
 
@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from pgmemory.errors import InvalidInputError
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.reads import DISTANT_FUTURE
 from pgmemory.store.validation import check_name
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 
 if TYPE_CHECKING:
-    from pgmemory.store.database import Database
+    from pgmemory.store._engine.database import Database
 
 # The database modules are imported where they are used, so that the command line's
 # parser (which shows MIN_PARTITIONS and MAX_PARTITIONS) loads no driver.
@@ -90,7 +90,7 @@ async def partition_memories(db: Database, partitions: int = 16) -> PartitionRep
     """
     from pgmemory.admin import statements as s
     from pgmemory.store import queries as q
-    from pgmemory.store.clauses import clause
+    from pgmemory.store._engine.clauses import clause
     from pgmemory.store.migrate import MIGRATION_LOCK_KEY
 
     count = check_partitions(partitions)

@@ -19,7 +19,7 @@ from pgmemory.admin.pages import (
     keyset_page,
     read_rows,
 )
-from pgmemory.store.database import Database
+from pgmemory.store._engine.database import Database
 from pgmemory.store.records import Signals
 
 # --- recalls ------------------------------------------------------------------------------------

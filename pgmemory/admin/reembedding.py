@@ -37,9 +37,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pgmemory.admin import statements as s
 from pgmemory.errors import CollectionError, InvalidInputError
 from pgmemory.store import queries as q
-from pgmemory.store.binary import array
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.binary import array
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.validation import check_dimensions, check_name, check_vector
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from pgmemory.admin import statements as s
 from pgmemory.admin.pages import clamp_limit, read_rows
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.validation import check_optional_name
 
 logger = logging.getLogger(__name__)

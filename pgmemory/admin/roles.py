@@ -21,8 +21,8 @@ from typing import Any
 from pgmemory.admin import statements as s
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 
 logger = logging.getLogger(__name__)
 

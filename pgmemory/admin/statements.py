@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from pgmemory.store import queries as q
-from pgmemory.store.connector import APP_DATA_TABLES
+from pgmemory.store._engine.connector import APP_DATA_TABLES
 from pgmemory.store.models import HALVES_MAX_DIMENSIONS
 from pgmemory.store.validation import HALVES_INDEX
 

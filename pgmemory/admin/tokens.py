@@ -24,8 +24,8 @@ from sqlalchemy.exc import IntegrityError
 from pgmemory.admin import statements as s
 from pgmemory.admin.pages import clamp_limit
 from pgmemory.errors import InvalidInputError
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.validation import check_name
 
 #: What a token can open.

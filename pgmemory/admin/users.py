@@ -10,7 +10,7 @@ from datetime import datetime
 
 from pgmemory.admin import statements as s
 from pgmemory.admin.pages import check_user, clamp_limit, read_rows
-from pgmemory.store.database import Database
+from pgmemory.store._engine.database import Database
 from pgmemory.store.records import MemoryScope
 
 # --- users and scopes ------------------------------------------------------------------------

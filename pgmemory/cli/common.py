@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from datetime import UTC, datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-from pgmemory.store import addresses
+from pgmemory.store._engine import addresses
 
 if TYPE_CHECKING:
     from pgmemory.admin import Admin
@@ -97,7 +97,7 @@ def database_url(settings: Settings, url: str | None) -> Iterator[str]:
         yield target.url
     elif not settings.embedded:  # a misspelt URL variable must not mean "the local server"
         from pgmemory.errors import DatabaseNotReadyError
-        from pgmemory.store.database import NO_URL_NO_EMBEDDED
+        from pgmemory.store._engine.database import NO_URL_NO_EMBEDDED
 
         raise DatabaseNotReadyError(NO_URL_NO_EMBEDDED)
     else:

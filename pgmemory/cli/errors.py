@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pgmemory.cli.common import CliError, mask, target
-from pgmemory.store.addresses import Where, connection_problem, where
+from pgmemory.store._engine.addresses import Where, connection_problem, where
 
 _SETTING = "PGMEMORY_DATABASE_URL (or --url)"
 

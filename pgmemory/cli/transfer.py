@@ -121,7 +121,7 @@ def _output(path: str | None) -> Iterator[IO[str]]:
 async def _embeddings(
     store: MemoryStore, user_id: str, collection: str, ids: list[uuid.UUID]
 ) -> dict[uuid.UUID, list[float]]:
-    from pgmemory.store.clauses import clause
+    from pgmemory.store._engine.clauses import clause
 
     async with store.database.read(user_id) as conn:
         rows = await conn.execute(

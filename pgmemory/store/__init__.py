@@ -3,12 +3,9 @@
 :class:`pgmemory.store.store.MemoryStore` is the public front; each of its methods hands over
 to the module that owns the concern:
 
-* ``database`` – where the database is, its life cycle, and the verbs every statement runs by
-  (read, fetch, audited, write, unit of work, DDL; ``deployment`` decides their shape once);
-  ``connector`` builds the engine, ``fastpath`` runs one prepared round trip on psycopg, ``replicas`` routes reads
-  to hot standbys, ``embedded`` runs the embedded server, ``migrate`` runs the migrations,
-  ``driver_errors`` turns what the driver raises into pgmemory's errors (``addresses``: a
-  database's URL and a failed connection, in words);
+* ``_engine`` – where and how every statement runs: the database's verbs and life cycle, the
+  deployment decided once, the unit of work, the fast path on psycopg, the driver's errors;
+  ``embedded`` runs the embedded server, ``migrate`` runs the migrations;
 * ``catalogue`` – collections (vector size and model) and embedding texts for them;
 * ``writes`` – storing memories: batched inserts and bulk COPY imports;
 * ``reads`` – search, pages in time order, counts;

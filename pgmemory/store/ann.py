@@ -40,9 +40,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.store import queries as q
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
 from pgmemory.store.probing import Beside, due, sample_largest
 from pgmemory.store.records import AnnStatus, MemoryHit, MemoryScope
 from pgmemory.store.validation import check_choice, check_limit, check_number

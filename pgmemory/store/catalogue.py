@@ -20,8 +20,8 @@ import numpy as np
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import CollectionError
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.records import CollectionInfo
 from pgmemory.store.validation import check_dimensions, check_name
 

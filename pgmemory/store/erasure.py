@@ -17,9 +17,9 @@ from sqlalchemy.exc import DBAPIError
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError, PgMemoryError, ScopeError
 from pgmemory.store import queries as q
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
 from pgmemory.store.records import MemoryScope, check_search_scope
 from pgmemory.store.validation import check_aware, check_name, check_optional_name, describe
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from pgmemory.errors import ScopeError
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import MemoryScope
 from pgmemory.store.validation import (

@@ -21,8 +21,8 @@ from psycopg.types.json import Jsonb
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import HistoryRow
 from pgmemory.store.validation import (

@@ -30,8 +30,8 @@ from typing import Any
 
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.facts import scope_key
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import MemoryScope
@@ -105,7 +105,7 @@ class JobQueue:
     """The queue's few verbs over a store's database (``JobQueue(store.database)``).
 
     Args:
-        db: the store's :class:`~pgmemory.store.database.Database`.
+        db: the store's :class:`~pgmemory.store._engine.database.Database`.
         max_attempts: leases a job gets before it is left alone
             (:data:`DEFAULT_MAX_ATTEMPTS`).
     """

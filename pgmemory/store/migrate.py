@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from pgmemory.store.clauses import clause
-from pgmemory.store.connector import VERSION_TABLE, normalise_url
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.connector import VERSION_TABLE, normalise_url
 from pgmemory.store.queries import MIGRATION_XACT_LOCK
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
+from pgmemory.store._engine.clauses import clause
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
+from pgmemory.store._engine.deployment import Locking
 from pgmemory.store.columns import (
     MEMORY_COLUMNS,
     POSITION,
@@ -17,7 +18,6 @@ from pgmemory.store.columns import (
     SENT_COLUMNS,
     STAGING_COLUMNS,
 )
-from pgmemory.store.deployment import Locking
 from pgmemory.store.models import CONVERSATION_KEY, COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import FUSIONS, SEARCH_MODES
 
@@ -158,7 +158,7 @@ INSERT_MEMORIES_LOCKING = _audited(
     "insert",
 )
 
-#: A memory insert as the deployment runs it (:class:`~pgmemory.store.deployment.Locking`).
+#: A memory insert as the deployment runs it (:class:`~pgmemory.store._engine.deployment.Locking`).
 MEMORY_INSERT = Locking(INSERT_MEMORIES_LOCKING, INSERT_MEMORIES, users_param="lock_users")
 
 #: A bulk import may run longer than the interactive statement timeout (this transaction only).
@@ -175,7 +175,7 @@ SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = to_regclass('pgmemory_me
 #: index-only at once instead of fetching every new row from the heap until autovacuum's next
 #: pass (for a role that may not vacuum the table, PostgreSQL warns and skips it). It never
 #: waits for a lock (an index build or another vacuum holding the table: autovacuum will come
-#: by later). It cannot run in a transaction: :meth:`~pgmemory.store.database.Database.ddl`.
+#: by later). It cannot run in a transaction: :meth:`~pgmemory.store._engine.database.Database.ddl`.
 VACUUM_ANALYZE_MEMORIES = "VACUUM (ANALYZE, SKIP_LOCKED) pgmemory_memories"
 
 #: Staging table for binary COPY imports; dropped at commit.
@@ -231,7 +231,7 @@ _RELAX_COMMIT = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
 #: and before the lock was held (their audit secret's stamp, read by the statement, differs
 #: from a fresh read: migration 0022). An audited read guarded so needs no lock statement
 #: before it, on a server whose isolation is READ COMMITTED
-#: (:attr:`pgmemory.store.database.Database.guards_reads`).
+#: (:attr:`pgmemory.store._engine.database.Database.guards_reads`).
 _ERASURE_GUARD = "pgmemory_erasure_guard(:audit_user_id, pgmemory_erasure_stamp(:audit_user_id))"
 
 
@@ -1098,7 +1098,7 @@ def search_memories(
     matches the partial covering index, so that scan is index-only.
     With ``windowed`` the rows are those created in ``[:since, :until)``. Without it the
     statement names no time bound at all: pgmemory's connections run a prepared statement on
-    its generic plan (:data:`pgmemory.store.connector.GENERIC_PLANS`), and a generic plan
+    its generic plan (:data:`pgmemory.store._engine.connector.GENERIC_PLANS`), and a generic plan
     prices ``created_at >= $n AND created_at < $m`` as selective, so it took the (user,
     created_at) index and fetched every scope row from the heap (about 4–6 µs per row instead
     of the covering scan's 1–1.5).
@@ -1731,7 +1731,7 @@ WITH base AS MATERIALIZED (
     base="base",
 )
 
-#: A history append as the deployment runs it (:class:`~pgmemory.store.deployment.Locking`).
+#: A history append as the deployment runs it (:class:`~pgmemory.store._engine.deployment.Locking`).
 HISTORY_APPEND = Locking(APPEND_HISTORY_LOCKING, APPEND_HISTORY)
 
 #: A page of a session's history in order.

@@ -2,10 +2,10 @@
 
 Every read is confined to a scope (see :func:`pgmemory.store.records.check_search_scope`) and
 skips expired rows. Search is exact unless the collection's approximate path takes it (see
-:mod:`pgmemory.store.ann`); it is an audited read (:class:`~pgmemory.store.deployment.AuditedRead`)
+:mod:`pgmemory.store.ann`); it is an audited read (:class:`~pgmemory.store._engine.deployment.AuditedRead`)
 whose recall audit row commits with it, written where the deployment says (in the same
 statement; apart on Citus; on the primary after it when a read replica served it: see
-:meth:`pgmemory.store.database.Database.audited`).
+:meth:`pgmemory.store._engine.database.Database.audited`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import numpy as np
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
+from pgmemory.store._engine.deployment import AuditedRead, Shape
 from pgmemory.store.ann import AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.clauses import clause
 from pgmemory.store.columns import memory_from_row
-from pgmemory.store.database import Database
-from pgmemory.store.deployment import AuditedRead, Shape
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import DEFAULT_MODE, SEARCH_MODES

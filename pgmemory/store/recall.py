@@ -2,7 +2,7 @@
 
 :func:`recall` is what a memory provider injects, chosen, fitted to its token budget and
 audited in ONE statement (:func:`pgmemory.store.queries.recall_memories`, run by
-:meth:`Database.audited <pgmemory.store.database.Database.audited>`, which writes the audit row
+:meth:`Database.audited <pgmemory.store._engine.database.Database.audited>`, which writes the audit row
 apart on Citus); it renders the shown rows with :mod:`pgmemory.store.recall_text`. A
 :func:`pgmemory.store.reads.search` is audited the same way; a caller that puts an answer's
 memories together from several reads records them with :func:`record`.
@@ -43,10 +43,10 @@ from typing import Any
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
 from pgmemory.store import queries as q, recall_text
+from pgmemory.store._engine.database import Database
+from pgmemory.store._engine.deployment import AuditedRead
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import memory_from_row
-from pgmemory.store.database import Database
-from pgmemory.store.deployment import AuditedRead
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import SEARCH_MODES

@@ -24,7 +24,7 @@ searches take the cheaper pass (codes, then halves) whose recall@``PROBE_LIMIT``
 above the floor, or stay exact when neither is.
 
 Which scopes take it (only where the memories keep the copies: pgvector >= 0.7, see
-:func:`pgmemory.store.connector.first_passes`): a vector search (no ``since``/``until``
+:func:`pgmemory.store._engine.connector.first_passes`): a vector search (no ``since``/``until``
 window) whose scope is exactly one user, whose rows numbered more than ``min_scope_rows`` at
 the last probe; every other search stays exact. The sizes come from one aggregate over the
 collection's rows (all its users, a fan-out on Citus), run with each probe: at the
@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.database import Database
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.probing import Beside, due, sample_largest
 from pgmemory.store.queries import FirstPass
 from pgmemory.store.records import MemoryHit, MemoryScope, TwoPhaseStatus

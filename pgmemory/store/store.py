@@ -16,9 +16,11 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
-from pgmemory.store import ann, erasure, facts, history, lifecycle, reads, recall, writes
+from pgmemory.store import ann, erasure, facts, history, reads, recall, writes
+from pgmemory.store._engine import lifecycle
+from pgmemory.store._engine.database import Database
+from pgmemory.store._engine.retry import retried_read
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.database import Database
 from pgmemory.store.modes import DEFAULT_MODE, SearchMode
 from pgmemory.store.probing import Beside
 from pgmemory.store.records import (
@@ -36,7 +38,6 @@ from pgmemory.store.records import (
     Signals,
     TwoPhaseStatus,
 )
-from pgmemory.store.retry import retried_read
 from pgmemory.store.shortlist import Shortlists
 
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import DuplicateIdError, InvalidInputError, ScopeError
 from pgmemory.store import queries as q
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.database import Database
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.clauses import clause
 from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
-from pgmemory.store.database import Database
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS, HALVES_MAX_DIMENSIONS
 from pgmemory.store.recall_text import line_tokens

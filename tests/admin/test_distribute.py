@@ -20,7 +20,7 @@ from pgmemory.cli import run
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, routing
-from pgmemory.store.database import Database
+from pgmemory.store._engine.database import Database
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from tests.citus import cluster as citus_cluster

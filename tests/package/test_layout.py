@@ -20,7 +20,7 @@ CATALOGUES = {"pgmemory.store.queries", "pgmemory.admin.statements"}
 #: Modules of one concept longer than that, each with why it stays whole.
 ONE_CONCEPT = {
     # its verbs, once split over two files with type-only stubs of its own methods to fit
-    "pgmemory.store.database": "the Database class: every verb a statement runs by",
+    "pgmemory.store._engine.database": "the Database class: every verb a statement runs by",
 }
 #: Written by a generator (one line per public method of the store and admin fronts).
 GENERATED = {"pgmemory.sync_generated"}

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
 
-from pgmemory.store.connector import _ping
+from pgmemory.store._engine.connector import _ping
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 
@@ -50,9 +50,9 @@ class DropOnCheckout:
     """Ends the backend of the next ``times`` connections the pool hands out, just after the
     pool's own checkout check passed: the first statement on each finds its connection lost.
 
-    For searches, which run as one statement on psycopg directly (pgmemory.store.fastpath),
+    For searches, which run as one statement on psycopg directly (pgmemory.store._engine.fastpath),
     where SQLAlchemy's statement events do not fire. The fast path keeps its connections
-    checked out between statements (pgmemory.store.held): :func:`_release_held` first, so
+    checked out between statements (pgmemory.store._engine.held): :func:`_release_held` first, so
     that the next statement checks one out.
     """
 

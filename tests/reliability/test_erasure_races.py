@@ -180,7 +180,7 @@ async def test_a_read_whose_snapshot_predates_an_erasure_shows_nothing_erased(
     eraser = asyncio.create_task(open_erasure())
     await started.wait()
     guarded = store.database.guards_reads
-    caplog.set_level("INFO", logger="pgmemory.store.retry")
+    caplog.set_level("INFO", logger="pgmemory.store._engine.retry")
     search = asyncio.create_task(store.search(small, scope, vector=[1, 0, 0], limit=3))
     recall = asyncio.create_task(store.recall(small, scope, query="m1", mode="text"))
     try:

@@ -45,7 +45,8 @@ from pgmemory import MemoryRecord, MemoryScope
 from pgmemory.admin import Admin
 from pgmemory.errors import StoreClosedError
 from pgmemory.settings import Settings
-from pgmemory.store import embedded, lifecycle
+from pgmemory.store import embedded
+from pgmemory.store._engine import lifecycle
 from pgmemory.store.store import MemoryStore
 from pgmemory.sync import SyncAdmin, SyncMemoryStore
 from tests.reliability.test_server import (

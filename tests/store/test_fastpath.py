@@ -103,7 +103,7 @@ async def test_a_connection_keeps_one_cursor_and_each_statement_reads_its_own_ro
 ) -> None:
     """The fast path runs every statement on its connection's own cursor: rows, no rows, a
     failed statement and a pipeline on it leave nothing of theirs to the next statement."""
-    from pgmemory.store import fastpath
+    from pgmemory.store._engine import fastpath
 
     async with store.database.driver_autocommit() as conn:
         first = fastpath.own_cursor(conn)
@@ -195,8 +195,8 @@ def _array_casts() -> set[tuple[str, str]]:
 
 
 def test_array_parameters_are_sent_as_their_casts_type() -> None:
-    from pgmemory.store.binary import ARRAY_TYPES
-    from pgmemory.store.fastpath import driver_statement
+    from pgmemory.store._engine.binary import ARRAY_TYPES
+    from pgmemory.store._engine.fastpath import driver_statement
 
     casts = _array_casts()
     assert ("users", "text") in casts and ("embeddings", "vector") in casts
@@ -211,7 +211,7 @@ def test_array_parameters_are_sent_as_their_casts_type() -> None:
 
 
 def test_an_array_cast_without_a_class_is_refused() -> None:
-    from pgmemory.store.fastpath import driver_statement
+    from pgmemory.store._engine.fastpath import driver_statement
 
     with pytest.raises(ValueError, match=r"no array parameter class for money\[\]"):
         driver_statement("SELECT CAST(:amounts AS money[])")
@@ -220,7 +220,7 @@ def test_an_array_cast_without_a_class_is_refused() -> None:
 def test_a_statement_is_sent_with_numbered_placeholders() -> None:
     """Each parameter becomes one ``$n`` (a repeated one the same), ``::`` casts and ``%``
     stay as written, and the values follow the numbers."""
-    from pgmemory.store.fastpath import driver_statement
+    from pgmemory.store._engine.fastpath import driver_statement
 
     sent = driver_statement(
         "SELECT CAST(:b AS text[]), CAST(:a AS text), 'y'::text, :b, '100%' WHERE :a <> 'a%'"
@@ -236,7 +236,7 @@ async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: Me
     """An empty list, or one of NULLs, has no element type of its own: sent in binary it must
     still cast to each array type a statement names (as the text form did)."""
     kinds = sorted({kind for _, kind in _array_casts()})
-    from pgmemory.store.binary import array
+    from pgmemory.store._engine.binary import array
 
     async with store.database.driver_autocommit() as conn:
         for kind in kinds:
@@ -254,7 +254,7 @@ async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore
 
     from pgvector import Vector
 
-    from pgmemory.store.binary import ARRAY_TYPES, array
+    from pgmemory.store._engine.binary import ARRAY_TYPES, array
     from pgmemory.store.jsonb import jsonb
 
     zone = timezone(timedelta(hours=-5, minutes=-30))
@@ -275,7 +275,7 @@ async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore
     assert set(cases) == set(ARRAY_TYPES)
     async with store.database.driver_autocommit() as conn:
         dumper = conn.adapters.get_dumper(np.ndarray, PyFormat.AUTO)
-        assert dumper.__module__ == "pgmemory.store.binary", dumper
+        assert dumper.__module__ == "pgmemory.store._engine.binary", dumper
         cursor = psycopg.AsyncRawCursor(conn)
         await cursor.execute("SELECT CAST($1 AS vector)", [vector])
         assert (await cursor.fetchone()) == (Vector(vector.tolist()),)
@@ -289,7 +289,7 @@ async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore
 def test_one_users_lock_is_the_short_statement() -> None:
     """A search or recall locks one user: the one-lock statement. Several users, or any
     session, take LOCK_FOR_WRITE with each kind sorted."""
-    from pgmemory.store.fastpath import lock_statement
+    from pgmemory.store._engine.fastpath import lock_statement
 
     assert lock_statement(["u"]) == (q.LOCK_USER_SHARED, {"user_id": "u"})
     assert lock_statement(["b", "a"]) == (

@@ -1,5 +1,5 @@
 """The fast path's held connections: kept between statements without a pool checkout, and never
-kept from anyone who needs a connection (pgmemory.store.held)."""
+kept from anyone who needs a connection (pgmemory.store._engine.held)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-from pgmemory.store import held
+from pgmemory.store._engine import held
 
 DIM = 3
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pgmemory.store import fastpath, queries
+from pgmemory.store import queries
+from pgmemory.store._engine import fastpath
 from pgmemory.store.queries import KEYWORD_BOUND_FROM, KEYWORD_TERM_ROWS
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore

@@ -516,7 +516,7 @@ async def test_a_generic_plan_reads_each_hit_back_with_one_primary_key_probe(
     a generic plan too: as a join, whose estimates said one ranked row, the read-back once
     served its ``user_id = :user_id`` filter from an index on the user's rows and scanned all
     of them again for every hit (queries._read_back)."""
-    from pgmemory.store.database import Database
+    from pgmemory.store._engine.database import Database
 
     migrate.upgrade(fresh_database)
     settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]

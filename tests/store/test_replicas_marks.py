@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pgmemory.settings import Settings
-from pgmemory.store import replicas
-from pgmemory.store.replicas import WriteMarks, parse_lsn
+from pgmemory.store._engine import replicas
+from pgmemory.store._engine.replicas import WriteMarks, parse_lsn
 
 
 def test_parse_lsn_orders_positions_as_postgresql_does() -> None:

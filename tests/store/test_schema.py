@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import migrate
-from pgmemory.store.connector import VERSION_TABLE
+from pgmemory.store._engine.connector import VERSION_TABLE
 from pgmemory.store.migrate import include_object
 from pgmemory.store.models import Base
 from pgmemory.store.store import MemoryStore

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
-from pgmemory.store.connector import normalise_url
+from pgmemory.store._engine.connector import normalise_url
 
 
 async def test_an_applications_own_engine(database_url: str, embedder: CachedEmbedder) -> None:
@@ -52,7 +52,7 @@ async def test_the_embedded_default_says_where_it_writes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, embedder: CachedEmbedder
 ) -> None:
     settings = Settings(_env_file=None, data_dir=tmp_path / "pgdata")  # type: ignore[call-arg]
-    with caplog.at_level(logging.WARNING, logger="pgmemory.store.database"):
+    with caplog.at_level(logging.WARNING, logger="pgmemory.store._engine.database"):
         async with MemoryStore(settings=settings, embedder=embedder, migrate=True):
             pass
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -3,7 +3,7 @@
 Checking a connection out of SQLAlchemy's pool and back in costs a small search about a tenth
 of a millisecond: the pool's bookkeeping and events, run through a greenlet each way, its
 reset on return, and autocommit switched on and off. :meth:`Database.driver_autocommit
-<pgmemory.store.database.Database.driver_autocommit>` therefore keeps the connections it is
+<pgmemory.store._engine.database.Database.driver_autocommit>` therefore keeps the connections it is
 done with here, still checked out and in autocommit, and hands them to the next statement.
 
 What keeps that safe for everything else the pool serves:
@@ -34,8 +34,8 @@ from psycopg.pq import TransactionStatus
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
-from pgmemory.store import lifecycle
-from pgmemory.store.connector import socket_readable
+from pgmemory.store._engine import lifecycle
+from pgmemory.store._engine.connector import socket_readable
 
 #: Seconds a held connection may stay idle before it goes back to the pool.
 IDLE_S = 1.0

@@ -16,11 +16,11 @@ memories and chat history. On one server in READ COMMITTED those statements take
 themselves (migration 0022; ``Database.locks_in_statement``); elsewhere the locks a statement
 needs and the statement go in one pipeline, one round trip, committed as one implicit
 transaction (or, in a unit of work, part of its transaction: see
-:meth:`pgmemory.store.database.Database.fetch`).
+:meth:`pgmemory.store._engine.database.Database.fetch`).
 
 What a lost connection does: the statement is its own commit, so when the connection is lost
 while it runs, its audit row may have committed or not; :meth:`Database.read` runs the search
-once more (see :meth:`pgmemory.store.database.Database.fetch`), so the recall that
+once more (see :meth:`pgmemory.store._engine.database.Database.fetch`), so the recall that
 returned is audited, and a lost attempt may leave an audit row of its own.
 """
 
@@ -39,9 +39,9 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 
 import pgmemory.telemetry as telemetry
 from pgmemory.store import queries as q
-from pgmemory.store.binary import ARRAY_TYPES, ArrayParameter
-from pgmemory.store.clauses import clause
-from pgmemory.store.connector import driver_error
+from pgmemory.store._engine.binary import ARRAY_TYPES, ArrayParameter
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.connector import driver_error
 
 _DIALECT = PGDialectAsync_psycopg()
 
@@ -94,7 +94,7 @@ class DriverStatement:
         sql: The statement, ``$1``, ``$2``... in place of its ``:name`` parameters.
         names: The parameter each ``$n`` stands for (``names[n - 1]``).
         arrays: The parameters cast to an array type, each with the class it is sent as
-            (:mod:`pgmemory.store.binary`: the cast's element type, in binary).
+            (:mod:`pgmemory.store._engine.binary`: the cast's element type, in binary).
     """
 
     sql: str
@@ -147,7 +147,9 @@ def driver_statement(statement: str) -> DriverStatement:
     arrays: dict[str, type[ArrayParameter]] = {}
     for name, element in _ARRAY_PARAMETER.findall(compiled):
         if element not in ARRAY_TYPES:
-            raise ValueError(f"no array parameter class for {element}[] (pgmemory.store.binary)")
+            raise ValueError(
+                f"no array parameter class for {element}[] (pgmemory.store._engine.binary)"
+            )
         arrays[name] = ARRAY_TYPES[element]
     return DriverStatement(
         sql=_PLACEHOLDER.sub(number, compiled), names=tuple(names), arrays=arrays
@@ -186,12 +188,12 @@ async def run(
 ) -> list[dict[str, Any]]:
     """Run ``statement`` (``:name`` parameters) on ``conn`` as one prepared round trip, in a
     ``statement`` span; psycopg's errors come out as
-    :func:`~pgmemory.store.connector.driver_error` says (SQLAlchemy's ``DBAPIError``,
+    :func:`~pgmemory.store._engine.connector.driver_error` says (SQLAlchemy's ``DBAPIError``,
     ``connection_invalidated`` when the connection was lost).
 
     Args:
         conn: A psycopg connection in autocommit (:meth:`Database.driver_autocommit
-            <pgmemory.store.database.Database.driver_autocommit>`).
+            <pgmemory.store._engine.database.Database.driver_autocommit>`).
         statement: One statement from :mod:`pgmemory.store.queries`.
         params: Its parameters.
         lock_users: Users whose erasure lock the statement holds, shared, for its transaction

@@ -37,8 +37,8 @@ from pgmemory.errors import (
     StatementTimeoutError,
     with_driver_class,
 )
-from pgmemory.store.addresses import URL_SETTING, connection_problem, mask, where
-from pgmemory.store.connector import setup_error
+from pgmemory.store._engine.addresses import URL_SETTING, connection_problem, mask, where
+from pgmemory.store._engine.connector import setup_error
 
 Step = Literal["connect", "statement", "commit"]
 Outcome = Literal["stored", "not stored", "unknown"]
@@ -72,7 +72,7 @@ def translated(
     setting: str = URL_SETTING,
 ) -> BaseException:
     """The error to raise (``from exc``) instead of the driver's ``exc``: ``exc`` itself when
-    it is pgmemory's already or no driver error; :func:`~pgmemory.store.connector.setup_error`'s
+    it is pgmemory's already or no driver error; :func:`~pgmemory.store._engine.connector.setup_error`'s
     when the deployment explains it; else a :class:`~pgmemory.errors.DatabaseError` that is
     also of ``exc``'s SQLAlchemy class.
 

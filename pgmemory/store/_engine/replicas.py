@@ -33,8 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from pgmemory.settings import Settings
 from pgmemory.store import queries as q
-from pgmemory.store.clauses import clause
-from pgmemory.store.connector import make_engine
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.connector import make_engine
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class ReplicaSet:
     Args:
         urls: SQLAlchemy or libpq URLs of hot standbys of the primary.
         settings: Pool sizes and timeouts (as the primary's), and the replica knobs.
-        generic_plans: As the primary's engine (see :func:`pgmemory.store.connector.make_engine`).
+        generic_plans: As the primary's engine (see :func:`pgmemory.store._engine.connector.make_engine`).
     """
 
     def __init__(

@@ -17,8 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError
 from pgmemory.settings import Settings
-from pgmemory.store import binary, queries as q
-from pgmemory.store.clauses import clause
+from pgmemory.store import queries as q
+from pgmemory.store._engine import binary
+from pgmemory.store._engine.clauses import clause
 from pgmemory.store.jsonb import JsonbLoader
 from pgmemory.store.queries import FirstPass
 
@@ -302,7 +303,7 @@ def _register_types(dbapi_connection: Any, _record: Any) -> None:
 
 def register_adapters(connection: psycopg.AsyncConnection[Any]) -> None:
     """What pgmemory's statements send and read, on ``connection`` (after pgvector's types):
-    array parameters in binary (:mod:`pgmemory.store.binary`), jsonb results
+    array parameters in binary (:mod:`pgmemory.store._engine.binary`), jsonb results
     (:class:`~pgmemory.store.jsonb.JsonbLoader`)."""
     binary.register(connection)
     connection.adapters.register_loader("jsonb", JsonbLoader)

@@ -3,7 +3,7 @@
 The domain modules (reads, recall, writes, history) say what a statement needs; they never ask
 whether the database is distributed, which isolation its sessions default to, or whether a
 unit of work is open. :class:`Deployment` knows that, from the moment
-:meth:`~pgmemory.store.database.Database.open` has read it, and decides:
+:meth:`~pgmemory.store._engine.database.Database.open` has read it, and decides:
 
 * a write's locks (:class:`Locking`): on one server in READ COMMITTED the statement takes its
   users' (and sessions') locks itself (migration 0022), one statement; elsewhere a lock
@@ -18,7 +18,7 @@ unit of work is open. :class:`Deployment` knows that, from the moment
   again), and whether its commit may skip the disk flush (``relax_commit``: unless
   ``durable_recall_audit``, or a unit of work's commit carries the turn's writes).
 
-:meth:`Database.audited <pgmemory.store.database.Database.audited>` runs an
+:meth:`Database.audited <pgmemory.store._engine.database.Database.audited>` runs an
 :class:`AuditedRead` the way :meth:`Deployment.audit_route` chooses.
 """
 
@@ -81,7 +81,7 @@ class AuditRoute(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class AuditedRead:
     """A read of one scope that may write a recall audit row: what the domain needs, not how it
-    runs (:meth:`Database.audited <pgmemory.store.database.Database.audited>` runs it).
+    runs (:meth:`Database.audited <pgmemory.store._engine.database.Database.audited>` runs it).
 
     Attributes:
         build: The read's statement for a :class:`Shape`.

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from pgmemory.errors import StoreClosedError
-from pgmemory.store.retry import retried_read
+from pgmemory.store._engine.retry import retried_read
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def refuse_when_closed(cls: type, closed: Callable[[Any], bool], *, keep: Iterab
     """Make every public coroutine method of ``cls`` (but ``keep``'s) raise StoreClosedError
     when ``closed(self)`` is true, before doing anything: what a call would otherwise do
     after a close depends on its caches (a cached collection needs no database). A
-    :func:`~pgmemory.store.retry.retried_read` method gets one wrapper that does both (one
+    :func:`~pgmemory.store._engine.retry.retried_read` method gets one wrapper that does both (one
     frame on the stack of each read, not two)."""
     kept = set(keep)
 

@@ -1,10 +1,10 @@
 """A unit of work's one transaction, and the locks a write holds.
 
-:class:`SharedTransaction` is what :meth:`pgmemory.store.database.Database.unit_of_work` makes
+:class:`SharedTransaction` is what :meth:`pgmemory.store._engine.database.Database.unit_of_work` makes
 the current task's writes join; :func:`lock` takes a write's erasure and append locks in one
-statement, the one :func:`~pgmemory.store.fastpath.lock_statement` chooses (also for the fast
+statement, the one :func:`~pgmemory.store._engine.fastpath.lock_statement` chooses (also for the fast
 path's pipeline). Both run their statements on the driver below them
-(:mod:`pgmemory.store.fastpath`) and call nothing of the database above them but the
+(:mod:`pgmemory.store._engine.fastpath`) and call nothing of the database above them but the
 connection it hands out and, after a commit, its note for read-your-writes.
 """
 
@@ -20,9 +20,9 @@ from psycopg import pq
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from pgmemory.errors import TurnWriteFailedError
-from pgmemory.store import fastpath
-from pgmemory.store.clauses import clause
-from pgmemory.store.driver_errors import DRIVER_ERRORS, reraise
+from pgmemory.store._engine import fastpath
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, reraise
 
 
 async def lock(

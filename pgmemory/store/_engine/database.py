@@ -34,17 +34,17 @@ verb                   transaction                      retry                   
 =====================  ===============================  ==========================  ==================
 
 Every verb gets a healthy connection: the pool replaces connections whose server went away (see
-:func:`pgmemory.store.connector.make_engine`), and when the embedded server itself is gone, it
+:func:`pgmemory.store._engine.connector.make_engine`), and when the embedded server itself is gone, it
 is started again before connecting. Autocommit reads cost no BEGIN/COMMIT round trips and no
 ROLLBACK, after which psycopg would drop its prepared statements.
 
 Whatever the driver, SQLAlchemy or the pool raise comes out of a verb (and of opening) as a
 :class:`~pgmemory.errors.DatabaseError` naming the step and, for a write, its outcome
-(:mod:`pgmemory.store.driver_errors`).
+(:mod:`pgmemory.store._engine.driver_errors`).
 
 With read replicas (``Settings.read_urls``), :meth:`read` hands out a connection to a hot
 standby when one is healthy and has replayed the reading user's own latest write (see
-:mod:`pgmemory.store.replicas`), else to the primary. For that, every committed :meth:`write`
+:mod:`pgmemory.store._engine.replicas`), else to the primary. For that, every committed :meth:`write`
 notes the primary's WAL position for the users it names (``users=``; unnamed: for everyone).
 """
 
@@ -76,10 +76,11 @@ from sqlalchemy.util import greenlet_spawn
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
 from pgmemory.settings import Settings
-from pgmemory.store import fastpath, lifecycle, migrate as migrations, queries as q
-from pgmemory.store.addresses import URL_SETTING
-from pgmemory.store.clauses import clause
-from pgmemory.store.connector import (
+from pgmemory.store import migrate as migrations, queries as q
+from pgmemory.store._engine import fastpath, lifecycle
+from pgmemory.store._engine.addresses import URL_SETTING
+from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.connector import (
     adopt_engine,
     check_database,
     driver_error,
@@ -87,12 +88,18 @@ from pgmemory.store.connector import (
     is_distributed,
     make_engine,
 )
-from pgmemory.store.deployment import AuditedRead, AuditRoute, Deployment, Locking, TooFewRows
-from pgmemory.store.driver_errors import DRIVER_ERRORS, Step, reraise, reraise_opening
+from pgmemory.store._engine.deployment import (
+    AuditedRead,
+    AuditRoute,
+    Deployment,
+    Locking,
+    TooFewRows,
+)
+from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, Step, reraise, reraise_opening
+from pgmemory.store._engine.held import HeldConnections
+from pgmemory.store._engine.replicas import ReplicaSet, parse_lsn
+from pgmemory.store._engine.unit_of_work import SharedTransaction, lock
 from pgmemory.store.embedded import EmbeddedServer
-from pgmemory.store.held import HeldConnections
-from pgmemory.store.replicas import ReplicaSet, parse_lsn
-from pgmemory.store.unit_of_work import SharedTransaction, lock
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +240,7 @@ class Database:
         Then every verb raises :class:`~pgmemory.errors.StoreClosedError`; calls in flight keep
         their connections, awaited (at most ``CLOSE_GRACE_S``) before the pool goes. A dead
         server is fine. Calling it twice, or in a forked child (the parent's pool and server
-        stay the parent's: see :mod:`pgmemory.store.lifecycle`), is harmless.
+        stay the parent's: see :mod:`pgmemory.store._engine.lifecycle`), is harmless.
         """
         if self._closed:
             return
@@ -367,7 +374,7 @@ class Database:
     ) -> AsyncIterator[AsyncConnection]:
         """The read verb: a connection for a read of ``user``'s data, on a replica when one may
         serve it. The method doing the read is retried as a whole
-        (:func:`pgmemory.store.retry.retried_read`).
+        (:func:`pgmemory.store._engine.retry.retried_read`).
 
         A replica serves it when it is reachable, not lagging, and has replayed the user's
         latest write through this database (waiting at most ``replica_wait_ms``); otherwise,
@@ -423,13 +430,13 @@ class Database:
 
         ``deferred``: while its writes are ones whose rows the caller does not need
         (:meth:`fetch` with ``deferrable``), the block sends nothing and its end commits them
-        in one round trip (see :class:`~pgmemory.store.unit_of_work.SharedTransaction`);
+        in one round trip (see :class:`~pgmemory.store._engine.unit_of_work.SharedTransaction`);
         a block inside another one has the outer one's way.
 
         Every :meth:`write` (and :meth:`fetch`) started in this task (or in tasks it starts)
         while the block runs joins one transaction on one connection: when the block ends
         normally everything commits at once; when it raises, or one of its writes failed,
-        everything rolls back (see :class:`~pgmemory.store.unit_of_work.SharedTransaction`). The
+        everything rolls back (see :class:`~pgmemory.store._engine.unit_of_work.SharedTransaction`). The
         connection is taken, and the transaction begun, at the first write, so a block that
         writes nothing costs nothing. A block inside another one joins the outer one.
 
@@ -576,9 +583,9 @@ class Database:
         step: Step = "statement",
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection's own psycopg connection, in autocommit: what :meth:`fetch` runs
-        on, skipping SQLAlchemy's statement handling (:mod:`pgmemory.store.fastpath`).
+        on, skipping SQLAlchemy's statement handling (:mod:`pgmemory.store._engine.fastpath`).
 
-        It is one the fast path held since its last statement (:mod:`pgmemory.store.held`: no
+        It is one the fast path held since its last statement (:mod:`pgmemory.store._engine.held`: no
         checkout at all), or else one checked out of the pool as a raw connection (the pool's
         events, its checks and its reset on return still apply), without a SQLAlchemy
         ``Connection`` around it: that wrapper cost a small search about 0.05 ms of its ~0.9 ms.
@@ -591,9 +598,9 @@ class Database:
             users: See ``wrote``.
             step: What the block is, for its errors (``statement`` or ``commit``).
 
-        Errors come out as :func:`~pgmemory.store.driver_errors.translated` says: when the
+        Errors come out as :func:`~pgmemory.store._engine.driver_errors.translated` says: when the
         connection was lost, the pool discards it and the error is ``connection_invalidated``,
-        so :func:`pgmemory.store.retry.retried_read` runs a read once more.
+        so :func:`pgmemory.store._engine.retry.retried_read` runs a read once more.
         """
         self._usable()
         taken = await self._held.take()
@@ -665,7 +672,7 @@ class Database:
     ) -> list[dict[str, Any]] | None:
         """The fast verb: ``statement`` (``:name`` parameters) and the locks it needs in one
         prepared round trip on the primary's driver connection, its rows as dicts
-        (:mod:`pgmemory.store.fastpath`): one implicit transaction, committed when it returns;
+        (:mod:`pgmemory.store._engine.fastpath`): one implicit transaction, committed when it returns;
         in a :meth:`unit_of_work`, part of the unit's transaction (the locks it holds already
         not taken again).
 
@@ -678,7 +685,7 @@ class Database:
             deferrable: The caller can do without its rows: in a deferred unit of work that
                 has sent nothing yet it is queued for the commit, and None is returned.
 
-        A :class:`~pgmemory.store.deployment.Locking` statement runs in the form the
+        A :class:`~pgmemory.store._engine.deployment.Locking` statement runs in the form the
         deployment chooses: where locks are taken in the statement, no lock statement is sent.
         """
         if isinstance(statement, Locking):
@@ -725,19 +732,19 @@ class Database:
     @property
     def locks_in_statement(self) -> bool:
         """Whether a statement of one user takes its locks itself
-        (:attr:`Deployment.locks_in_statement <pgmemory.store.deployment.Deployment>`)."""
+        (:attr:`Deployment.locks_in_statement <pgmemory.store._engine.deployment.Deployment>`)."""
         return self.deployment.locks_in_statement
 
     @property
     def guards_reads(self) -> bool:
         """Whether an audited read of a user takes the user's erasure lock in its own statement
-        now (:meth:`Deployment.shape <pgmemory.store.deployment.Deployment.shape>`'s
+        now (:meth:`Deployment.shape <pgmemory.store._engine.deployment.Deployment.shape>`'s
         ``guarded``): where locks are taken in the statement, outside a unit of work."""
         return self.deployment.guards_reads(in_unit_of_work=self.in_unit_of_work)
 
     def audited(self, read: AuditedRead) -> Coroutine[Any, Any, Sequence[Any]]:
         """The audited-read verb: ``read``'s statement, in the shape and on the route the
-        deployment chooses (:mod:`pgmemory.store.deployment`), its recall audit row committed
+        deployment chooses (:mod:`pgmemory.store._engine.deployment`), its recall audit row committed
         with it: in the statement itself, one prepared round trip (:meth:`fetch`, holding the
         user's erasure lock unless the statement takes it); apart from it in one transaction
         holding that lock (Citus); or, when a hot standby served it, inserted on the primary

@@ -1,6 +1,6 @@
 """The read retry: a reading method runs once more, on a fresh connection, after losing its
 connection midway (:func:`retried_read`), unless a write in it may have committed (the error's
-``outcome``, :mod:`pgmemory.store.driver_errors`); and once more when the erasure guard
+``outcome``, :mod:`pgmemory.store._engine.driver_errors`); and once more when the erasure guard
 refused it."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def retried_read(
 
     Only for methods that change nothing but recall audit rows written in the same
     transaction. The retry is in the one wrapper's own frame (no function of its own on the
-    stack of every read); :func:`pgmemory.store.lifecycle.refuse_when_closed` makes that
+    stack of every read); :func:`pgmemory.store._engine.lifecycle.refuse_when_closed` makes that
     wrapper refuse a closed store too (``check``), rather than wrapping it once more.
 
     Args:

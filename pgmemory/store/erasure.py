@@ -65,7 +65,7 @@ async def delete(
         params: dict[str, Any] = dict(scope.as_dict())
         if ids is not None:
             params["ids"] = _id_list(ids)
-            statement = q.delete_ids(dimensions, distributed=db.distributed)
+            statement = db.deployment.built(q.delete_ids, dimensions)
         else:
             statement = q.delete_scope(dimensions)
         async with db.write() as conn:

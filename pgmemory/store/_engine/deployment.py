@@ -129,6 +129,12 @@ class Deployment:
     read_committed: bool = True
     durable_recall_audit: bool = False
 
+    def built(self, builder: Callable[..., str], *args: Any) -> str:
+        """``builder(*args)`` in this deployment's form: a statement builder whose statement
+        differs on Citus takes ``distributed``, and the domain asks for it through here
+        (``db.deployment.built(q.delete_ids, dimensions)``) instead of reading the deployment."""
+        return builder(*args, distributed=self.distributed)
+
     @property
     def needs_block(self) -> bool:
         """Whether a deferred unit of work's commit needs an explicit transaction block: on

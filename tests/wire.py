@@ -24,7 +24,7 @@ async def one_connection_store(url: str, **options: Any) -> AsyncIterator[tuple[
     connection (to trace)."""
     settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
     async with MemoryStore(url, settings=settings, **options) as store:
-        async with store.database.driver_autocommit() as driver:
+        async with store.database.connections.driver_autocommit() as driver:
             pgconn = driver.pgconn
         yield store, pgconn
 

@@ -118,7 +118,7 @@ async def captured(url: str, big: int, args: argparse.Namespace) -> list[tuple[s
         # statement Admin.user_recalls runs, with the ids of those recalls)
         for i in range(20):
             await store.search(COLLECTION, busy, vector=vectors[i + 1], limit=5)
-        async with store.database.driver_autocommit() as conn:
+        async with store.database.connections.driver_autocommit() as conn:
             cur = await conn.execute(
                 "SELECT id FROM pgmemory_recall_audit WHERE user_id = 'busy' ORDER BY id DESC"
                 " LIMIT 20"

@@ -262,7 +262,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 tops: dict[str, list[Any]] = {}
                 order = sides[j % 3 :] + sides[: j % 3]
                 for side in order:
-                    async with db.driver_autocommit() as conn:
+                    async with db.connections.driver_autocommit() as conn:
                         t = time.perf_counter()
                         rows = await fastpath.run(conn, statements[side], params)
                         elapsed = (time.perf_counter() - t) * 1000

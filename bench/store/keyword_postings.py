@@ -155,7 +155,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                     calls.append(captured[0])
                 lat: dict[str, list[float]] = {side: [] for side in SIDES}
                 overlap = []
-                async with store.database.driver_autocommit() as conn:
+                async with store.database.connections.driver_autocommit() as conn:
                     for j, (statement, params) in enumerate(calls):
                         got: dict[str, list[str]] = {}
                         scores: dict[str, list[float]] = {}

@@ -8,7 +8,7 @@ process and connection pool:
 * ``search``, ``search (audit off)``: ``store.search`` as users call it;
 * ``db.fetch``: the statement ``search`` sends, through the database's fast verb alone
   (``Database.fetch``: no argument checks, no hit objects);
-* ``pool checkout + return``: ``Database.driver_autocommit`` with nothing run in it (a
+* ``pool checkout + return``: ``Database.connections.driver_autocommit`` with nothing run in it (a
   connection the fast path holds, taken and held again: ``pgmemory.store._engine.held``);
 * ``raw: audited statement``, ``raw: search statement, no audit``, ``raw: SELECT 1``: the same
   statements on a psycopg connection of their own (prepared, autocommit, pgmemory's adapters,
@@ -130,7 +130,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
             await cursor.fetchall()
 
         async def pool_only() -> None:
-            async with db.driver_autocommit():
+            async with db.connections.driver_autocommit():
                 pass
 
         steps: dict[str, Callable[[], Awaitable[Any]]] = {

@@ -96,7 +96,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             }
             lat: dict[str, list[float]] = {side: [] for side in statements}
             sides = list(statements)
-            async with store.database.driver_autocommit() as conn:
+            async with store.database.connections.driver_autocommit() as conn:
                 for j, (statement, params) in enumerate(calls):
                     assert statement == statements["after"]
                     got = {}

@@ -97,7 +97,7 @@ def database_url(settings: Settings, url: str | None) -> Iterator[str]:
         yield target.url
     elif not settings.embedded:  # a misspelt URL variable must not mean "the local server"
         from pgmemory.errors import DatabaseNotReadyError
-        from pgmemory.store._engine.database import NO_URL_NO_EMBEDDED
+        from pgmemory.store._engine.connections import NO_URL_NO_EMBEDDED
 
         raise DatabaseNotReadyError(NO_URL_NO_EMBEDDED)
     else:

@@ -18,10 +18,7 @@ PACKAGE = Path(pgmemory.__file__).parent
 MAX_LINES = 600
 CATALOGUES = {"pgmemory.store.queries", "pgmemory.admin.statements"}
 #: Modules of one concept longer than that, each with why it stays whole.
-ONE_CONCEPT = {
-    # its verbs, once split over two files with type-only stubs of its own methods to fit
-    "pgmemory.store._engine.database": "the Database class: every verb a statement runs by",
-}
+ONE_CONCEPT: dict[str, str] = {}
 #: Written by a generator (one line per public method of the store and admin fronts).
 GENERATED = {"pgmemory.sync_generated"}
 #: What the data plane must never import: the planes and faces built on it.

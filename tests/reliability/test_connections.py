@@ -79,7 +79,7 @@ class DropOnCheckout:
 
 async def _release_held(store: MemoryStore) -> None:
     """Give the connections the fast path holds back to the pool."""
-    held = store.database._held
+    held = store.database.connections.held
     while len(held):
         await held.release_one()
 

@@ -432,7 +432,7 @@ async def test_a_server_gone_after_opening_names_the_setting_for_every_verb(
     ):
         await store.create_collection(collection, dimensions=DIM, embedding_model="test")
         port = proxy.port
-        await store.database._held.close()
+        await store.database.connections.held.close()
         await proxy.stop()
         await store.engine.dispose()
         calls = {

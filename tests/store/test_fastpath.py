@@ -105,7 +105,7 @@ async def test_a_connection_keeps_one_cursor_and_each_statement_reads_its_own_ro
     failed statement and a pipeline on it leave nothing of theirs to the next statement."""
     from pgmemory.store._engine import fastpath
 
-    async with store.database.driver_autocommit() as conn:
+    async with store.database.connections.driver_autocommit() as conn:
         first = fastpath.own_cursor(conn)
         assert fastpath.own_cursor(conn) is first
         assert await fastpath.run(conn, "SELECT CAST(:a AS int) AS a", {"a": 1}) == [{"a": 1}]
@@ -238,7 +238,7 @@ async def test_empty_and_null_arrays_of_every_sent_type_cast_in_binary(store: Me
     kinds = sorted({kind for _, kind in _array_casts()})
     from pgmemory.store._engine.binary import array
 
-    async with store.database.driver_autocommit() as conn:
+    async with store.database.connections.driver_autocommit() as conn:
         for kind in kinds:
             for value in ([], [None]):
                 cursor = psycopg.AsyncRawCursor(conn)
@@ -273,7 +273,7 @@ async def test_arrays_of_every_element_type_read_back_as_sent(store: MemoryStore
         "vector": ([vector, None, Vector([1.0, 2.5, -3.0])], [Vector(vector.tolist()), None, Vector([1.0, 2.5, -3.0])]),
     }  # fmt: skip
     assert set(cases) == set(ARRAY_TYPES)
-    async with store.database.driver_autocommit() as conn:
+    async with store.database.connections.driver_autocommit() as conn:
         dumper = conn.adapters.get_dumper(np.ndarray, PyFormat.AUTO)
         assert dumper.__module__ == "pgmemory.store._engine.binary", dumper
         cursor = psycopg.AsyncRawCursor(conn)

@@ -63,7 +63,7 @@ async def test_jsonb_results_read_back_as_stored(store: MemoryStore) -> None:
     ASCII, a float written positionally, scalars and JSON null all read as json.loads reads
     them; SQL NULL stays None."""
     values = ["{}", '{"a": "héllo 🍜", "b": [1.5, null, {"c": {}}]}', '"x"', "null", "2", "[]"]
-    async with store.database.driver_autocommit() as conn:
+    async with store.database.connections.driver_autocommit() as conn:
         jsonb_oid = conn.adapters.types["jsonb"].oid
         assert conn.adapters.get_loader(jsonb_oid, pq.Format.TEXT) is JsonbLoader
         cursor = await conn.execute(

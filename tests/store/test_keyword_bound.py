@@ -87,7 +87,7 @@ async def test_each_term_reads_a_bounded_number_of_rows(
         "limit": 10,
         "min_score": -2.0,
     }
-    async with store.database.driver_autocommit() as conn:
+    async with store.database.connections.driver_autocommit() as conn:
         rows = await fastpath.run(
             conn, "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params, prepare=False
         )

@@ -11,6 +11,9 @@ One direction, top to bottom; nothing here imports the domain modules above it
 * ``unit_of_work`` – a unit of work's one transaction and the locks a write holds;
 * ``fastpath`` – one statement (with its locks) as one prepared round trip on psycopg, and a
   deferred unit's writes as one; ``binary`` writes its parameters in the binary format;
+* ``connections`` – where the database is and every connection to it (the pools, the embedded
+  server, the replicas, read-your-writes); below the verbs and the unit of work, which both
+  take their connections there;
 * ``held`` – the pooled connections kept between fast-path statements; ``connector`` makes
   the engine and explains what the deployment refuses; ``replicas`` routes reads to hot
   standbys; ``lifecycle`` closing and forking; ``retry`` the read retry;

@@ -33,10 +33,10 @@ verb                   transaction                      retry                   
                        INDEX CONCURRENTLY``)
 =====================  ===============================  ==========================  ==================
 
-Every verb gets a healthy connection: the pool replaces connections whose server went away (see
-:func:`pgmemory.store._engine.connector.make_engine`), and when the embedded server itself is gone, it
-is started again before connecting. Autocommit reads cost no BEGIN/COMMIT round trips and no
-ROLLBACK, after which psycopg would drop its prepared statements.
+Every verb takes its connections from :class:`~pgmemory.store._engine.connections.Connections`
+(where the database is, its pools, the embedded server started again when it died), below it
+as the unit of work is. Autocommit reads cost no BEGIN/COMMIT round trips and no ROLLBACK,
+after which psycopg would drop its prepared statements.
 
 Whatever the driver, SQLAlchemy or the pool raise comes out of a verb (and of opening) as a
 :class:`~pgmemory.errors.DatabaseError` naming the step and, for a write, its outcome
@@ -54,13 +54,8 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import os
-import time
-import weakref
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
-    Callable,
     Coroutine,
     Iterable,
     Mapping,
@@ -68,25 +63,19 @@ from collections.abc import (
 )
 from typing import Any, Literal, TypeVar, overload
 
-import psycopg
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.util import greenlet_spawn
 
 import pgmemory.telemetry as telemetry
-from pgmemory.errors import DatabaseNotReadyError, InvalidInputError, StoreClosedError
+from pgmemory.errors import InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate as migrations, queries as q
-from pgmemory.store._engine import fastpath, lifecycle
-from pgmemory.store._engine.addresses import URL_SETTING
+from pgmemory.store._engine import fastpath
 from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.connections import Connections
 from pgmemory.store._engine.connector import (
-    adopt_engine,
     check_database,
-    driver_error,
     first_passes,
     is_distributed,
-    make_engine,
 )
 from pgmemory.store._engine.deployment import (
     AuditedRead,
@@ -95,21 +84,13 @@ from pgmemory.store._engine.deployment import (
     Locking,
     TooFewRows,
 )
-from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, Step, reraise, reraise_opening
-from pgmemory.store._engine.held import HeldConnections
-from pgmemory.store._engine.replicas import ReplicaSet, parse_lsn
+from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, reraise, reraise_opening
+from pgmemory.store._engine.replicas import ReplicaSet
 from pgmemory.store._engine.unit_of_work import SharedTransaction, lock
-from pgmemory.store.embedded import EmbeddedServer
 
 logger = logging.getLogger(__name__)
 
 C = TypeVar("C")
-
-#: Why nothing opens when no URL is set and the embedded server may not start.
-NO_URL_NO_EMBEDDED = (
-    "no database URL is set and the embedded server is switched off (PGMEMORY_EMBEDDED=false): "
-    "set PGMEMORY_DATABASE_URL, or pass a URL or an engine"
-)
 
 
 class Database:
@@ -138,32 +119,17 @@ class Database:
         if url is not None and engine is not None:
             raise InvalidInputError("pass a database URL or an engine, not both")
         self.settings = settings
-        self._given_engine = engine
         if engine is not None:
             url = engine.url.render_as_string(hide_password=False)
-        self._url = url
-        #: The URL in use once open (the embedded server's when no URL was given).
-        self._resolved_url: str | None = url
         self._migrate = migrate
-        self._server: EmbeddedServer | None = None
-        self._engine: AsyncEngine | None = None
-        self._read_urls = tuple(read_urls)
-        self._replicas: ReplicaSet | None = None
-        self._closed = False
+        self._own_engine = engine is None
+        #: Where the database is and every connection to it (below the verbs).
+        self.connections = Connections(url, settings=settings, engine=engine, read_urls=read_urls)
         #: How this database runs what the domain asks (read when the store opens).
         self.deployment = Deployment(durable_recall_audit=settings.durable_recall_audit)
         #: The two-phase path's first passes the memories keep (binary codes, half vectors:
         #: pgvector >= 0.7; read when the store opens).
         self.first_passes: tuple[q.FirstPass, ...] = ()
-        #: The process the pools were made in: a forked child makes its own (see _usable).
-        self._pid = os.getpid()
-        #: A forked child's start of its own use of the embedded server (see _after_fork).
-        self._child_server: asyncio.Future[str] | None = None
-        self._child_server_due = False
-        #: The connections handed out, so that close() can wait for those in flight.
-        self._leases: weakref.WeakSet[Any] = weakref.WeakSet()
-        #: The fast path's connections kept between statements (none until open).
-        self._held = HeldConnections(0)
         #: The shared transaction the current task's writes join, if any.
         self._shared: contextvars.ContextVar[SharedTransaction | None] = contextvars.ContextVar(
             f"pgmemory_shared_transaction_{id(self)}", default=None
@@ -177,61 +143,37 @@ class Database:
                 missing.
             MissingExtraError: No URL is set and the embedded server is not installed.
         """
-        if self._closed:
-            raise StoreClosedError(lifecycle.CLOSED)
-        if self._engine is not None:
+        connections = self.connections
+        if connections.opened and not connections.closed:
             return
-        url = self._url
-        if url is None:
-            if not self.settings.embedded:
-                raise DatabaseNotReadyError(NO_URL_NO_EMBEDDED)
-            self._server = EmbeddedServer(self.settings.data_dir)
-            logger.warning(
-                "no database URL is set: using the embedded PostgreSQL server with data in %s "
-                "(set PGMEMORY_DATABASE_URL for your own server, PGMEMORY_EMBEDDED=false to "
-                "make a missing URL an error)",
-                self.settings.data_dir,
-            )
-            url = await asyncio.to_thread(self._server.start)
-        self._resolved_url = url
+        url = await connections.start()
         try:
             if self._migrate:
                 await asyncio.to_thread(migrations.upgrade, url)
-            if self._given_engine is not None:
-                self._engine = adopt_engine(self._given_engine, self.settings)
-            else:
-                self._engine = make_engine(url, self.settings)
-            await check_database(self._engine, expected_revision=migrations.head_revision())
-            distributed = await is_distributed(self._engine)
-            if distributed and self._given_engine is None:
+            engine = await connections.open_engine()
+            await check_database(engine, expected_revision=migrations.head_revision())
+            distributed = await is_distributed(engine)
+            if distributed and self._own_engine:
                 # Citus plans no generic plan of a distributed statement (connector.GENERIC_PLANS)
-                await self._engine.dispose()
-                self._engine = make_engine(url, self.settings, generic_plans=False)
-            self.first_passes = await first_passes(self._engine)
-            # On an engine of its own only (an application's pool lends none), and never the
-            # whole pool: one connection stays for the rest of the store and the engine's users.
-            own = self._given_engine is None and self._idle_in_pool() is not None
-            self._held = HeldConnections(self.settings.pool_size - 1 if own else 0)
-            if self._read_urls:
-                self._replicas = ReplicaSet(
-                    self._read_urls, self.settings, generic_plans=not distributed
-                )
+                engine = await connections.open_engine(generic_plans=False)
+            self.first_passes = await first_passes(engine)
+            connections.open_pools(distributed=distributed)
             self.deployment = Deployment(
                 distributed=distributed,
-                replicated=self._replicas is not None,
-                read_committed=self._engine.dialect.default_isolation_level == "READ COMMITTED",
+                replicated=connections.replicas is not None,
+                read_committed=engine.dialect.default_isolation_level == "READ COMMITTED",
                 durable_recall_audit=self.settings.durable_recall_audit,
             )
         except BaseException as exc:
-            await self._release()
+            await connections.release()
             if isinstance(exc, DRIVER_ERRORS):
-                reraise_opening(exc, url=url, setting=self._setting)
+                reraise_opening(exc, url=url, setting=connections.setting)
             raise
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called (every statement then raises StoreClosedError)."""
-        return self._closed
+        return self.connections.closed
 
     async def close(self) -> None:
         """Refuse new statements, let those in flight finish, close the pool; release the
@@ -242,26 +184,7 @@ class Database:
         server is fine. Calling it twice, or in a forked child (the parent's pool and server
         stay the parent's: see :mod:`pgmemory.store._engine.lifecycle`), is harmless.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if self._pid != os.getpid():
-            self._after_fork()
-        await self._held.close()
-        await lifecycle.wait_returned(self._leases, lifecycle.CLOSE_GRACE_S)
-        await self._release()
-
-    async def _release(self) -> None:
-        """Close the pools and release the embedded server."""
-        engine, self._engine = self._engine, None
-        replicas, self._replicas = self._replicas, None
-        if replicas is not None:
-            await replicas.close()
-        if engine is not None and engine is not self._given_engine:
-            await engine.dispose()
-        server, self._server = self._server, None
-        if server is not None:
-            await asyncio.to_thread(server.stop)
+        await self.connections.close()
 
     async def migrate(self) -> None:
         """Upgrade the schema to this version's head.
@@ -269,32 +192,31 @@ class Database:
         Raises:
             RuntimeError: The URL is not known yet (the embedded server's is known once open).
         """
-        if self._resolved_url is None:
+        url = self.connections.url
+        if url is None:
             raise RuntimeError("open the store first (the embedded server's URL is known then)")
         try:
-            await asyncio.to_thread(migrations.upgrade, self._resolved_url)
+            await asyncio.to_thread(migrations.upgrade, url)
         except DRIVER_ERRORS as exc:
-            reraise_opening(exc, url=self._resolved_url, setting=self._setting)
+            reraise_opening(exc, url=url, setting=self.connections.setting)
 
     @property
     def url(self) -> str:
         """The SQLAlchemy URL in use (password included: don't log it)."""
-        if self._resolved_url is None:
+        url = self.connections.url
+        if url is None:
             raise RuntimeError("the store is not open yet: its embedded server has no URL")
-        return self._resolved_url
+        return url
 
     @property
     def engine(self) -> AsyncEngine:
         """The pooled async engine."""
-        self._usable()
-        if self._engine is None:
-            raise RuntimeError("the store is not open: use `async with MemoryStore(...)`")
-        return self._engine
+        return self.connections.engine
 
     @property
     def replicas(self) -> ReplicaSet | None:
         """The read replicas, when ``read_urls`` named any (None before opening)."""
-        return self._replicas
+        return self.connections.replicas
 
     def write(
         self,
@@ -331,7 +253,7 @@ class Database:
         """A connection of its own in one transaction (see :meth:`write`)."""
         async with contextlib.AsyncExitStack() as stack:
             stack.enter_context(telemetry.sql("transaction"))
-            conn = await self._connect()
+            conn = await self.connections.connect()
             stack.push_async_exit(conn)
             committing = False
             try:
@@ -343,30 +265,7 @@ class Database:
                 if committing:
                     reraise(exc, step="commit", outcome="unknown")
                 reraise(exc, step="statement", outcome="not stored")
-            await self.note_write(conn, users)
-
-    async def note_write(
-        self, conn: AsyncConnection | psycopg.AsyncConnection[Any], users: frozenset[str] | None
-    ) -> None:
-        """After a commit on ``conn`` (SQLAlchemy's, or a driver connection in autocommit):
-        remember the primary's WAL position for ``users``' reads.
-
-        Only with replicas, and only for transactions that name users or none (see
-        :meth:`transaction`); one round trip, in autocommit. If the position cannot be read,
-        reads go to the primary for ``replica_max_lag_s`` seconds.
-        """
-        if self._replicas is None or users == frozenset():
-            return
-        try:
-            if isinstance(conn, AsyncConnection):
-                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                position = (await conn.execute(clause(q.WAL_POSITION))).scalar_one()
-            else:
-                position = (await fastpath.run(conn, q.WAL_POSITION, {}, prepare=False))[0]["lsn"]
-        except (DBAPIError, psycopg.Error):
-            self._replicas.marks.note_unknown(self.settings.replica_max_lag_s)
-            return
-        self._replicas.marks.note(users, parse_lsn(position))
+            await self.connections.note_write(conn, users)
 
     @contextlib.asynccontextmanager
     async def read(
@@ -386,14 +285,7 @@ class Database:
             transaction: Run the block in one transaction (committed at the end), for reads
                 that need ``SET LOCAL``; otherwise the connection is in autocommit.
         """
-        conn = None
-        if self._replicas is not None:
-            self._usable()
-            conn = await self._replicas.acquire(user)
-            if conn is not None:
-                self._leases.add(conn)
-        if conn is None:
-            conn = await self._connect()
+        conn = await self.connections.for_read(user)
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_exit(conn)
             try:
@@ -413,7 +305,7 @@ class Database:
         connection when :meth:`read` may give one (replicas configured), else as :meth:`fetch`
         (one prepared round trip on the primary, no SQLAlchemy connection around it). It only
         chooses, as :meth:`audited` does: what it returns to await is the route's coroutine."""
-        if self._replicas is None:
+        if self.connections.replicas is None:
             return self.fetch(statement, params)
         return self._read_rows_on_replica(statement, params, user)
 
@@ -453,8 +345,7 @@ class Database:
             yield
             return
         shared = SharedTransaction(
-            self._connect,
-            self.note_write,
+            self.connections,
             prepare=self.settings.prepared_statements,
             deferred=deferred,
         )
@@ -476,7 +367,7 @@ class Database:
         own, for DDL that cannot run in a transaction and the catalog probes around it; never
         retried."""
         async with contextlib.AsyncExitStack() as stack:
-            conn = await self._connect()
+            conn = await self.connections.connect()
             stack.push_async_exit(conn)
             try:
                 yield await conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -487,154 +378,6 @@ class Database:
     def in_unit_of_work(self) -> bool:
         """Whether the current task is inside a :meth:`unit_of_work` block."""
         return self._shared.get() is not None
-
-    def _usable(self) -> None:
-        """Raise StoreClosedError once closed; in a forked child, leave the parent's pools (a
-        pid check before every statement: one system call, and it sees every kind of fork)."""
-        if self._closed:
-            raise StoreClosedError(lifecycle.CLOSED)
-        if self._pid != os.getpid():
-            self._after_fork()
-
-    def _after_fork(self) -> None:
-        """In a forked child: fresh pools, and a handle of its own on the embedded server (taken
-        at its first connection: the child counts as a user, and stops nothing of the parent's)."""
-        self._pid = os.getpid()
-        engines = [self._engine] if self._engine is not None else []
-        if self._replicas is not None:
-            engines += [replica.engine for replica in self._replicas.replicas]
-        lifecycle.leave_pools_to_parent(engines)
-        self._held.leave_to_parent()
-        self._leases = weakref.WeakSet()
-        if self._server is not None:
-            lifecycle.keep_inherited(self._server)
-            self._server = EmbeddedServer(self._server.data_dir)
-            self._child_server, self._child_server_due = None, True
-
-    async def _connect(self) -> AsyncConnection:
-        """A started pooled connection (the caller closes it); see :meth:`_checkout`.
-
-        When the pool has no idle connection left, one the fast path holds goes back to it
-        first, so that no statement of the store waits for a connection that sits idle."""
-        if len(self._held) and self._idle_in_pool() == 0:
-            await self._held.release_one()
-        return await self._checkout(self.engine.connect)
-
-    def _idle_in_pool(self) -> int | None:
-        """How many connections wait idle in the primary's pool (None: a pool that does not
-        say, which then lends none to the fast path)."""
-        checkedin = getattr(self.engine.sync_engine.pool, "checkedin", None)
-        return checkedin() if callable(checkedin) else None
-
-    async def _checkout(self, connect: Callable[[], Awaitable[C]]) -> C:
-        """A connection from ``connect`` (the pool's: a started ``AsyncConnection``, or a raw
-        pooled one), kept among the leases that close() waits for.
-
-        The pool has already replaced connections whose server went away; when no new one can
-        be made and the embedded server is ours, that server is started again (it died) and
-        the connection made once more.
-        """
-        self._usable()
-        if self._child_server_due and self._server is not None:
-            if self._child_server is None:  # one start, whichever task connects first
-                self._child_server = asyncio.ensure_future(asyncio.to_thread(self._server.start))
-            try:
-                await asyncio.shield(self._child_server)
-            except Exception:
-                self._child_server = None  # the next connection tries again
-                raise
-            self._child_server_due = False
-        try:
-            try:
-                conn = await connect()
-            except (DBAPIError, psycopg.Error) as exc:
-                if self._server is None:
-                    raise
-                logger.warning(
-                    "cannot connect to the embedded server (%s); starting it again",
-                    type(getattr(exc, "orig", exc)).__name__,
-                )
-                await asyncio.to_thread(self._server.ensure_running)
-                conn = await connect()
-        except DRIVER_ERRORS as exc:
-            reraise(
-                exc,
-                step="connect",
-                outcome="not stored",
-                url=self._resolved_url,
-                setting=self._setting,
-            )
-        self._leases.add(conn)
-        return conn
-
-    @property
-    def _setting(self) -> str:
-        """What names the database, for the fix of a connection that failed."""
-        if self._server is not None:
-            return f"the embedded server (data in {self.settings.data_dir})"
-        return URL_SETTING
-
-    @contextlib.asynccontextmanager
-    async def driver_autocommit(
-        self,
-        *,
-        wrote: bool = False,
-        users: frozenset[str] | None = None,
-        step: Step = "statement",
-    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection's own psycopg connection, in autocommit: what :meth:`fetch` runs
-        on, skipping SQLAlchemy's statement handling (:mod:`pgmemory.store._engine.fastpath`).
-
-        It is one the fast path held since its last statement (:mod:`pgmemory.store._engine.held`: no
-        checkout at all), or else one checked out of the pool as a raw connection (the pool's
-        events, its checks and its reset on return still apply), without a SQLAlchemy
-        ``Connection`` around it: that wrapper cost a small search about 0.05 ms of its ~0.9 ms.
-        When done, it is held again if it may be, else it goes back to the pool.
-
-        Args:
-            wrote: The block writes ``users``' data (None: anyone's), committing as it runs:
-                after it the write is noted for replicas, and a lost connection leaves its
-                outcome unknown (never retried).
-            users: See ``wrote``.
-            step: What the block is, for its errors (``statement`` or ``commit``).
-
-        Errors come out as :func:`~pgmemory.store._engine.driver_errors.translated` says: when the
-        connection was lost, the pool discards it and the error is ``connection_invalidated``,
-        so :func:`pgmemory.store._engine.retry.retried_read` runs a read once more.
-        """
-        self._usable()
-        taken = await self._held.take()
-        if taken is None:
-            pooled = await self._checkout(self.engine.raw_connection)
-            leased_at = time.monotonic()
-            driver = pooled.driver_connection
-            assert driver is not None
-        else:
-            pooled, driver, leased_at = taken
-        kept = False
-        try:
-            if not driver.autocommit:
-                await driver.set_autocommit(True)
-            try:
-                yield driver
-                if wrote:  # on this connection, before another task may take it
-                    await self.note_write(driver, users)
-            except DRIVER_ERRORS as exc:  # fastpath.run's DBAPIError, or psycopg's own
-                error = driver_error(exc, driver) if isinstance(exc, psycopg.Error) else exc
-                if (driver.broken or driver.closed) and pooled.is_valid:
-                    await greenlet_spawn(pooled.invalidate)
-                reraise(error, step=step, outcome="unknown" if wrote else None)
-            finally:
-                if pooled.is_valid:
-                    kept = self._held.keep(pooled, driver, leased_at)
-                    if not kept:
-                        try:
-                            await driver.set_autocommit(False)
-                        except psycopg.Error:  # e.g. cancelled mid-statement: not reusable
-                            await greenlet_spawn(pooled.invalidate)
-        finally:
-            if not kept and pooled.is_valid:
-                await greenlet_spawn(pooled.close)
 
     @overload
     async def fetch(
@@ -704,7 +447,7 @@ class Database:
             ((), ()) if locking else (users, sessions)
         )
         named = frozenset(users) if wrote else None
-        async with self.driver_autocommit(wrote=wrote, users=named) as conn:
+        async with self.connections.driver_autocommit(wrote=wrote, users=named) as conn:
             return await fastpath.run(
                 conn, statement, params, lock_users=tuple(locks[0]),
                 lock_sessions=tuple(locks[1]), prepare=self.settings.prepared_statements,
@@ -715,7 +458,9 @@ class Database:
     ) -> None:
         """A deferred unit of work's commit: its queued ``writes`` of ``users`` (None: anyone's)
         in one round trip (:func:`fastpath.run_all`)."""
-        async with self.driver_autocommit(wrote=True, users=users, step="commit") as conn:
+        async with self.connections.driver_autocommit(
+            wrote=True, users=users, step="commit"
+        ) as conn:
             with telemetry.sql("statement"):
                 await fastpath.run_all(
                     conn,

@@ -2,7 +2,7 @@
 setting at fault and, for a write, what became of it (:func:`translated`).
 
 The execution layer passes everything SQLAlchemy, psycopg or the pool raise through here, once,
-where it hands a result back: a connection that cannot be made (``Database._checkout``, and
+where it hands a result back: a connection that cannot be made (``Connections._checkout``, and
 opening), and the end of each verb (``read``, ``write``, ``ddl``, ``fetch``, a unit of work's
 statements and its commit), each saying which step failed and, for a write, whether its commit
 was sent. Nothing here runs unless something failed.

@@ -192,8 +192,8 @@ async def run(
     ``connection_invalidated`` when the connection was lost).
 
     Args:
-        conn: A psycopg connection in autocommit (:meth:`Database.driver_autocommit
-            <pgmemory.store._engine.database.Database.driver_autocommit>`).
+        conn: A psycopg connection in autocommit (:meth:`Connections.driver_autocommit
+            <pgmemory.store._engine.connections.Connections.driver_autocommit>`).
         statement: One statement from :mod:`pgmemory.store.queries`.
         params: Its parameters.
         lock_users: Users whose erasure lock the statement holds, shared, for its transaction

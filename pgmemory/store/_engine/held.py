@@ -2,8 +2,8 @@
 
 Checking a connection out of SQLAlchemy's pool and back in costs a small search about a tenth
 of a millisecond: the pool's bookkeeping and events, run through a greenlet each way, its
-reset on return, and autocommit switched on and off. :meth:`Database.driver_autocommit
-<pgmemory.store._engine.database.Database.driver_autocommit>` therefore keeps the connections it is
+reset on return, and autocommit switched on and off. :meth:`Connections.driver_autocommit
+<pgmemory.store._engine.connections.Connections.driver_autocommit>` therefore keeps the connections it is
 done with here, still checked out and in autocommit, and hands them to the next statement.
 
 What keeps that safe for everything else the pool serves:

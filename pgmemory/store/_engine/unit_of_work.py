@@ -4,15 +4,16 @@
 the current task's writes join; :func:`lock` takes a write's erasure and append locks in one
 statement, the one :func:`~pgmemory.store._engine.fastpath.lock_statement` chooses (also for the fast
 path's pipeline). Both run their statements on the driver below them
-(:mod:`pgmemory.store._engine.fastpath`) and call nothing of the database above them but the
-connection it hands out and, after a commit, its note for read-your-writes.
+(:mod:`pgmemory.store._engine.fastpath`) and take their connection from the database's
+connections (:mod:`pgmemory.store._engine.connections`), also below them; nothing here calls
+up into the database.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -22,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 from pgmemory.errors import TurnWriteFailedError
 from pgmemory.store._engine import fastpath
 from pgmemory.store._engine.clauses import clause
+from pgmemory.store._engine.connections import Connections
 from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, reraise
 
 
@@ -62,23 +64,20 @@ class SharedTransaction:
     undeferred one. A queued write's error comes out of the commit (nothing is written).
 
     Args:
-        connect: Hands out a pooled primary connection (the database's own).
-        note_write: Called after the commit with the users the block wrote (for
-            read-your-writes on replicas).
+        connections: The database's connections: the block's one is taken there at its first
+            write, and its commit noted there for read-your-writes on replicas.
         prepare: Prepare statements on the connection (``Settings.prepared_statements``).
         deferred: Queue the writes whose rows are not needed for the commit.
     """
 
     def __init__(
         self,
-        connect: Callable[[], Awaitable[AsyncConnection]],
-        note_write: Callable[[AsyncConnection, frozenset[str] | None], Awaitable[None]],
+        connections: Connections,
         *,
         prepare: bool,
         deferred: bool = False,
     ) -> None:
-        self._connect = connect
-        self._note_write = note_write
+        self._connections = connections
         self._prepare = prepare
         self._defers = deferred
         #: The writes queued for the commit (while nothing has been sent).
@@ -243,7 +242,7 @@ class SharedTransaction:
         """
         self._refuse_if_ended()
         if self._conn is None:
-            self._conn = await self._connect()
+            self._conn = await self._connections.connect()
             self._outer = await self._conn.begin()
         return self._conn
 
@@ -292,7 +291,7 @@ class SharedTransaction:
                         await outer.commit()
                     except DRIVER_ERRORS as exc:
                         reraise(exc, step="commit", outcome="unknown")
-                    await self._note_write(conn, self._users)
+                    await self._connections.note_write(conn, self._users)
                 else:
                     with contextlib.suppress(Exception):
                         await outer.rollback()

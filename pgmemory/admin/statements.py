@@ -3,8 +3,8 @@ one-line purpose; the data plane's are in :mod:`pgmemory.store.queries`.
 
 As there, every statement is parameterised, and the only text ever spliced into one is chosen
 from the fixed fragments and table names below; nothing a caller passes becomes SQL text.
-:data:`FAN_OUT` and :data:`CONSTANT_USER` classify, for Citus, the statements here that touch
-per-user tables without naming one user (see :mod:`pgmemory.store.routing`).
+Each statement that touches per-user tables without naming one user says so, and why, where it
+is defined (``fan_out=``, ``constant_user=``: :mod:`pgmemory.store._engine.statement`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from pgmemory.store import queries as q
 from pgmemory.store._engine.connector import APP_DATA_TABLES
+from pgmemory.store._engine.statement import Statement, builds, register
 from pgmemory.store.models import HALVES_MAX_DIMENSIONS
 from pgmemory.store.validation import HALVES_INDEX
 
@@ -33,9 +34,12 @@ _USER_SOURCES = (
 
 
 #: Whether any table holds a row of the user (the memories, the audits, history, facts).
-USER_KNOWN = "SELECT " + "\n    OR ".join(
-    f"EXISTS (SELECT 1 FROM {table} WHERE user_id = :user_id)"
-    for table in ("pgmemory_memories", *_USER_SOURCES)
+USER_KNOWN = Statement(
+    "SELECT "
+    + "\n    OR ".join(
+        f"EXISTS (SELECT 1 FROM {table} WHERE user_id = :user_id)"
+        for table in ("pgmemory_memories", *_USER_SOURCES)
+    )
 )
 
 #: Erased users' pseudonyms (``erased:`` + hex) are audit records, not users: the directory
@@ -93,7 +97,10 @@ LIMIT :limit
 #: One page of user ids (ascending, after :after; '' = "no user" and erased users' pseudonyms
 #: are never listed) found in any table: memories, either audit, chat history or facts. At most
 #: :limit index probes per source.
-USER_PAGE = _build_user_page()
+USER_PAGE = Statement(
+    _build_user_page(),
+    fan_out="the operator's user directory: a page of user ids across all tables",
+)
 
 
 def _build_user_page_distributed() -> str:
@@ -118,10 +125,14 @@ LIMIT :limit
 #: finds in its own index (the users of different shards are different), merged. It reads
 #: the page's users' index entries, not one per user: dearer than the skip scan for users
 #: with many rows, and spread over the workers.
-USER_PAGE_DISTRIBUTED = _build_user_page_distributed()
+USER_PAGE_DISTRIBUTED = Statement(
+    _build_user_page_distributed(),
+    fan_out="the operator's user directory on Citus: a page of user ids",
+)
 
 #: Memories per collection of each user on a page (the ids come from USER_PAGE).
-USER_MEMORY_COUNTS = """
+USER_MEMORY_COUNTS = Statement(
+    """
 SELECT u.user_id, c.name AS collection, s.memories, s.last_at
 FROM unnest(CAST(:user_ids AS text[])) AS u(user_id)
 CROSS JOIN pgmemory_collections AS c
@@ -133,11 +144,14 @@ CROSS JOIN LATERAL (
     GROUP BY m.user_id
 ) AS s
 ORDER BY u.user_id, c.name
-"""
+""",
+    fan_out="the operator's user directory: counts for one page of users",
+)
 
 #: Recalls, chat messages and facts of each user on a page, with the latest time of each (a
 #: user with none has no row); each table grouped by user, so Citus runs each on the shards.
-USER_ACTIVITY = """
+USER_ACTIVITY = Statement(
+    """
 SELECT user_id, sum(recalls) AS recalls, max(last_recall_at) AS last_recall_at,
        max(last_message_at) AS last_message_at, max(last_fact_at) AS last_fact_at
 FROM (
@@ -152,10 +166,12 @@ FROM (
     FROM pgmemory_facts WHERE user_id = ANY(CAST(:user_ids AS text[])) GROUP BY user_id
 ) AS activity
 GROUP BY user_id
-"""
+""",
+    fan_out="the operator's user directory: activity for one page of users",
+)
 
 #: A user's memory scopes: each collection/application/agent/session with its row count.
-USER_MEMORY_SCOPES = """
+USER_MEMORY_SCOPES = Statement("""
 SELECT m.collection, m.application_id, m.agent_id, m.session_id, count(*) AS memories,
        min(m.created_at) AS first_at, max(m.created_at) AS last_at
 FROM pgmemory_memories AS m
@@ -163,10 +179,10 @@ WHERE m.user_id = :user_id
 GROUP BY m.collection, m.application_id, m.agent_id, m.session_id
 ORDER BY max(m.created_at) DESC
 LIMIT :limit
-"""
+""")
 
 #: A user's chat sessions, most recently active first, with their message counts.
-USER_SESSIONS = """
+USER_SESSIONS = Statement("""
 SELECT h.session_id, count(*) AS messages, min(h.created_at) AS first_at,
        max(h.created_at) AS last_at
 FROM pgmemory_chat_messages AS h
@@ -174,7 +190,7 @@ WHERE h.user_id = :user_id
 GROUP BY h.session_id
 ORDER BY max(h.created_at) DESC
 LIMIT :limit
-"""
+""")
 
 _BROWSE_MEMORY_COLUMNS = """m.id, m.collection, m.application_id, m.agent_id, m.user_id,
        m.session_id, m.role, m.content, m.author_name, m.message_id, m.source_type, m.source_id,
@@ -184,60 +200,60 @@ _SESSION_FILTER = "(CAST(:session_id AS text) IS NULL OR m.session_id = :session
 
 #: A page of a user's memories in a collection (optionally one session), older than the
 #: cursor, newest first; expired rows not yet reclaimed are included (they are still stored).
-USER_MEMORIES_OLDER = f"""
+USER_MEMORIES_OLDER = Statement(f"""
 SELECT {_BROWSE_MEMORY_COLUMNS}
 FROM pgmemory_memories AS m
 WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}
   AND (m.created_at, m.id) < (:before_at, :before_id)
 ORDER BY m.created_at DESC, m.id DESC
 LIMIT :limit
-"""
+""")
 
 #: The page of a user's memories just newer than the cursor, oldest first (the caller reverses).
-USER_MEMORIES_NEWER = f"""
+USER_MEMORIES_NEWER = Statement(f"""
 SELECT {_BROWSE_MEMORY_COLUMNS}
 FROM pgmemory_memories AS m
 WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}
   AND (m.created_at, m.id) > (:after_at, :after_id)
 ORDER BY m.created_at ASC, m.id ASC
 LIMIT :limit
-"""
+""")
 
 #: One memory of a user (in any collection).
-USER_MEMORY = f"""
+USER_MEMORY = Statement(f"""
 SELECT {_BROWSE_MEMORY_COLUMNS}
 FROM pgmemory_memories AS m
 WHERE m.user_id = :user_id AND m.id = :memory_id
-"""
+""")
 
 _RECALL_COLUMNS = """a.id, a.at, a.collection, a.application_id, a.agent_id, a.session_id,
        a.provider, a.mode, a.requesting_session_id, a.query_sha256, a.query_text,
        cardinality(a.memory_ids) AS returned"""
 
 #: A page of a user's recalls older than the cursor, newest first.
-USER_RECALLS_OLDER = f"""
+USER_RECALLS_OLDER = Statement(f"""
 SELECT {_RECALL_COLUMNS}
 FROM pgmemory_recall_audit AS a
 WHERE a.user_id = :user_id AND (a.at, a.id) < (:before_at, :before_id)
 ORDER BY a.at DESC, a.id DESC
 LIMIT :limit
-"""
+""")
 
 #: The page of a user's recalls just newer than the cursor, oldest first (the caller reverses).
-USER_RECALLS_NEWER = f"""
+USER_RECALLS_NEWER = Statement(f"""
 SELECT {_RECALL_COLUMNS}
 FROM pgmemory_recall_audit AS a
 WHERE a.user_id = :user_id AND (a.at, a.id) > (:after_at, :after_id)
 ORDER BY a.at ASC, a.id ASC
 LIMIT :limit
-"""
+""")
 
 #: One recall of a user.
-USER_RECALL = f"""
+USER_RECALL = Statement(f"""
 SELECT {_RECALL_COLUMNS}
 FROM pgmemory_recall_audit AS a
 WHERE a.user_id = :user_id AND a.id = :recall_id
-"""
+""")
 
 #: What the given recalls of a user returned, in rank order (the first :per_recall of each),
 #: with each one's reason and signals (NULL in rows older than migration 0010), joined to the
@@ -246,7 +262,7 @@ WHERE a.user_id = :user_id AND a.id = :recall_id
 #: OFFSET 0): as a join, a generic plan (estimating a user's rows from the table's average)
 #: read every row of the user and matched them against each recalled id (a busy user's page
 #: of 20 recalls: 0.4 ms with the values known, 18.9 ms on that plan).
-RECALLED_MEMORIES = """
+RECALLED_MEMORIES = Statement("""
 SELECT a.id AS recall_id, r.rank, r.memory_id, r.score, r.reason, r.signals, m.collection,
        m.role, m.content, m.session_id, m.created_at, m.expires_at, d.at AS deleted_at,
        d.operation AS deleted_by
@@ -271,10 +287,10 @@ LEFT JOIN LATERAL (
 ) AS d ON m.id IS NULL
 WHERE a.user_id = :user_id AND a.id = ANY(CAST(:recall_ids AS bigint[])) AND r.rank <= :per_recall
 ORDER BY a.id, r.rank
-"""
+""")
 
 #: The latest recalls of a user that returned a given memory (newest first).
-RECALLS_OF_MEMORY = f"""
+RECALLS_OF_MEMORY = Statement(f"""
 SELECT {_RECALL_COLUMNS}, s.score, s.rank
 FROM pgmemory_recall_audit AS a
 CROSS JOIN LATERAL (
@@ -286,75 +302,75 @@ CROSS JOIN LATERAL (
 WHERE a.user_id = :user_id AND :memory_id = ANY(a.memory_ids)
 ORDER BY a.at DESC, a.id DESC
 LIMIT :limit
-"""
+""")
 
 _MEMORY_AUDIT_COLUMNS = """x.id, x.at, x.txid, x.operation, x.memory_id, x.collection,
        x.application_id, x.agent_id, x.session_id, x.content_sha256, x.actor"""
 
 #: A page of a user's memory write/delete audit older than the cursor, newest first.
-USER_MEMORY_AUDIT_OLDER = f"""
+USER_MEMORY_AUDIT_OLDER = Statement(f"""
 SELECT {_MEMORY_AUDIT_COLUMNS}
 FROM pgmemory_memory_audit AS x
 WHERE x.user_id = :user_id AND (x.at, x.id) < (:before_at, :before_id)
 ORDER BY x.at DESC, x.id DESC
 LIMIT :limit
-"""
+""")
 
 #: The page of a user's memory audit just newer than the cursor, oldest first (reversed later).
-USER_MEMORY_AUDIT_NEWER = f"""
+USER_MEMORY_AUDIT_NEWER = Statement(f"""
 SELECT {_MEMORY_AUDIT_COLUMNS}
 FROM pgmemory_memory_audit AS x
 WHERE x.user_id = :user_id AND (x.at, x.id) > (:after_at, :after_id)
 ORDER BY x.at ASC, x.id ASC
 LIMIT :limit
-"""
+""")
 
 #: The audit trail of one memory of a user, oldest first.
-MEMORY_AUDIT_TRAIL = f"""
+MEMORY_AUDIT_TRAIL = Statement(f"""
 SELECT {_MEMORY_AUDIT_COLUMNS}
 FROM pgmemory_memory_audit AS x
 WHERE x.user_id = :user_id AND x.memory_id = :memory_id
 ORDER BY x.at, x.id
 LIMIT :limit
-"""
+""")
 
 #: A user's current facts, one row per scope and namespace.
-USER_FACTS = """
+USER_FACTS = Statement("""
 SELECT f.application_id, f.agent_id, f.session_id, f.namespace, f.facts, f.updated_at
 FROM pgmemory_facts AS f
 WHERE f.user_id = :user_id
 ORDER BY f.namespace, f.application_id, f.agent_id, f.session_id
 LIMIT :limit
-"""
+""")
 
 _FACT_AUDIT_COLUMNS = """x.id, x.at, x.application_id, x.agent_id, x.session_id, x.namespace,
        x.key, x.old_value, x.new_value, x.actor"""
 
 #: A page of a user's fact changes older than the cursor, newest first.
-USER_FACT_AUDIT_OLDER = f"""
+USER_FACT_AUDIT_OLDER = Statement(f"""
 SELECT {_FACT_AUDIT_COLUMNS}
 FROM pgmemory_fact_audit AS x
 WHERE x.user_id = :user_id AND (x.at, x.id) < (:before_at, :before_id)
 ORDER BY x.at DESC, x.id DESC
 LIMIT :limit
-"""
+""")
 
 #: The page of a user's fact changes just newer than the cursor, oldest first (reversed later).
-USER_FACT_AUDIT_NEWER = f"""
+USER_FACT_AUDIT_NEWER = Statement(f"""
 SELECT {_FACT_AUDIT_COLUMNS}
 FROM pgmemory_fact_audit AS x
 WHERE x.user_id = :user_id AND (x.at, x.id) > (:after_at, :after_id)
 ORDER BY x.at ASC, x.id ASC
 LIMIT :limit
-"""
+""")
 
 #: The page of a session's history just before :before_seq, newest first (the caller reverses).
-READ_HISTORY_BEFORE = """
+READ_HISTORY_BEFORE = Statement("""
 SELECT seq, message, created_at FROM pgmemory_chat_messages
 WHERE user_id = :user_id AND session_id = :session_id AND seq < :before_seq
 ORDER BY seq DESC
 LIMIT :limit
-"""
+""")
 
 # Retention. A prune is recorded in pgmemory_fact_audit under an all-blank scope (no real
 # fact can have one: facts need a scope) and the namespace below; the memory audit cannot hold
@@ -369,19 +385,25 @@ ERASURE_NAMESPACE = "pgmemory:erasure"
 #: Delete the chosen audits' rows older than the cutoff (except the records of earlier prunes
 #: and erasures) and record the prune: cutoff and counts as the new value, who asked as actor
 #: (a SECURITY DEFINER function, like ERASE_USER_AUDIT). Returns {"cutoff", "deleted"}.
-PRUNE_AUDIT = """
+PRUNE_AUDIT = Statement(
+    """
 SELECT pgmemory_prune_audit(:cutoff, :recall_audit, :memory_audit, :fact_audit, :actor)
-"""
+""",
+    fan_out="audit retention (pgmemory_prune_audit): rows older than a cutoff, of every user",
+)
 
 #: The latest prune records, newest first.
-LIST_PRUNES = """
+LIST_PRUNES = Statement(
+    """
 SELECT x.id, x.at, x.new_value AS summary, x.actor
 FROM pgmemory_fact_audit AS x
 WHERE x.user_id = '' AND x.application_id = '' AND x.agent_id = '' AND x.session_id = ''
   AND x.namespace = :retention_namespace
 ORDER BY x.at DESC, x.id DESC
 LIMIT :limit
-"""
+""",
+    constant_user="the records of audit prunes, kept under user '' (one shard)",
+)
 
 
 # --- audit integrity (pgmemory audit verify) and the application role (pgmemory db roles) --
@@ -406,34 +428,34 @@ GUARD_FUNCTION = "pgmemory_audit_guard"
 GUARD_TRIGGERS = ("pgmemory_audit_guard", "pgmemory_audit_no_truncate")
 
 #: Row hashes are computed in UTC with shortest-exact floats (the guard function's settings).
-HASH_TIME_ZONE = "SET LOCAL \"TimeZone\" = 'UTC'"
-HASH_FLOAT_DIGITS = "SET LOCAL extra_float_digits = 1"
+HASH_TIME_ZONE = Statement("SET LOCAL \"TimeZone\" = 'UTC'")
+HASH_FLOAT_DIGITS = Statement("SET LOCAL extra_float_digits = 1")
 
 #: The non-internal triggers of the given tables: table, name, state ('D': disabled), function,
 #: and type bits (row, before, insert, delete, update, truncate).
-AUDIT_TRIGGERS = """
+AUDIT_TRIGGERS = Statement("""
 SELECT c.relname AS table_name, t.tgname AS trigger_name, t.tgenabled AS enabled,
        p.proname AS function_name, t.tgtype AS type_bits
 FROM pg_trigger AS t
 JOIN pg_class AS c ON c.oid = t.tgrelid
 JOIN pg_proc AS p ON p.oid = t.tgfoid
 WHERE c.oid = ANY(CAST(:tables AS regclass[])) AND NOT t.tgisinternal
-"""
+""")
 
 #: The guard's functions in the current schema: owner, SECURITY DEFINER, settings, whether
 #: PUBLIC may execute them.
-AUDIT_FUNCTIONS = """
+AUDIT_FUNCTIONS = Statement("""
 SELECT p.proname AS name, pg_get_userbyid(p.proowner) AS owner, p.prosecdef AS definer,
        COALESCE(p.proconfig, '{}') AS config,
        EXISTS (SELECT 1 FROM aclexplode(COALESCE(p.proacl, acldefault('f', p.proowner))) AS a
                WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') AS public_execute
 FROM pg_proc AS p
 WHERE p.proname = ANY(CAST(:names AS text[])) AND p.pronamespace = CAST(current_schema() AS regnamespace)
-"""
+""")
 
 #: Owners of the given tables, and every privilege held on them by another role that would
 #: let it change audit rows (UPDATE, DELETE, TRUNCATE, TRIGGER), or touch the secrets at all.
-AUDIT_GRANTS = """
+AUDIT_GRANTS = Statement("""
 SELECT c.relname AS table_name, pg_get_userbyid(c.relowner) AS owner,
        CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END AS grantee,
        a.privilege_type
@@ -442,28 +464,29 @@ CROSS JOIN LATERAL aclexplode(COALESCE(c.relacl, acldefault('r', c.relowner))) A
 WHERE c.oid = ANY(CAST(:tables AS regclass[]))
   AND a.grantee <> c.relowner
   AND (c.relname = :secrets OR a.privilege_type IN ('UPDATE', 'DELETE', 'TRUNCATE', 'TRIGGER'))
-"""
+""")
 
 #: The owners of the given tables.
-TABLE_OWNERS = """
+TABLE_OWNERS = Statement("""
 SELECT DISTINCT pg_get_userbyid(c.relowner) FROM pg_class AS c
 WHERE c.oid = ANY(CAST(:tables AS regclass[]))
-"""
+""")
 
 #: Roles that may act as the given role (its members, directly or not) and are not superusers.
-ROLE_MEMBERS = """
+ROLE_MEMBERS = Statement("""
 WITH RECURSIVE members AS (
     SELECT m.member FROM pg_auth_members AS m WHERE m.roleid = CAST(:role AS regrole)
     UNION
     SELECT m.member FROM pg_auth_members AS m JOIN members AS x ON m.roleid = x.member
 )
 SELECT r.rolname FROM members AS x JOIN pg_roles AS r ON r.oid = x.member ORDER BY r.rolname
-"""
+""")
 
 #: The superusers (they bypass every privilege and may disable triggers).
-SUPERUSERS = "SELECT rolname FROM pg_roles WHERE rolsuper ORDER BY rolname"
+SUPERUSERS = Statement("SELECT rolname FROM pg_roles WHERE rolsuper ORDER BY rolname")
 
 
+@builds(fan_out="pgmemory audit verify rechecks every row hash of an audit table")
 @lru_cache(maxsize=8)
 def audit_row_check(table: str) -> str:
     """Rows of an audit table, its highest id, and the rows whose ``row_sha256`` does not match
@@ -481,6 +504,7 @@ FROM {table} AS t
 """
 
 
+@builds(fan_out="pgmemory audit verify's rolled-back UPDATE of an audit table's newest row")
 @lru_cache(maxsize=8)
 def audit_guard_probe(table: str) -> str:
     """A no-op UPDATE of the newest row of an audit table (run in a savepoint that is rolled
@@ -497,11 +521,15 @@ UPDATE {table} SET user_id = user_id WHERE id = (SELECT max(id) FROM {table}) RE
 #: push down).
 #: Memories deleted with no audit row (migration 0023: a deletion's evidence, left because no
 #: audit row took it in the deleting transaction), and the oldest of them.
-UNAUDITED_DELETIONS = """
+UNAUDITED_DELETIONS = Statement(
+    """
 SELECT count(*) AS deletions, min(at) AS oldest FROM pgmemory_deleted_memories
-"""
+""",
+    fan_out="pgmemory audit verify: deletions no audit row took, all users",
+)
 
-UNRECORDED_PSEUDONYMS = """
+UNRECORDED_PSEUDONYMS = Statement(
+    """
 WITH pseudonyms AS MATERIALIZED (
     SELECT user_id FROM pgmemory_memory_audit WHERE left(user_id, 7) = 'erased:'
     UNION
@@ -516,13 +544,16 @@ recorded AS MATERIALIZED (
 )
 SELECT count(*) FROM pseudonyms AS u
 WHERE NOT EXISTS (SELECT 1 FROM recorded AS r WHERE r.pseudonym = u.user_id)
-"""
+""",
+    fan_out="pgmemory audit verify: erased users' pseudonyms across all audits",
+)
 
 #: What only a misuse of the audit functions leaves (migration 0009 refuses each now): the
 #: audit's own records (erasures, prunes) moved off the records user '' or blanked, a prune
 #: whose cutoff was later than the prune itself, and live memories whose insert row carries a
 #: pseudonym (their user was "erased" while their data stayed).
-AUDIT_MISUSE = """
+AUDIT_MISUSE = Statement(
+    """
 WITH erased_inserts AS MATERIALIZED (
     -- the pseudonymised insert rows, gathered first: on Citus they live on other shards than
     -- the memories they name, which a join could not reach without repartitioning
@@ -539,7 +570,9 @@ SELECT
   (SELECT count(*) FROM pgmemory_memories AS m
    WHERE m.id IN (SELECT memory_id FROM erased_inserts)
      AND left(m.user_id, 7) <> 'erased:') AS live_but_erased
-"""
+""",
+    fan_out="pgmemory audit verify: misplaced records and erased live users, all users",
+)
 
 # The application role. Role, database and schema names are DDL identifiers (never parameters):
 # the role name is checked against ROLE_NAME_PATTERN and every name is quoted with the dialect's
@@ -554,27 +587,27 @@ PASSWORD_VERIFIER_PATTERN = (
 )
 
 #: Whether the role exists and what it may do beyond its grants.
-ROLE_ATTRIBUTES = """
+ROLE_ATTRIBUTES = Statement("""
 SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls OR rolreplication AS powerful
 FROM pg_roles WHERE rolname = :name
-"""
+""")
 
 #: The database and schema the store works in, and whether PUBLIC may create objects there.
-ROLE_CONTEXT = """
+ROLE_CONTEXT = Statement("""
 SELECT current_database() AS database, current_schema() AS schema,
        EXISTS (SELECT 1 FROM pg_namespace AS n
                CROSS JOIN LATERAL aclexplode(COALESCE(n.nspacl, acldefault('n', n.nspowner))) AS a
                WHERE n.nspname = current_schema() AND a.grantee = 0
                  AND a.privilege_type = 'CREATE') AS public_create
-"""
+""")
 
 #: Create the application role: it may log in and nothing else beyond its grants.
-CREATE_APP_ROLE = (
+CREATE_APP_ROLE = Statement(
     "CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
     "PASSWORD '{verifier}'"
 )
 #: Reset an existing application role to the same attributes and a new password.
-ALTER_APP_ROLE = (
+ALTER_APP_ROLE = Statement(
     "ALTER ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
     "PASSWORD '{verifier}'"
 )
@@ -602,15 +635,15 @@ APP_ROLE_GRANTS = (
 )
 
 #: The identity sequences of the audit tables (their ``id`` columns), as quoted names.
-IDENTITY_SEQUENCES = """
+IDENTITY_SEQUENCES = Statement("""
 SELECT pg_get_serial_sequence(t, 'id') FROM unnest(CAST(:tables AS text[])) AS t
 WHERE pg_get_serial_sequence(t, 'id') IS NOT NULL ORDER BY t
-"""
+""")
 
 #: Let the role draw audit row ids (one server needs it not; Citus draws an identity column's
 #: value on the coordinator with nextval, which needs USAGE). ``{sequences}`` are the catalog's
 #: own quoted names (IDENTITY_SEQUENCES), never input.
-APP_ROLE_SEQUENCE_GRANT = "GRANT USAGE ON SEQUENCE {sequences} TO {role}"
+APP_ROLE_SEQUENCE_GRANT = Statement("GRANT USAGE ON SEQUENCE {sequences} TO {role}")
 
 
 # --- half vectors, opt-in (see pgmemory.admin.half_vectors) -----------------------------------
@@ -618,34 +651,46 @@ APP_ROLE_SEQUENCE_GRANT = "GRANT USAGE ON SEQUENCE {sequences} TO {role}"
 #: Each memory's unit vector in half precision, a stored generated column (NULL above
 #: HALVES_MAX_DIMENSIONS, whose halves a B-tree entry could not hold): the two-phase path's
 #: ``halves`` pass. Rewrites the table.
-ADD_HALF_VECTORS_COLUMN = f"""
+ADD_HALF_VECTORS_COLUMN = Statement(
+    f"""
 ALTER TABLE pgmemory_memories ADD COLUMN embedding_half halfvec
     GENERATED ALWAYS AS (CASE WHEN vector_dims(embedding) <= {HALVES_MAX_DIMENSIONS}
         THEN CAST(l2_normalize(embedding) AS halfvec) END) STORED
-"""
+""",
+    fan_out="DDL: pgmemory db half-vectors adds the column on every shard",
+)
 #: ... and the index that pass reads index-only (rows without halves left out).
-ADD_HALF_VECTORS_INDEX = f"""
+ADD_HALF_VECTORS_INDEX = Statement(
+    f"""
 CREATE INDEX {HALVES_INDEX.name} ON pgmemory_memories (collection, user_id)
     INCLUDE (id, expires_at, embedding_half) WHERE embedding_half IS NOT NULL
-"""
+""",
+    fan_out="DDL: pgmemory db half-vectors builds the index on every shard",
+)
 #: Whether pgvector computes what the half vectors need (``l2_normalize``: pgvector >= 0.7).
-HAS_L2_NORMALIZE = "SELECT to_regprocedure('l2_normalize(vector)') IS NOT NULL"
+HAS_L2_NORMALIZE = Statement("SELECT to_regprocedure('l2_normalize(vector)') IS NOT NULL")
 
 
 # --- hash partitioning of the memories table by user (see pgmemory.admin.partitioning) -------
 
 #: Whether the memories table holds any row at all (partitioning is refused then).
-MEMORIES_ANY_ROW = "SELECT EXISTS (SELECT 1 FROM pgmemory_memories)"
+MEMORIES_ANY_ROW = Statement(
+    "SELECT EXISTS (SELECT 1 FROM pgmemory_memories)",
+    fan_out="pgmemory db partition: refused unless the table is empty (any user)",
+)
 
 #: The partition count for PARTITION_MEMORIES, transaction-local (DDL takes no parameters).
-SET_PARTITION_COUNT = "SELECT set_config('pgmemory.partitions', CAST(:partitions AS text), true)"
+SET_PARTITION_COUNT = Statement(
+    "SELECT set_config('pgmemory.partitions', CAST(:partitions AS text), true)"
+)
 
 #: Turn the EMPTY memories table into one hash-partitioned by user_id into
 #: current_setting('pgmemory.partitions') partitions, keeping every column, default, check,
 #: generated column (the vector's code), storage setting, key, foreign key, index (by name) and
 #: trigger (migration 0023's deletion evidence). Run after SET_PARTITION_COUNT, in
 #: one transaction; no '%' and no bind marker in it, so it runs as written.
-PARTITION_MEMORIES = """
+PARTITION_MEMORIES = Statement(
+    """
 DO $$
 DECLARE
     partitions int := current_setting('pgmemory.partitions')::int;
@@ -680,118 +725,137 @@ BEGIN
     FOREACH statement IN ARRAY indexes LOOP EXECUTE statement; END LOOP;
     FOREACH statement IN ARRAY triggers LOOP EXECUTE statement; END LOOP;
 END $$
-"""
+""",
+    fan_out="DDL: pgmemory db partition rebuilds the whole (empty) table",
+)
 
 #: How many partitions the memories table has (0: not partitioned).
-MEMORIES_PARTITIONS = """
+MEMORIES_PARTITIONS = Statement(
+    """
 SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('pgmemory_memories')
-"""
+""",
+    fan_out="pgmemory db partition: the catalog's count of partitions, no rows",
+)
 
 
 # --- re-embedding a collection (see pgmemory.admin.reembedding) ---------------------------
 
 #: A collection's model and size, and those of the re-embedding being staged (if any).
-REEMBED_STATE = """
+REEMBED_STATE = Statement("""
 SELECT dimensions, embedding_model, next_embedding_model, next_dimensions
 FROM pgmemory_collections WHERE name = :collection
-"""
+""")
 
 #: Name the model being staged (a rerun for the same one resumes; another one is refused).
-REEMBED_BEGIN = """
+REEMBED_BEGIN = Statement("""
 UPDATE pgmemory_collections
 SET next_embedding_model = :model, next_dimensions = :dimensions
 WHERE name = :collection
   AND (next_embedding_model IS NULL
        OR (next_embedding_model = :model AND next_dimensions = :dimensions))
 RETURNING name
-"""
+""")
 
 #: No model is being staged any more (``--restart``, before naming the new one).
-REEMBED_FORGET = """
+REEMBED_FORGET = Statement("""
 UPDATE pgmemory_collections SET next_embedding_model = NULL, next_dimensions = NULL
 WHERE name = :collection
-"""
+""")
 
 #: Forget the vectors staged for another model (``--restart``).
-REEMBED_CLEAR = """
+REEMBED_CLEAR = Statement(
+    """
 UPDATE pgmemory_memories SET embedding_next = NULL
 WHERE collection = :collection AND embedding_next IS NOT NULL
-"""
+""",
+    fan_out="pgmemory db reembed --restart: a collection's staged vectors, every user",
+)
 
 #: How many memories of the collection there are, and how many still need the new vector.
-REEMBED_COUNTS = """
+REEMBED_COUNTS = Statement(
+    """
 SELECT count(*) AS total,
        count(*) FILTER (WHERE embedding_model <> :model AND embedding_next IS NULL) AS todo
 FROM pgmemory_memories WHERE collection = :collection
-"""
+""",
+    fan_out="pgmemory db reembed: progress over a whole collection, every user",
+)
 
 #: The next memories without the new model's vector, in primary-key order after a keyset.
-REEMBED_TODO = """
+REEMBED_TODO = Statement(
+    """
 SELECT id, user_id, content FROM pgmemory_memories
 WHERE collection = :collection AND embedding_model <> :model AND embedding_next IS NULL
   AND (id, user_id) > (CAST(:after_id AS uuid), CAST(:after_user AS text))
 ORDER BY id, user_id
 LIMIT :batch
-"""
+""",
+    fan_out="pgmemory db reembed: the next batch of a whole collection, in key order",
+)
 
 #: Stage one user's new vectors beside the ones searches use.
-REEMBED_STAGE = """
+REEMBED_STAGE = Statement("""
 UPDATE pgmemory_memories AS m SET embedding_next = v.embedding
 FROM unnest(CAST(:ids AS uuid[]), CAST(:embeddings AS vector[])) AS v(id, embedding)
 WHERE m.user_id = :user_id AND m.collection = :collection AND m.id = v.id
-"""
+""")
 
 #: Hold the collection's catalogue row: new memories of the collection (whose foreign key
 #: reads it) wait until the switch commits.
-REEMBED_LOCK = "SELECT name FROM pgmemory_collections WHERE name = :collection FOR UPDATE"
+REEMBED_LOCK = Statement(
+    "SELECT name FROM pgmemory_collections WHERE name = :collection FOR UPDATE"
+)
 
 #: The switch: every staged vector replaces the one searches used.
-REEMBED_SWAP = """
+REEMBED_SWAP = Statement(
+    """
 UPDATE pgmemory_memories
 SET embedding = embedding_next, embedding_model = :model, embedding_next = NULL
 WHERE collection = :collection AND embedding_next IS NOT NULL
-"""
+""",
+    fan_out="pgmemory db reembed: the switch of a whole collection, every user",
+)
 
 #: The switch of the catalogue entry to the staged model.
-REEMBED_SWITCH = """
+REEMBED_SWITCH = Statement("""
 UPDATE pgmemory_collections
 SET embedding_model = next_embedding_model, dimensions = next_dimensions,
     next_embedding_model = NULL, next_dimensions = NULL
 WHERE name = :collection AND next_embedding_model = :model
-"""
+""")
 
 
 # --- distribution over Citus (see pgmemory.admin.distribution) ----------------------------------
 
 #: The database connected to (for messages).
-CURRENT_DATABASE = "SELECT current_database()"
+CURRENT_DATABASE = Statement("SELECT current_database()")
 
 #: Whether the citus extension is installed (q.CITUS_INSTALLED), as a row (``installed``), for
 #: the read helpers.
-CITUS_INSTALLED_AS_ROW = f"{q.CITUS_INSTALLED} AS installed"
+CITUS_INSTALLED_AS_ROW = Statement(f"{q.CITUS_INSTALLED} AS installed")
 
 #: How Citus manages a table already ('distributed', 'reference'; NULL: not at all).
-CITUS_TABLE_TYPE = """
+CITUS_TABLE_TYPE = Statement("""
 SELECT citus_table_type FROM citus_tables WHERE table_name = CAST(:table AS regclass)
-"""
+""")
 
 #: Make a table a reference table (copied to every node).
-CITUS_REFERENCE_TABLE = "SELECT create_reference_table(CAST(:table AS regclass))"
+CITUS_REFERENCE_TABLE = Statement("SELECT create_reference_table(CAST(:table AS regclass))")
 
 #: Distribute a table by a column, co-located with another table ('default': Citus's choice).
-CITUS_DISTRIBUTE_TABLE = """
+CITUS_DISTRIBUTE_TABLE = Statement("""
 SELECT create_distributed_table(CAST(:table AS regclass), :column, colocate_with => :colocate_with)
-"""
+""")
 
 #: Drop the rows a table held before it was distributed: Citus copies them to the shards and
 #: keeps the originals on the coordinator's disk (unseen by queries, untouched by erasure).
-CITUS_DROP_LOCAL_ROWS = (
+CITUS_DROP_LOCAL_ROWS = Statement(
     "SELECT truncate_local_data_after_distributing_table(CAST(:table AS regclass))"
 )
 
 #: The audit guard lets the owner's sanctioned change through (migration 0014): here the
 #: truncation of the audit tables' former local rows, which their shards now hold.
-SANCTION_AUDIT_CHANGE = "SET LOCAL pgmemory.audit_change = 'sanctioned'"
+SANCTION_AUDIT_CHANGE = Statement("SET LOCAL pgmemory.audit_change = 'sanctioned'")
 
 #: Settings of the one transaction :func:`distribute` runs in (``SET LOCAL``: they end with it).
 DISTRIBUTE_SETTINGS = (
@@ -805,15 +869,15 @@ DISTRIBUTE_SETTINGS = (
 
 #: How Citus manages each of some tables now: ``{table: (type, distribution column)}``.
 #: Which of these tables exist (in the search path), in the order given.
-EXISTING_TABLES = """
+EXISTING_TABLES = Statement("""
 SELECT t FROM unnest(CAST(:tables AS text[])) WITH ORDINALITY AS u(t, n)
 WHERE to_regclass(t) IS NOT NULL ORDER BY n
-"""
+""")
 
-CITUS_TABLES = """
+CITUS_TABLES = Statement("""
 SELECT CAST(table_name AS text), CAST(citus_table_type AS text), distribution_column
 FROM citus_tables WHERE CAST(table_name AS text) = ANY(:tables)
-"""
+""")
 
 
 # --- access tokens (pgmemory token, the audit page) ----------------------------------------
@@ -825,7 +889,7 @@ _TOKEN_INFO = "id, name, purpose, created_at, expires_at, revoked_at"
 
 #: Issue a token: revoke an expired one of the same name first (so the name is free again),
 #: then insert the new token's hash; a live token of that name makes the insert fail.
-ISSUE_TOKEN = f"""
+ISSUE_TOKEN = Statement(f"""
 WITH expired AS (
     UPDATE pgmemory_access_tokens SET revoked_at = now()
     WHERE name = :name AND revoked_at IS NULL AND expires_at <= now()
@@ -836,67 +900,38 @@ INSERT INTO pgmemory_access_tokens (name, purpose, token_sha256, expires_at)
 SELECT :name, :purpose, :token_sha256, now() + CAST(:lifetime AS interval)
 FROM (SELECT count(*) FROM expired) AS freed
 RETURNING {_TOKEN_INFO}
-"""
+""")
 
 #: The live token with this hash and purpose, if any.
-VALID_TOKEN = f"""
+VALID_TOKEN = Statement(f"""
 SELECT {_TOKEN_INFO}
 FROM pgmemory_access_tokens
 WHERE token_sha256 = :token_sha256 AND purpose = :purpose
   AND revoked_at IS NULL AND expires_at > now()
-"""
+""")
 
 #: Whether the token with this id is still live (a signed-in page re-checks it per request).
-TOKEN_STILL_VALID = """
+TOKEN_STILL_VALID = Statement("""
 SELECT EXISTS (
     SELECT 1 FROM pgmemory_access_tokens
     WHERE id = :id AND purpose = :purpose AND revoked_at IS NULL AND expires_at > now()
 )
-"""
+""")
 
 #: Every token, newest first: names, purposes and dates, never a hash.
-LIST_TOKENS = f"""
+LIST_TOKENS = Statement(f"""
 SELECT {_TOKEN_INFO}
 FROM pgmemory_access_tokens
 WHERE :include_inactive OR (revoked_at IS NULL AND expires_at > now())
 ORDER BY created_at DESC, id DESC
 LIMIT :limit
-"""
+""")
 
 #: Revoke the live token of this name (or of this id); returns what was revoked.
-REVOKE_TOKEN = f"""
+REVOKE_TOKEN = Statement(f"""
 UPDATE pgmemory_access_tokens SET revoked_at = now()
 WHERE revoked_at IS NULL AND (name = :name OR id = :id)
 RETURNING {_TOKEN_INFO}
-"""
+""")
 
-# --- how these statements spread over Citus (see pgmemory.store.routing) -------------------
-
-#: Statements here that touch per-user tables without naming one user, so that on Citus they
-#: run on every shard, and why that is acceptable.
-FAN_OUT: dict[str, str] = {
-    "MEMORIES_ANY_ROW": "pgmemory db partition: refused unless the table is empty (any user)",
-    "PARTITION_MEMORIES": "DDL: pgmemory db partition rebuilds the whole (empty) table",
-    "MEMORIES_PARTITIONS": "pgmemory db partition: the catalog's count of partitions, no rows",
-    "ADD_HALF_VECTORS_COLUMN": "DDL: pgmemory db half-vectors adds the column on every shard",
-    "ADD_HALF_VECTORS_INDEX": "DDL: pgmemory db half-vectors builds the index on every shard",
-    "USER_PAGE": "the operator's user directory: a page of user ids across all tables",
-    "USER_PAGE_DISTRIBUTED": "the operator's user directory on Citus: a page of user ids",
-    "USER_MEMORY_COUNTS": "the operator's user directory: counts for one page of users",
-    "USER_ACTIVITY": "the operator's user directory: activity for one page of users",
-    "PRUNE_AUDIT": "audit retention (pgmemory_prune_audit): rows older than a cutoff, of every user",
-    "audit_row_check": "pgmemory audit verify rechecks every row hash of an audit table",
-    "audit_guard_probe": "pgmemory audit verify's rolled-back UPDATE of an audit table's newest row",
-    "UNRECORDED_PSEUDONYMS": "pgmemory audit verify: erased users' pseudonyms across all audits",
-    "UNAUDITED_DELETIONS": "pgmemory audit verify: deletions no audit row took, all users",
-    "AUDIT_MISUSE": "pgmemory audit verify: misplaced records and erased live users, all users",
-    "REEMBED_CLEAR": "pgmemory db reembed --restart: a collection's staged vectors, every user",
-    "REEMBED_COUNTS": "pgmemory db reembed: progress over a whole collection, every user",
-    "REEMBED_TODO": "pgmemory db reembed: the next batch of a whole collection, in key order",
-    "REEMBED_SWAP": "pgmemory db reembed: the switch of a whole collection, every user",
-}
-
-#: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.
-CONSTANT_USER: dict[str, str] = {
-    "LIST_PRUNES": "the records of audit prunes, kept under user '' (one shard)",
-}
+register(__name__, globals())

@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import Literal
 
 from pgmemory.store._engine.deployment import Locking
+from pgmemory.store._engine.statement import Statement, builds, register
 from pgmemory.store.columns import (
     MEMORY_COLUMNS,
     POSITION,
@@ -24,31 +25,31 @@ from pgmemory.store.modes import FUSIONS, SEARCH_MODES
 # --- collections ---------------------------------------------------------------------------
 
 #: Register a collection; an existing one is left as it is (the caller compares).
-INSERT_COLLECTION = """
+INSERT_COLLECTION = Statement("""
 INSERT INTO pgmemory_collections (name, dimensions, embedding_model)
 VALUES (:name, :dimensions, :embedding_model)
 ON CONFLICT (name) DO NOTHING
-"""
+""")
 
 #: Read one collection's catalogue entry.
-GET_COLLECTION = """
+GET_COLLECTION = Statement("""
 SELECT name, dimensions, embedding_model, created_at
 FROM pgmemory_collections WHERE name = :name
-"""
+""")
 
 #: List the catalogue.
-LIST_COLLECTIONS = """
+LIST_COLLECTIONS = Statement("""
 SELECT name, dimensions, embedding_model, created_at FROM pgmemory_collections ORDER BY name
-"""
+""")
 
 #: For a transaction that writes the catalogue (a reference table on Citus) after writing
 #: per-user tables: Citus refuses that after a parallel multi-shard write, so the transaction
 #: writes the shards one connection per node. On a server without Citus it only sets an unused
 #: custom setting.
-SEQUENTIAL_SHARD_WRITES = "SET LOCAL citus.multi_shard_modify_mode = 'sequential'"
+SEQUENTIAL_SHARD_WRITES = Statement("SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
 
 #: Remove a collection's catalogue entry (its memories are deleted first, with audit).
-DELETE_COLLECTION = "DELETE FROM pgmemory_collections WHERE name = :name"
+DELETE_COLLECTION = Statement("DELETE FROM pgmemory_collections WHERE name = :name")
 
 # --- memories: writes ----------------------------------------------------------------------
 
@@ -137,7 +138,10 @@ _SENT_BATCH = f"""unnest(
 
 #: Insert a batch given as parallel arrays, in message-key order, auditing each row, in one
 #: statement; a record whose message id the collection already holds in the scope is skipped.
-INSERT_MEMORIES = _audited(_insert_memories(_SENT_BATCH, "r"), "insert")
+INSERT_MEMORIES = Statement(
+    _audited(_insert_memories(_SENT_BATCH, "r"), "insert"),
+    fan_out="one batch may hold several users' rows (INSERT ... SELECT from arrays): each row goes to its user's shard; a batch of one user's rows touches one shard",
+)
 
 #: The advisory-lock class of a user's erasure lock ('pgme'), a key space of its own (migration
 #: 0022's functions name it as a number).
@@ -148,27 +152,33 @@ _ERASURE_LOCK_CLASS = 0x70676D65
 #: one-time filter). A memory insert reads nothing its snapshot could have missed (a stored
 #: message id is found by the unique index, committed or not), so its snapshot may predate the
 #: locks.
-INSERT_MEMORIES_LOCKING = _audited(
-    _insert_memories(
-        _SENT_BATCH,
-        "r",
-        where=f"""(SELECT count(pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(u)))
+INSERT_MEMORIES_LOCKING = Statement(
+    _audited(
+        _insert_memories(
+            _SENT_BATCH,
+            "r",
+            where=f"""(SELECT count(pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(u)))
            FROM unnest(CAST(:lock_users AS text[])) AS u) >= 0""",
+        ),
+        "insert",
     ),
-    "insert",
+    fan_out="INSERT_MEMORIES taking its locks itself: one server only",
 )
 
 #: A memory insert as the deployment runs it (:class:`~pgmemory.store._engine.deployment.Locking`).
 MEMORY_INSERT = Locking(INSERT_MEMORIES_LOCKING, INSERT_MEMORIES, users_param="lock_users")
 
 #: A bulk import may run longer than the interactive statement timeout (this transaction only).
-NO_STATEMENT_TIMEOUT = "SET LOCAL statement_timeout = 0"
+NO_STATEMENT_TIMEOUT = Statement("SET LOCAL statement_timeout = 0")
 
 #: How many rows the memories table held at its last analysis (the planner's estimate; 0 for
 #: a table never analysed, and for Citus's coordinator table, whose rows are in its shards).
-ANALYSED_ROWS = """
+ANALYSED_ROWS = Statement(
+    """
 SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = to_regclass('pgmemory_memories')
-"""
+""",
+    fan_out="after a bulk import: the table's row estimate from the catalog, no rows",
+)
 
 #: The memories table vacuumed and analysed after a bulk import: fresh planner statistics, and
 #: the imported pages marked all-visible, so that the covering index's scans read them
@@ -176,28 +186,37 @@ SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = to_regclass('pgmemory_me
 #: pass (for a role that may not vacuum the table, PostgreSQL warns and skips it). It never
 #: waits for a lock (an index build or another vacuum holding the table: autovacuum will come
 #: by later). It cannot run in a transaction: :meth:`~pgmemory.store._engine.database.Database.ddl`.
-VACUUM_ANALYZE_MEMORIES = "VACUUM (ANALYZE, SKIP_LOCKED) pgmemory_memories"
+VACUUM_ANALYZE_MEMORIES = Statement(
+    "VACUUM (ANALYZE, SKIP_LOCKED) pgmemory_memories",
+    fan_out="after a bulk import: the table vacuumed and its statistics refreshed, on every shard",
+)
 
 #: Staging table for binary COPY imports; dropped at commit.
-CREATE_STAGING = f"""
+CREATE_STAGING = Statement(f"""
 CREATE TEMPORARY TABLE pgmemory_import (
     {_STAGING_DEFINITION}
 ) ON COMMIT DROP
-"""
+""")
 
 #: Binary COPY into the staging table.
-COPY_STAGING = f"COPY pgmemory_import ({_SENT_VALUES}) FROM STDIN (FORMAT BINARY)"
+COPY_STAGING = Statement(f"COPY pgmemory_import ({_SENT_VALUES}) FROM STDIN (FORMAT BINARY)")
 
 #: Move the staged rows that carry a message id into the collection, in message-key order,
 #: auditing each row, in one statement (skipping messages already stored, as above).
-INSERT_FROM_STAGING = _audited(
-    _insert_memories("pgmemory_import AS s", "s", where="s.message_id IS NOT NULL"), "insert"
+INSERT_FROM_STAGING = Statement(
+    _audited(
+        _insert_memories("pgmemory_import AS s", "s", where="s.message_id IS NOT NULL"), "insert"
+    ),
+    fan_out="bulk import from the local staging table: rows of any users",
 )
 
 #: Move the staged rows without a message id (they cannot conflict), by user, auditing each.
-INSERT_FROM_STAGING_UNKEYED = _audited(
-    _insert_memories("pgmemory_import AS s", "s", where="s.message_id IS NULL", keyed=False),
-    "insert",
+INSERT_FROM_STAGING_UNKEYED = Statement(
+    _audited(
+        _insert_memories("pgmemory_import AS s", "s", where="s.message_id IS NULL", keyed=False),
+        "insert",
+    ),
+    fan_out="bulk import from the local staging table: rows of any users",
 )
 
 # --- memories: scoped statements -----------------------------------------------------------
@@ -1054,6 +1073,7 @@ top AS (
     return ranked
 
 
+@builds(fan_out="a search of a scope without a user (session, agent or application)")
 @lru_cache(maxsize=256)
 def search_memories(
     dimensions: tuple[str, ...],
@@ -1246,6 +1266,7 @@ def _used(name: str, stage: str, section_cost: str) -> str:
 )"""
 
 
+@builds(fan_out="a recall of a scope without a user (session, agent or application)")
 @lru_cache(maxsize=128)
 def recall_memories(
     dimensions: tuple[str, ...],
@@ -1456,6 +1477,7 @@ ORDER BY s.seq
 """
 
 
+@builds(fan_out="listing a scope without a user (session, agent or application)")
 @lru_cache(maxsize=64)
 def list_memories(dimensions: tuple[str, ...], *, newest_first: bool) -> str:
     """Live memories of a scope in time order, paginated by limit/offset."""
@@ -1471,6 +1493,7 @@ LIMIT :limit OFFSET :offset
 """
 
 
+@builds(fan_out="counting a scope without a user (session, agent or application)")
 @lru_cache(maxsize=64)
 def count_memories(dimensions: tuple[str, ...]) -> str:
     """How many live memories a scope holds."""
@@ -1484,6 +1507,7 @@ WHERE {_scope_where(dimensions)}
 # --- memories: deletes ---------------------------------------------------------------------
 
 
+@builds(fan_out="deleting by id in a scope without a user (session, agent or application)")
 @lru_cache(maxsize=64)
 def delete_ids(dimensions: tuple[str, ...], *, distributed: bool = False) -> str:
     """Delete the memories with the given ids inside a scope, auditing each row: ids are unique
@@ -1525,15 +1549,19 @@ def delete_ids(dimensions: tuple[str, ...], *, distributed: bool = False) -> str
 
 
 #: Delete every expired memory (optionally of one collection), auditing each row.
-DELETE_EXPIRED = _audited(
-    """
+DELETE_EXPIRED = Statement(
+    _audited(
+        """
     DELETE FROM pgmemory_memories
     WHERE expires_at IS NOT NULL AND expires_at <= :now
       AND (CAST(:collection AS text) IS NULL OR collection = :collection)""",
-    "expire",
+        "expire",
+    ),
+    fan_out="the expiry sweep: every user's expired rows, on every shard",
 )
 
 
+@builds(fan_out="erasing a session, agent or application scope (no user): any user's rows")
 @lru_cache(maxsize=64)
 def delete_scope(dimensions: tuple[str, ...]) -> str:
     """Erase every memory of a scope (expired ones too), auditing each row."""
@@ -1565,86 +1593,98 @@ SELECT format(
 """
 
 #: The CREATE INDEX statement for a collection's HNSW index (to run in autocommit).
-ANN_INDEX_DDL = _ANN_INDEX_DDL.format(
-    method="hnsw",
-    options="m = %s, ef_construction = %s",
-    name=_ANN_NAME,
-    values="CAST(:m AS int), CAST(:ef_construction AS int)",
+ANN_INDEX_DDL = Statement(
+    _ANN_INDEX_DDL.format(
+        method="hnsw",
+        options="m = %s, ef_construction = %s",
+        name=_ANN_NAME,
+        values="CAST(:m AS int), CAST(:ef_construction AS int)",
+    ),
+    fan_out="DDL: the approximate index is built on every shard",
 )
 
 #: The CREATE INDEX statement for a collection's IVFFlat index (to run in autocommit): the
 #: collection's vectors clustered into :lists lists (k-means over the rows stored at build
 #: time), each row filed under its nearest list's centre.
-ANN_IVFFLAT_DDL = _ANN_INDEX_DDL.format(
-    method="ivfflat", options="lists = %s", name=_ANN_NAME, values="CAST(:lists AS int)"
+ANN_IVFFLAT_DDL = Statement(
+    _ANN_INDEX_DDL.format(
+        method="ivfflat", options="lists = %s", name=_ANN_NAME, values="CAST(:lists AS int)"
+    ),
+    fan_out="DDL: the approximate index is built on every shard",
 )
 
 #: The rows of a collection (what an IVFFlat index's default number of lists follows).
-ANN_COLLECTION_ROWS = "SELECT count(*) FROM pgmemory_memories WHERE collection = :collection"
+ANN_COLLECTION_ROWS = Statement(
+    "SELECT count(*) FROM pgmemory_memories WHERE collection = :collection",
+    fan_out="enable_ann: the collection's size for an IVFFlat index's lists",
+)
 
 #: The DROP INDEX statement for a collection's approximate index (to run in autocommit).
-ANN_DROP_DDL = f"""
+ANN_DROP_DDL = Statement(f"""
 SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', {_ANN_NAME})
-"""
+""")
 
 #: Session settings for maintenance (an approximate index's build, an import's vacuum): no
 #: statement timeout (it may take minutes), and optionally more memory (a build that fits in
 #: maintenance_work_mem is several times faster).
-MAINTENANCE_SETTINGS = """
+MAINTENANCE_SETTINGS = Statement("""
 SELECT set_config('statement_timeout', '0', false),
        set_config('maintenance_work_mem', COALESCE(CAST(:maintenance_work_mem AS text),
                                                    current_setting('maintenance_work_mem')), false)
-"""
+""")
 
 #: Back to the connection's own settings after maintenance (what RESET would restore).
-MAINTENANCE_RESET = """
+MAINTENANCE_RESET = Statement("""
 SELECT set_config(name, reset_val, false) FROM pg_settings
 WHERE name IN ('statement_timeout', 'maintenance_work_mem')
-"""
+""")
 
 #: A collection's approximate index, if it exists: whether it is valid (a failed concurrent
 #: build is not), then its access method (``hnsw``, ``ivfflat``).
-ANN_INDEX_STATE = f"""
+ANN_INDEX_STATE = Statement(f"""
 SELECT i.indisvalid, a.amname
 FROM pg_index AS i
 JOIN pg_class AS c ON c.oid = i.indexrelid
 JOIN pg_am AS a ON a.oid = c.relam
 WHERE i.indexrelid = to_regclass({_ANN_NAME})
-"""
+""")
 
 #: Settings of a transaction on the HNSW path: iterative scan (keep walking the graph
 #: until enough rows pass the scope filter), the search breadth, a custom plan (the partial
 #: index matches only a literal collection, and a generic plan prices the scope at an average
 #: size), and no sort-based plan for the candidates (sorting the scope's B-tree rows is the
 #: exact path, which this statement exists to avoid on scopes known to be large).
-ANN_SETTINGS = """
+ANN_SETTINGS = Statement("""
 SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
        set_config('hnsw.ef_search', CAST(:ef_search AS text), true),
        set_config('plan_cache_mode', 'force_custom_plan', true),
        set_config('enable_sort', 'off', true)
-"""
+""")
 
 #: :data:`ANN_SETTINGS` for an IVFFlat index: the lists nearest the query read first
 #: (:probes), then, while too few of their rows pass the scope filter, the next ones
 #: (iterative scan).
-ANN_IVFFLAT_SETTINGS = """
+ANN_IVFFLAT_SETTINGS = Statement("""
 SELECT set_config('ivfflat.iterative_scan', 'relaxed_order', true),
        set_config('ivfflat.probes', CAST(:probes AS text), true),
        set_config('plan_cache_mode', 'force_custom_plan', true),
        set_config('enable_sort', 'off', true)
-"""
+""")
 
 #: The user scopes the approximate path serves, with their rows, the largest first: more than
 #: :min_rows rows, none of which can expire (an expiry filter thins the index's candidates);
 #: rows without a user (``''``) are no user scope. Counted once a recall probe, which samples
 #: the largest of them (each with SCOPE_SAMPLE: one user per statement, so that Citus routes it
 #: to one shard).
-ANN_LARGE_USERS = """
+ANN_LARGE_USERS = Statement(
+    """
     SELECT user_id, count(*) AS memories FROM pgmemory_memories
     WHERE collection = :collection AND user_id <> ''
     GROUP BY user_id HAVING count(*) > :min_rows AND count(expires_at) = 0
     ORDER BY count(*) DESC, user_id
-"""
+""",
+    fan_out="the approximate-index probe: the large users' scopes and their sizes (all users)",
+)
 
 
 # --- large scopes: the two-phase path (codes or half vectors, then exact re-rank) -----------
@@ -1658,17 +1698,20 @@ _SHORTLIST_SCOPES = """
     GROUP BY user_id HAVING count(*) > :min_rows"""
 
 #: The users whose scope takes the two-phase path, with their rows (see _SHORTLIST_SCOPES).
-SHORTLIST_LARGE_USERS = _SHORTLIST_SCOPES.replace("SELECT user_id", "SELECT user_id, count(*)")
+SHORTLIST_LARGE_USERS = Statement(
+    _SHORTLIST_SCOPES.replace("SELECT user_id", "SELECT user_id, count(*)"),
+    fan_out="the two-phase probe: which users' scopes are large (all users)",
+)
 
 #: Probe queries for the approximate and two-phase paths: :samples stored rows (id and
 #: vector) of one user's scope, at random (one statement per probed user, so that Citus routes
 #: each to one shard).
-SCOPE_SAMPLE = """
+SCOPE_SAMPLE = Statement("""
 SELECT m.id, m.embedding FROM pgmemory_memories AS m
 WHERE m.collection = :collection AND m.user_id = :user_id
 ORDER BY random()
 LIMIT :samples
-"""
+""")
 
 
 # --- chat history --------------------------------------------------------------------------
@@ -1678,7 +1721,7 @@ LIMIT :samples
 #: erasure of one of them makes it wait, and an erasure waits for it. In the same statement it
 #: takes the append lock of each chat-history session it appends to, exclusively (appends to one
 #: session take turns, so two never pick the same ``seq``); erasure locks first.
-LOCK_FOR_WRITE = f"""
+LOCK_FOR_WRITE = Statement(f"""
 SELECT locks.held FROM (
     SELECT 1 AS step, x.i, pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(x.u)) AS held
     FROM unnest(CAST(:users AS text[])) WITH ORDINALITY AS x(u, i)
@@ -1687,15 +1730,19 @@ SELECT locks.held FROM (
     FROM unnest(CAST(:session_users AS text[]), CAST(:sessions AS text[]))
         WITH ORDINALITY AS y(u, s, i)
 ) AS locks ORDER BY locks.step, locks.i
-"""
+""")
 
 #: One user's erasure lock, shared, and nothing else: what an audited search or recall of a
 #: user scope takes (LOCK_FOR_WRITE's arrays, union and sort cost ~0.05 ms more a call).
-LOCK_USER_SHARED = f"SELECT pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(:user_id))"
+LOCK_USER_SHARED = Statement(
+    f"SELECT pg_advisory_xact_lock_shared({_ERASURE_LOCK_CLASS}, hashtext(:user_id))"
+)
 
 #: An erasure takes its user's lock exclusively: writes of the user already running finish
 #: first (and are erased with the user), later ones wait for the erasure to commit.
-LOCK_USER_FOR_ERASURE = f"SELECT pg_advisory_xact_lock({_ERASURE_LOCK_CLASS}, hashtext(:user_id))"
+LOCK_USER_FOR_ERASURE = Statement(
+    f"SELECT pg_advisory_xact_lock({_ERASURE_LOCK_CLASS}, hashtext(:user_id))"
+)
 
 #: A chat-history append: its messages after ``base.last_seq``, the session's last seq
 #: (``{base}``, with any ``{head}`` it needs); a message id already stored is skipped.
@@ -1711,74 +1758,78 @@ RETURNING seq
 
 #: Append messages after the session's last seq; a message id already stored is skipped (its
 #: locks taken before it, by LOCK_FOR_WRITE).
-APPEND_HISTORY = _APPEND_HISTORY.format(
-    head="",
-    base="""(
+APPEND_HISTORY = Statement(
+    _APPEND_HISTORY.format(
+        head="",
+        base="""(
     SELECT COALESCE(max(seq), 0) AS last_seq FROM pgmemory_chat_messages
     WHERE user_id = :user_id AND session_id = :session_id
 ) AS base""",
+    )
 )
 
 #: APPEND_HISTORY taking its own locks: the session's last seq comes from
 #: ``pgmemory_history_tail`` (migration 0022), evaluated once (a materialised step), after it
 #: holds the user's erasure lock and the session's append lock, read with a fresh snapshot (so
 #: it follows what the append before it committed).
-APPEND_HISTORY_LOCKING = _APPEND_HISTORY.format(
-    head="""
+APPEND_HISTORY_LOCKING = Statement(
+    _APPEND_HISTORY.format(
+        head="""
 WITH base AS MATERIALIZED (
     SELECT pgmemory_history_tail(:user_id, :session_id) AS last_seq
 )""",
-    base="base",
+        base="base",
+    )
 )
 
 #: A history append as the deployment runs it (:class:`~pgmemory.store._engine.deployment.Locking`).
 HISTORY_APPEND = Locking(APPEND_HISTORY_LOCKING, APPEND_HISTORY)
 
 #: A page of a session's history in order.
-READ_HISTORY = """
+READ_HISTORY = Statement("""
 SELECT seq, message, created_at FROM pgmemory_chat_messages
 WHERE user_id = :user_id AND session_id = :session_id AND seq > :after_seq
 ORDER BY seq
 LIMIT :limit
-"""
+""")
 
 #: How many messages a session's history holds.
-COUNT_HISTORY = """
+COUNT_HISTORY = Statement("""
 SELECT count(*) FROM pgmemory_chat_messages WHERE user_id = :user_id AND session_id = :session_id
-"""
+""")
 
 #: Erase a session's history.
-DELETE_HISTORY = """
+DELETE_HISTORY = Statement("""
 DELETE FROM pgmemory_chat_messages WHERE user_id = :user_id AND session_id = :session_id
-"""
+""")
 
 
 # --- facts ---------------------------------------------------------------------------------
 
 #: A scope's facts in one namespace (locked when merging).
-GET_FACTS = """
+GET_FACTS = Statement("""
 SELECT facts FROM pgmemory_facts
 WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :agent_id
   AND session_id = :session_id AND namespace = :namespace
-"""
-GET_FACTS_FOR_UPDATE = GET_FACTS + "FOR UPDATE"
+""")
+GET_FACTS_FOR_UPDATE = Statement(GET_FACTS + "FOR UPDATE")
 
 #: Create a scope's facts row if missing, so the merge below can lock it.
-ENSURE_FACTS = """
+ENSURE_FACTS = Statement("""
 INSERT INTO pgmemory_facts (user_id, application_id, agent_id, session_id, namespace)
 VALUES (:user_id, :application_id, :agent_id, :session_id, :namespace)
 ON CONFLICT DO NOTHING
-"""
+""")
 
 #: Replace a scope's facts with the merged object.
-UPDATE_FACTS = """
+UPDATE_FACTS = Statement("""
 UPDATE pgmemory_facts SET facts = :facts, updated_at = now()
 WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :agent_id
   AND session_id = :session_id AND namespace = :namespace
-"""
+""")
 
 #: Record changed facts (old and new value per key, and what they were derived from).
-AUDIT_FACTS = """
+AUDIT_FACTS = Statement("""
 INSERT INTO pgmemory_fact_audit
     (user_id, application_id, agent_id, session_id, namespace, key, old_value, new_value, actor,
      sources)
@@ -1786,14 +1837,14 @@ SELECT :user_id, :application_id, :agent_id, :session_id, :namespace, c.key, c.o
        c.new_value, :actor, CAST(:sources AS jsonb)
 FROM unnest(CAST(:keys AS text[]), CAST(:old_values AS jsonb[]), CAST(:new_values AS jsonb[]))
     AS c(key, old_value, new_value)
-"""
+""")
 
 #: Erase a scope's facts in one namespace (or every namespace).
-DELETE_FACTS = """
+DELETE_FACTS = Statement("""
 DELETE FROM pgmemory_facts
 WHERE user_id = :user_id AND application_id = :application_id AND agent_id = :agent_id
   AND session_id = :session_id AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
-"""
+""")
 
 # --- the derivation queue ------------------------------------------------------------------
 # A job is due when its time has come, it has attempts left, and no live lease holds it; with
@@ -1809,56 +1860,63 @@ _DUE = """namespace = ANY(CAST(:namespaces AS text[])) AND attempts < :max_attem
 
 #: Queue one job (in the caller's transaction: a turn that rolls back queues nothing), due in
 #: :delay_s seconds (a user's turns meanwhile are extracted with it).
-ENQUEUE_JOB = """
+ENQUEUE_JOB = Statement("""
 INSERT INTO pgmemory_jobs
     (user_id, id, namespace, application_id, agent_id, session_id, payload, run_after)
 VALUES (:user_id, :id, :namespace, :application_id, :agent_id, :session_id, :payload,
         now() + make_interval(secs => :delay_s))
-"""
+""")
 
 #: The users with due jobs in these namespaces, the longest-waiting first.
-JOBS_DUE_USERS = f"""
+JOBS_DUE_USERS = Statement(
+    f"""
 SELECT user_id FROM pgmemory_jobs WHERE {_DUE}
 GROUP BY user_id ORDER BY min(run_after) LIMIT :limit
-"""
+""",
+    fan_out="a worker's scan for the users whose derivation jobs are due (all users)",
+)
 
 #: Lease every due job of one user in these namespaces, and those never tried (:early true);
 #: returns what they hold.
-LEASE_JOBS = f"""
+LEASE_JOBS = Statement(f"""
 UPDATE pgmemory_jobs
 SET lease_id = :lease_id, leased_until = now() + make_interval(secs => :lease_s),
     attempts = attempts + 1
 WHERE user_id = :user_id AND {_DUE}
 RETURNING id, namespace, application_id, agent_id, session_id, payload, attempts, created_at
-"""
+""")
 
 #: Delete these jobs of a lease (done: one (namespace, scope) group, or all of the lease's);
 #: returns their ids: fewer than named means the rest were taken over after the lease ran out,
 #: or cancelled by the user's erasure.
-COMPLETE_JOBS = """
+COMPLETE_JOBS = Statement("""
 DELETE FROM pgmemory_jobs
 WHERE user_id = :user_id AND lease_id = :lease_id AND id = ANY(CAST(:ids AS uuid[]))
 RETURNING id
-"""
+""")
 
 #: Give these jobs of a lease back after their failure (one group's: the lease's other jobs keep
 #: their lease), due again after a back-off; the error's type only.
-RELEASE_JOBS = """
+RELEASE_JOBS = Statement("""
 UPDATE pgmemory_jobs
 SET lease_id = NULL, leased_until = NULL, last_error = :error,
     run_after = now() + make_interval(secs => :retry_in_s)
 WHERE user_id = :user_id AND lease_id = :lease_id AND id = ANY(CAST(:ids AS uuid[]))
-"""
+""")
 
 #: How many jobs in these namespaces still have attempts left (due, waiting or leased).
-JOBS_PENDING = """
+JOBS_PENDING = Statement(
+    """
 SELECT count(*) FROM pgmemory_jobs
 WHERE namespace = ANY(CAST(:namespaces AS text[])) AND attempts < :max_attempts
-"""
+""",
+    fan_out="how many derivation jobs are pending, for flush() and the worker's report",
+)
 
 #: Delete the jobs in these namespaces that used up their attempts and were last tried more
 #: than :older_than_s seconds ago (they still hold the messages they were queued with); how many.
-DROP_FAILED_JOBS = """
+DROP_FAILED_JOBS = Statement(
+    """
 WITH dropped AS (
     DELETE FROM pgmemory_jobs
     WHERE namespace = ANY(CAST(:namespaces AS text[])) AND attempts >= :max_attempts
@@ -1866,12 +1924,15 @@ WITH dropped AS (
     RETURNING 1
 )
 SELECT count(*) FROM dropped
-"""
+""",
+    fan_out="the worker's sweep of jobs out of attempts past their keep time (all users)",
+)
 
 #: Whether the memories keep binary codes (migration 0013 adds them where pgvector >= 0.7) and
 #: half-precision unit vectors (where an operator added them: pgmemory.admin.half_vectors), and
 #: the installed pgvector's version.
-FIRST_PASSES = """
+FIRST_PASSES = Statement(
+    """
 SELECT EXISTS (
     SELECT 1 FROM pg_attribute
     WHERE attrelid = to_regclass('pgmemory_memories') AND attname = 'embedding_code'
@@ -1881,23 +1942,29 @@ SELECT EXISTS (
     WHERE attrelid = to_regclass('pgmemory_memories') AND attname = 'embedding_half'
       AND NOT attisdropped
 ) AS halves, (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector
-"""
+""",
+    fan_out="opening a store: whether the table keeps codes and half vectors (the catalog), no rows",
+)
 
 # --- Citus ---------------------------------------------------------------------------------
 
 #: Whether the citus extension is installed in this database.
-CITUS_INSTALLED = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+CITUS_INSTALLED = Statement("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
 
 #: Whether the memories table is distributed by Citus (run only where citus is installed).
-MEMORIES_DISTRIBUTED = """
+MEMORIES_DISTRIBUTED = Statement(
+    """
 SELECT EXISTS (
     SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass('pgmemory_memories')
-)"""
+)""",
+    fan_out="opening a store: whether Citus distributes the table, no rows",
+)
 
 
 # --- recall audit --------------------------------------------------------------------------
 
 
+@builds()
 @lru_cache(maxsize=2)
 def record_recall(*, relax_commit: bool) -> str:
     """Record a recall assembled by a caller (e.g. similar plus most recent memories), with
@@ -1926,33 +1993,39 @@ INSERT INTO pgmemory_recall_audit
 #: secret and record the erasure. The owner does it all, so Citus never sees the application
 #: role and the owner change the same shards in one transaction. Returns {"pseudonym",
 #: "pseudonymised": {table: rows}, "erased": {"memories", "facts", "history_messages", "jobs"}}.
-ERASE_USER = "SELECT pgmemory_erase_user(:user_id, :actor)"
+ERASE_USER = Statement("SELECT pgmemory_erase_user(:user_id, :actor)")
 
 
 # --- read replicas -------------------------------------------------------------------------
 
 #: The primary's WAL insert position, read right after a write commits (read-your-writes).
-WAL_POSITION = "SELECT pg_current_wal_insert_lsn()::text AS lsn"
+WAL_POSITION = Statement("SELECT pg_current_wal_insert_lsn()::text AS lsn")
 
 #: Whether a read replica still replays WAL, how far it has, and how many seconds it lags (0
 #: when it has replayed all it received).
-REPLICA_HEALTH = """
+REPLICA_HEALTH = Statement("""
 SELECT pg_is_in_recovery() AS standby,
        pg_last_wal_replay_lsn()::text AS replayed,
        CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0.0
             ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0.0)::float8
        END AS lag_s
-"""
+""")
 
 #: How far a read replica has replayed the primary's WAL (NULL on a server that is no replica).
-REPLAY_POSITION = "SELECT pg_last_wal_replay_lsn()::text"
+REPLAY_POSITION = Statement("SELECT pg_last_wal_replay_lsn()::text")
 
 # --- hash partitioning of the memories table by user (see pgmemory.store.partitioning) -------
 
 #: What the memories table is now: its relkind ('r' plain, 'p' partitioned; NULL: no table).
-MEMORIES_RELKIND = """
+MEMORIES_RELKIND = Statement(
+    """
 SELECT c.relkind::text FROM pg_class AS c WHERE c.oid = to_regclass('pgmemory_memories')
-"""
+""",
+    fan_out="pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
+)
 
 #: Take the migration advisory lock for the current transaction.
-MIGRATION_XACT_LOCK = "SELECT pg_advisory_xact_lock(:key)"
+MIGRATION_XACT_LOCK = Statement("SELECT pg_advisory_xact_lock(:key)")
+
+
+register(__name__, globals())

@@ -6,14 +6,14 @@ facts share one shard group); the collections catalogue is small and read by eve
 so it is a reference table (copied to every node). :func:`pgmemory.admin.distribution.distribute`
 (``pgmemory db distribute``) does exactly that on a database where Citus is installed.
 
-Every statement in :mod:`pgmemory.store.queries` that touches a per-user table names one user
-(:func:`names_one_user`: a ``user_id = :param`` filter, or one user's value in an INSERT), so
-Citus routes it to one shard; the exceptions are listed here, each with why, in
-:data:`FAN_OUT` (runs on every shard) and :data:`CONSTANT_USER` (one shard, named by a
-constant); the admin plane's statements have their own two lists beside them
-(:mod:`pgmemory.admin.statements`). ``tests/store/test_routing.py`` reads every statement of
-both planes and fails on one that is in neither list. The lists live beside the statements,
-not on them, so that editing a statement and classifying it stay separate changes.
+Every statement of either plane (:mod:`pgmemory.store.queries`, :mod:`pgmemory.admin.statements`)
+that touches a per-user table names one user (:func:`names_one_user`: a ``user_id = :param``
+filter, or one user's value in an INSERT), so Citus routes it to one shard; the exceptions say
+so, with why, where they are defined: ``fan_out=`` (runs on every shard) or ``constant_user=``
+(one shard, named by a constant), on the :class:`~pgmemory.store._engine.statement.Statement`
+or the statement builder (:func:`~pgmemory.store._engine.statement.builds`).
+``tests/store/test_routing.py`` walks the registry of both planes and fails on a statement
+whose classification is missing or stale.
 """
 
 from __future__ import annotations
@@ -62,46 +62,6 @@ COORDINATOR_TABLES = ("pgmemory_access_tokens",)
 
 #: The column the per-user tables are distributed by.
 DISTRIBUTION_COLUMN = "user_id"
-
-#: Statements (names in :mod:`pgmemory.store.queries`; statement builders by function name,
-#: for the scopes without a user) that touch per-user tables without naming one user, so that
-#: on Citus they run on every shard (or on several), and why that is acceptable.
-FAN_OUT: dict[str, str] = {
-    "INSERT_MEMORIES": (
-        "one batch may hold several users' rows (INSERT ... SELECT from arrays): each row goes "
-        "to its user's shard; a batch of one user's rows touches one shard"
-    ),
-    "INSERT_MEMORIES_LOCKING": "INSERT_MEMORIES taking its locks itself: one server only",
-    "INSERT_FROM_STAGING": "bulk import from the local staging table: rows of any users",
-    "INSERT_FROM_STAGING_UNKEYED": "bulk import from the local staging table: rows of any users",
-    "DELETE_EXPIRED": "the expiry sweep: every user's expired rows, on every shard",
-    "delete_ids": "deleting by id in a scope without a user (session, agent or application)",
-    "delete_scope": "erasing a session, agent or application scope (no user): any user's rows",
-    "search_memories": "a search of a scope without a user (session, agent or application)",
-    "recall_memories": "a recall of a scope without a user (session, agent or application)",
-    "list_memories": "listing a scope without a user (session, agent or application)",
-    "count_memories": "counting a scope without a user (session, agent or application)",
-    "ANN_INDEX_DDL": "DDL: the approximate index is built on every shard",
-    "ANN_IVFFLAT_DDL": "DDL: the approximate index is built on every shard",
-    "ANN_COLLECTION_ROWS": "enable_ann: the collection's size for an IVFFlat index's lists",
-    "MEMORIES_RELKIND": "pgmemory db partition, enable_ann: the catalog's kind of the table, no rows",
-    "MEMORIES_DISTRIBUTED": "opening a store: whether Citus distributes the table, no rows",
-    "FIRST_PASSES": (
-        "opening a store: whether the table keeps codes and half vectors (the catalog), no rows"
-    ),
-    "ANALYSED_ROWS": "after a bulk import: the table's row estimate from the catalog, no rows",
-    "VACUUM_ANALYZE_MEMORIES": (
-        "after a bulk import: the table vacuumed and its statistics refreshed, on every shard"
-    ),
-    "ANN_LARGE_USERS": "the approximate-index probe: the large users' scopes and their sizes (all users)",
-    "SHORTLIST_LARGE_USERS": "the two-phase probe: which users' scopes are large (all users)",
-    "JOBS_DUE_USERS": "a worker's scan for the users whose derivation jobs are due (all users)",
-    "JOBS_PENDING": "how many derivation jobs are pending, for flush() and the worker's report",
-    "DROP_FAILED_JOBS": "the worker's sweep of jobs out of attempts past their keep time (all users)",
-}
-
-#: Statements that touch one shard, that of the ``''`` (no user) rows, naming it by a constant.
-CONSTANT_USER: dict[str, str] = {}
 
 _PER_USER = re.compile(r"\b(?:" + "|".join(PER_USER_TABLES + PER_USER_FUNCTIONS) + r")\b")
 #: A ``user_id = :param`` filter, with or without a table alias.

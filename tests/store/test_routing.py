@@ -3,6 +3,7 @@ a per-user table holds user_id; `pgmemory db distribute` says clearly when Citus
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
 import itertools
@@ -21,6 +22,7 @@ from pgmemory.admin import Admin, statements as s
 from pgmemory.cli import run
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import queries as q, routing
+from pgmemory.store._engine.statement import Statement, is_builder, registered
 from pgmemory.store.models import Base
 from pgmemory.store.records import MemoryScope
 
@@ -120,11 +122,23 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
             )
 
 
-#: Each plane's statement catalogue with its Citus lists (FAN_OUT, CONSTANT_USER).
+#: Each plane's statement catalogue.
 CATALOGUES = [
-    pytest.param(q, routing.FAN_OUT, routing.CONSTANT_USER, id="store.queries"),
-    pytest.param(s, s.FAN_OUT, s.CONSTANT_USER, id="admin.statements"),
+    pytest.param(q, id="store.queries"),
+    pytest.param(s, id="admin.statements"),
 ]
+
+
+def _fan_out(module: ModuleType) -> dict[str, str]:
+    """The catalogue's statements and builders that fan out on Citus, with why (the registry)."""
+    entries = registered(module.__name__)
+    return {name: e.fan_out for name, e in entries.items() if e.fan_out is not None}
+
+
+def _constant_user(module: ModuleType) -> dict[str, str]:
+    """The catalogue's statements that run on the constant user's shard, with why."""
+    entries = registered(module.__name__)
+    return {name: e.constant_user for name, e in entries.items() if e.constant_user is not None}
 
 
 def _builders(module: ModuleType) -> dict[str, Callable[..., str]]:
@@ -155,10 +169,34 @@ def test_both_catalogues_have_statements_and_builders() -> None:
     assert not set(_constants(q)) & set(_constants(s)), "a statement is defined in both planes"
 
 
-@pytest.mark.parametrize(("module", "fan_out", "constant_user"), CATALOGUES)
+@pytest.mark.parametrize("module", CATALOGUES)
+def test_every_statement_and_builder_of_a_catalogue_is_registered(module: ModuleType) -> None:
+    """A statement-like constant that is a plain str (e.g. derived by ``+``) or an unmarked
+    builder would escape the routing checks below: each must be a registered value."""
+    entries = registered(module.__name__)
+    tree = ast.parse(inspect.getsource(module))
+    assigned = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    own = {name: value for name, value in _constants(module).items() if name in assigned}
+    plain = [name for name, value in own.items() if not isinstance(value, Statement)]
+    assert not plain, f"{module.__name__}: make these Statement(...) values: {plain}"
+    unmarked = [name for name in _builders(module) if not is_builder(getattr(module, name))]
+    assert not unmarked, f"{module.__name__}: mark these builders with @builds(...): {unmarked}"
+    assert set(entries) == set(own) | set(_builders(module))
+    for name in own:
+        assert getattr(module, name).name == f"{module.__name__}.{name}"
+
+
+@pytest.mark.parametrize("module", CATALOGUES)
 def test_every_statement_on_per_user_tables_names_one_user_or_is_a_listed_fan_out(
-    module: ModuleType, fan_out: dict[str, str], constant_user: dict[str, str]
+    module: ModuleType,
 ) -> None:
+    fan_out, constant_user = _fan_out(module), _constant_user(module)
     unmarked = []
     for name, statement in _constants(module).items():
         if not routing.touches_per_user_tables(statement) or routing.names_one_user(statement):
@@ -175,21 +213,20 @@ def test_every_statement_on_per_user_tables_names_one_user_or_is_a_listed_fan_ou
                 unmarked.append(f"{name}{dims}")
     assert not unmarked, (
         f"statements touch per-user tables without a user_id = :param filter: {unmarked}; "
-        f"filter them on user_id or list them in {module.__name__}'s FAN_OUT with why"
+        f"filter them on user_id or give them fan_out= (why) where {module.__name__} defines them"
     )
 
 
-@pytest.mark.parametrize(("module", "fan_out", "constant_user"), CATALOGUES)
-def test_the_lists_name_real_statements_that_need_to_be_there(
-    module: ModuleType, fan_out: dict[str, str], constant_user: dict[str, str]
-) -> None:
+@pytest.mark.parametrize("module", CATALOGUES)
+def test_the_classified_statements_need_their_classification(module: ModuleType) -> None:
+    fan_out, constant_user = _fan_out(module), _constant_user(module)
     constants, builders = _constants(module), _builders(module)
     for name in {**fan_out, **constant_user}:
         assert name in constants or name in builders, f"{name} is no statement in {module}"
         if name in constants:
             statement = constants[name]
             assert routing.touches_per_user_tables(statement), name
-            assert not routing.names_one_user(statement), f"{name} names one user: unlist it"
+            assert not routing.names_one_user(statement), f"{name} names one user: unclassify it"
     assert set(fan_out).isdisjoint(constant_user)
 
 
@@ -197,7 +234,7 @@ def test_the_docs_list_exactly_these_statements() -> None:
     readme = (Path(__file__).parents[2] / "docs" / "routing.md").read_text(encoding="utf-8")
     table = readme.split("| statement | why it fans out |", 1)[1].split("\n\n", 1)[0]
     listed = re.findall(r"^\| `(\w+)` \| (.+) \|$", table, re.MULTILINE)
-    lists = (routing.FAN_OUT, routing.CONSTANT_USER, s.FAN_OUT, s.CONSTANT_USER)
+    lists = (_fan_out(q), _constant_user(q), _fan_out(s), _constant_user(s))
     assert sorted(listed) == sorted(item for found in lists for item in found.items())
 
 
@@ -291,4 +328,4 @@ def test_distribute_help_lists_json_keys(capsys: pytest.CaptureFixture[str]) -> 
         run(["db", "distribute", "--help"])
     out = capsys.readouterr().out
     assert "create_distributed_table" in out and '"distributed"' in out
-    json.dumps(routing.FAN_OUT)  # the list is plain data (quoted in docs/routing.md)
+    json.dumps(_fan_out(q))  # the reasons are plain data (quoted in docs/routing.md)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import inspect
 import itertools
 import json
@@ -22,7 +23,7 @@ from pgmemory.admin import Admin, statements as s
 from pgmemory.cli import run
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import queries as q, routing
-from pgmemory.store._engine.statement import Statement, is_builder, registered
+from pgmemory.store._engine.statement import REGISTRY, Statement, is_builder, registered
 from pgmemory.store.models import Base
 from pgmemory.store.records import MemoryScope
 
@@ -33,8 +34,14 @@ DIMENSION_SETS = [
 ]
 
 
-def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
-    """Every statement a builder makes, with the scope dimensions it was made for."""
+@functools.cache
+def _variants(builder: str) -> tuple[tuple[tuple[str, ...], str], ...]:
+    """Every statement a builder makes, with the scope dimensions it was made for (made once
+    per test session: the routing and wire tests share them)."""
+    return tuple(_made(builder))
+
+
+def _made(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
     if builder in ("audit_row_check", "audit_guard_probe"):
         for table in s.AUDIT_TABLES:
             yield (), getattr(s, builder)(table)
@@ -55,6 +62,8 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                 relax,
                 windowed,
                 distributed,
+                guarded,
+                explain,
             ) in itertools.product(
                 (True, False),
                 (True, False),
@@ -65,35 +74,57 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                 (True, False),
                 (True, False),
                 (True, False),
+                (True, False),
+                (True, False),
             ):
                 if (ann is not None or shortlist is not None) and mode != "vector":
                     continue  # the approximate and two-phase paths serve vector searches only
                 if ann is not None and shortlist is not None:
                     continue  # a search takes one of them
-                yield (
-                    dims,
-                    q.search_memories(
+                if guarded and not (audit and "user_id" in dims):
+                    continue  # the guard is an audited read's of one user
+                neighbourly = (False, True) if mode == "hybrid" and fusion == "score" else (False,)
+                for neighbours in neighbourly:
+                    yield (
                         dims,
-                        covering=covering,
-                        audit=audit,
-                        mode=mode,
-                        fusion=fusion,
-                        ann_dimensions=ann,
-                        shortlist=shortlist,
-                        relax_commit=relax,
-                        windowed=windowed,
-                        distributed=distributed,
-                    ),
-                )
+                        q.search_memories(
+                            dims,
+                            covering=covering,
+                            audit=audit,
+                            mode=mode,
+                            fusion=fusion,
+                            neighbours=neighbours,
+                            ann_dimensions=ann,
+                            shortlist=shortlist,
+                            relax_commit=relax,
+                            guarded=guarded,
+                            windowed=windowed,
+                            explain=explain,
+                            distributed=distributed,
+                        ),
+                    )
         elif builder == "recall_memories":
-            for covering, mode, fusion, audit, relax, distributed in itertools.product(
+            for (
+                covering,
+                mode,
+                fusion,
+                audit,
+                relax,
+                distributed,
+                guarded,
+                most,
+            ) in itertools.product(
                 (True, False),
                 (None, *q.SEARCH_MODES),
                 q.FUSIONS,
                 (True, False),
                 (True, False),
                 (True, False),
+                (True, False),
+                (1, 3, 8),
             ):
+                if guarded and not (audit and "user_id" in dims):
+                    continue  # the guard is an audited read's of one user
                 yield (
                     dims,
                     q.recall_memories(
@@ -102,8 +133,10 @@ def _variants(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                         mode=mode,
                         fusion=fusion,
                         neighbours=mode == "hybrid" and fusion == "score",
+                        max_results=most,
                         audit=audit,
                         relax_commit=relax,
+                        guarded=guarded,
                         distributed=distributed,
                     ),
                 )
@@ -329,3 +362,52 @@ def test_distribute_help_lists_json_keys(capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "create_distributed_table" in out and '"distributed"' in out
     json.dumps(_fan_out(q))  # the reasons are plain data (quoted in docs/routing.md)
+
+
+#: The golden files of what pgmemory sends (tests/package/test_statements_at_wire.py).
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+_NAMED = re.compile(r"(?<![:\w]):(?!:)\w+")
+_NUMBERED = re.compile(r"\$\d+\b")
+
+
+def _shape(sql: str, placeholders: re.Pattern[str]) -> str:
+    """``sql`` with its parameters made ``?`` and each whitespace run one space."""
+    return re.sub(r"\s+", " ", placeholders.sub("?", sql)).strip()
+
+
+def _sent(golden: Path) -> list[str]:
+    """The SQL of each statement a golden file records (its wrapped lines joined again)."""
+    found: list[str] = []
+    in_sql = False  # a continuation line ("    ...") belongs to the field above it
+    for line in golden.read_text(encoding="utf-8").splitlines():
+        if line.startswith("  sql: "):
+            found.append(line[len("  sql: ") :])
+            in_sql = True
+        elif line.startswith("    ") and in_sql:
+            found[-1] += " " + line.strip()
+        else:
+            in_sql = False
+    return found
+
+
+@functools.cache
+def _registered_shapes() -> frozenset[str]:
+    """Every registered statement's text and every builder's, in :func:`_shape`."""
+    known = {_shape(str(entry.sql), _NAMED) for entry in REGISTRY.values() if entry.sql}
+    for module in (q, s):
+        for name in _builders(module):
+            known |= {_shape(text, _NAMED) for _, text in _variants(name)}
+    return frozenset(known)
+
+
+@pytest.mark.parametrize("golden", sorted(GOLDEN.glob("statements-*.txt")), ids=lambda p: p.stem)
+def test_every_statement_at_the_wire_on_per_user_tables_is_a_registered_one(golden: Path) -> None:
+    """What the search, recall and write paths send (the golden files) reaches per-user data only
+    through registered statements, so each is classified for Citus by the tests above."""
+    known = _registered_shapes()
+    sent = [sql for sql in _sent(golden) if routing.touches_per_user_tables(sql)]
+    assert sent, f"{golden.name} records no statement on a per-user table"
+    stray = [sql[:120] for sql in sent if _shape(sql, _NUMBERED) not in known]
+    assert not stray, (
+        f"{golden.name}: statements on per-user tables that no catalogue registers: {stray}"
+    )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pgmemory.store._engine.clauses import clause
@@ -84,12 +85,26 @@ def include_object(
     return True
 
 
+def _scripts() -> str:
+    """Where the alembic scripts are: the package ``pgmemory.migrations`` (a wheel, an
+    editable install); or, when ``pgmemory`` was imported from a source checkout's own folder
+    without that mapping (``uvicorn examples.fastapi_app:app`` run in the checkout, beside an
+    installed wheel), the checkout's ``migrations/`` beside it."""
+    try:
+        return str(resources.files("pgmemory.migrations"))
+    except ModuleNotFoundError:
+        checkout = Path(__file__).resolve().parents[2] / "migrations"
+        if (checkout / "env.py").is_file() and (checkout / "versions").is_dir():
+            return str(checkout)
+        raise
+
+
 def alembic_config(url: str | None = None) -> Config:
     """An alembic Config pointing at the packaged scripts (and at ``url`` if given)."""
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(resources.files("pgmemory.migrations")))
+    config.set_main_option("script_location", _scripts())
     if url is not None:
         # ConfigParser treats % as interpolation; escape it (passwords may contain it).
         config.set_main_option("sqlalchemy.url", normalise_url(url).replace("%", "%%"))

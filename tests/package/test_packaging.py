@@ -6,10 +6,13 @@ import ast
 import importlib.metadata
 import os
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
 from unittest import mock
+
+from pgmemory.store import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,3 +100,31 @@ def test_psycopg_pool_is_not_required() -> None:
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert not any("pool" in r for r in dependencies if _requirement_name(r) == "psycopg")
     assert "psycopg_pool" not in _imported_top_level_modules()
+
+
+def test_a_checkout_imported_without_the_install_still_finds_its_migrations(tmp_path: Path) -> None:
+    """``uvicorn examples.fastapi_app:app`` run in a checkout imports ``pgmemory`` from the
+    checkout's own folder, where no ``pgmemory/migrations`` exists (the install maps it): the
+    store then migrates from the checkout's ``migrations/``. Run with the editable install's
+    mapping taken away, as a wheel installed beside the checkout leaves it."""
+    code = (
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path\n"
+        "                    if not getattr(f, '__module__', '').startswith('__editable__')]\n"
+        "sys.path_hooks[:] = [h for h in sys.path_hooks\n"
+        "                     if not getattr(h, '__module__', '').startswith('__editable__')]\n"
+        "sys.path_importer_cache.clear()\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('pgmemory.migrations') is None\n"
+        "from pgmemory.store.migrate import alembic_config, head_revision\n"
+        "print(alembic_config().get_main_option('script_location'))\n"
+        "print(head_revision())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    location, head = done.stdout.split()
+    assert Path(location) == ROOT / "migrations"
+    assert head == migrate.head_revision()

@@ -533,12 +533,14 @@ def add_half_vectors_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "Rewrites the memories table (a maintenance window on a large one); needs pgvector >= "
         "0.7; does nothing if they are there. See docs/scaling.md.",
     )  # fmt: skip
+    add_yes(halves)
     add_json(halves, '{"added": true, "column": "embedding_half", "index": "..."}')
     halves.set_defaults(handler=half_vectors_command)
 
 
 def half_vectors_command(args: argparse.Namespace) -> int:
-    """``pgmemory db half-vectors [--json]``.
+    """``pgmemory db half-vectors [--yes] [--json]``: asks first on a terminal (every write
+    pays for the half vectors from then on, and adding them rewrites the memories table).
 
     Args:
         args: the parsed command line.
@@ -546,10 +548,24 @@ def half_vectors_command(args: argparse.Namespace) -> int:
     Returns:
         The exit status.
     """
+    require_consent(args, _HALVES_COST)
     return with_store(args, _half_vectors)
 
 
+#: What adding half vectors costs, for the confirmation.
+_HALVES_COST = (
+    "db half-vectors rewrites the memories table and makes every later write pay for the half "
+    "vectors"
+)
+
+
 async def _half_vectors(store: MemoryStore, args: argparse.Namespace) -> int:
+    if "halves" not in store.database.first_passes:
+        confirm(
+            args,
+            "Add half vectors to every memory? It rewrites the memories table, and every later "
+            "write pays for them.",
+        )
     report = await admin_of(store).add_half_vectors()
     if args.json:
         print_json(report.as_dict())

@@ -51,11 +51,16 @@ async def test_the_command_adds_them_once_and_every_row_keeps_its_copy(
         await store.create_collection("c", dimensions=8, embedding_model="test")
         await store.add("c", [MemoryRecord(content="before", scope=scope, embedding=rng.random(8))])
 
-    assert (
-        await asyncio.to_thread(run, ["db", "half-vectors", "--url", fresh_database, "--json"]) == 0
-    )
+    # In a script (no terminal to ask on) it refuses without --yes, and changes nothing.
+    refused = await asyncio.to_thread(run, ["db", "half-vectors", "--url", fresh_database])
+    assert refused == 2
+    assert "pass --yes" in capsys.readouterr().err
+    async with MemoryStore(fresh_database, settings=_settings()) as store:
+        assert store._db.first_passes == ("codes",)
+    added = ["db", "half-vectors", "--url", fresh_database, "--yes", "--json"]
+    assert await asyncio.to_thread(run, added) == 0
     assert json.loads(capsys.readouterr().out)["added"] is True
-    again = await asyncio.to_thread(run, ["db", "half-vectors", "--url", fresh_database])
+    again = await asyncio.to_thread(run, ["db", "half-vectors", "--url", fresh_database, "--yes"])
     assert again == 0  # nothing to do
     assert "already" in capsys.readouterr().out
 
@@ -99,7 +104,7 @@ async def test_two_phase_says_when_the_codes_fail_and_the_halves_then_serve(
     assert "pgmemory db half-vectors" in str(before["advice"])
     assert "heavy" not in json.dumps(before)  # counts and recalls, never a user id
 
-    assert await asyncio.to_thread(run, ["db", "half-vectors", "--url", fresh_database]) == 0
+    assert await asyncio.to_thread(run, ["db", "half-vectors", "--url", fresh_database, "-y"]) == 0
     capsys.readouterr()
     after = await probe()
     assert (after["first_passes"], after["first_pass"], after["advice"]) == (

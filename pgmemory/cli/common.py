@@ -14,6 +14,7 @@ import sys
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from pgmemory.store._engine import addresses
@@ -54,6 +55,8 @@ class _Target:
     """The database the running command works on (for error messages)."""
 
     url: str | None = None
+    #: The data directory of the embedded server the command started (None: a URL was given).
+    embedded: Path | None = None
 
 
 #: Set once the command knows its database; :mod:`pgmemory.cli.errors` names it in messages.
@@ -106,8 +109,10 @@ def database_url(settings: Settings, url: str | None) -> Iterator[str]:
         server = EmbeddedServer(settings.data_dir)
         try:
             target.url = server.start()
+            target.embedded = Path(settings.data_dir)
             yield target.url
         finally:
+            target.embedded = None
             server.stop()
 
 

@@ -23,6 +23,7 @@ from pgmemory.cli.common import (
     print_table,
     require_consent,
     settings_of,
+    target,
     with_store,
 )
 from pgmemory.cli.reembed import add_reembed_parser
@@ -395,8 +396,27 @@ async def _roles(store: MemoryStore, args: argparse.Namespace, password: str) ->
         print(f"  {statement}")
     for warning in report.warnings:
         print(f"warning: {warning}")
-    print(f"connect the application as {report.role} (e.g. PGMEMORY_DATABASE_URL with its user)")
+    print(_connect_as(store, report.role))
     return 0
+
+
+def _connect_as(store: MemoryStore, role: str) -> str:
+    """How the application connects as ``role``: the database's own URL with that user (the
+    password a placeholder), and what that means on the embedded server."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(store.database.url).set(username=role, password="PASSWORD")
+    line = (
+        f"connect the application as {role}: PGMEMORY_DATABASE_URL="
+        f"{url.render_as_string(hide_password=False)} (PASSWORD: the role's)"
+    )
+    if target.embedded is not None:
+        line += (
+            f" (this is the embedded server of {target.embedded}: it listens on that "
+            "socket only while a pgmemory process runs it; an application that connects as "
+            "another role needs a server of its own)"
+        )
+    return line
 
 
 # --- distribute (Citus) ---------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -74,6 +75,13 @@ def test_db_roles_creates_a_role_that_runs_the_cli_but_cannot_change_the_audit(
                 conn.execute(sa.text("DELETE FROM pgmemory_memory_audit"))
         finally:
             engine.dispose()
+        said = cli(
+            capsys, "--url", database_url, "db", "roles", role,
+            "--password-env", "PGMEMORY_TEST_ROLE_PASSWORD",
+        )  # fmt: skip
+        hint = make_url(database_url).set(username=role, password="PASSWORD")
+        assert f"PGMEMORY_DATABASE_URL={hint.render_as_string(hide_password=False)}" in said
+        assert password not in said and "embedded server" not in said
         # Again: the role is reset, not duplicated.
         again = cli_json(
             capsys, "--url", database_url, "db", "roles", role,
@@ -93,3 +101,22 @@ def test_db_roles_without_a_password_or_with_a_bad_name_is_one_line() -> None:
     assert out.returncode == 2 and "no password: set the environment variable" in out.stderr
     out = console("db", "roles", 'app"; DROP TABLE x; --')
     assert out.returncode == 2 and "role name must be" in out.stderr
+
+
+def test_db_roles_on_the_embedded_server_says_what_its_url_means(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no URL the role is made on the embedded server, whose socket exists only while a
+    pgmemory process runs it: the hint says so instead of only naming PGMEMORY_DATABASE_URL."""
+    monkeypatch.delenv("PGMEMORY_DATABASE_URL", raising=False)
+    monkeypatch.setenv("PGMEMORY_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PGMEMORY_TEST_ROLE_PASSWORD", "a long test password")
+    assert run(["db", "upgrade"]) == 0
+    capsys.readouterr()
+    out = cli(
+        capsys, "db", "roles", "pgmemory_app", "--password-env", "PGMEMORY_TEST_ROLE_PASSWORD"
+    )
+    hint = out.strip().splitlines()[-1]
+    assert "PGMEMORY_DATABASE_URL=" in hint and "pgmemory_app:PASSWORD@" in hint
+    assert f"embedded server of {tmp_path / 'data'}" in hint
+    assert "a long test password" not in out

@@ -248,7 +248,8 @@ class Connections:
     def idle_in_pool(self) -> int | None:
         """How many connections wait idle in the primary's pool (None: a pool that does not
         say, which then lends none to the fast path)."""
-        checkedin = getattr(self.engine.sync_engine.pool, "checkedin", None)
+        engine = self._engine
+        checkedin = None if engine is None else getattr(engine.sync_engine.pool, "checkedin", None)
         return checkedin() if callable(checkedin) else None
 
     async def _checkout(self, connect: Callable[[], Awaitable[C]]) -> C:

@@ -86,7 +86,7 @@ from pgmemory.store._engine.deployment import (
 )
 from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, reraise, reraise_opening
 from pgmemory.store._engine.replicas import ReplicaSet
-from pgmemory.store._engine.unit_of_work import SharedTransaction, lock
+from pgmemory.store._engine.unit_of_work import SharedTransaction, locks
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +258,8 @@ class Database:
             committing = False
             try:
                 async with conn.begin():
-                    await lock(conn, users or frozenset(), sessions)
+                    if (held := locks(users or frozenset(), sessions)) is not None:
+                        await conn.execute(*held)
                     yield conn
                     committing = True
             except DRIVER_ERRORS as exc:

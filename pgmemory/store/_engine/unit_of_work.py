@@ -1,9 +1,9 @@
 """A unit of work's one transaction, and the locks a write holds.
 
 :class:`SharedTransaction` is what :meth:`pgmemory.store._engine.database.Database.unit_of_work` makes
-the current task's writes join; :func:`lock` takes a write's erasure and append locks in one
-statement, the one :func:`~pgmemory.store._engine.fastpath.lock_statement` chooses (also for the fast
-path's pipeline). Both run their statements on the driver below them
+the current task's writes join; :func:`locks` is the one statement that takes a write's erasure
+and append locks, the one :func:`~pgmemory.store._engine.fastpath.lock_statement` chooses (also
+for the fast path's pipeline). Both run their statements on the driver below them
 (:mod:`pgmemory.store._engine.fastpath`) and take their connection from the database's
 connections (:mod:`pgmemory.store._engine.connections`), also below them; nothing here calls
 up into the database.
@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from pgmemory.errors import TurnWriteFailedError
@@ -27,15 +28,17 @@ from pgmemory.store._engine.connections import Connections
 from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, reraise
 
 
-async def lock(
-    conn: AsyncConnection, users: frozenset[str], sessions: frozenset[tuple[str, str]]
-) -> None:
-    """Hold the erasure lock of ``users`` (shared) and the append lock of ``sessions``
-    (exclusive) until the transaction ends, in one statement (:func:`fastpath.lock_statement`); a write
-    naming neither takes none."""
-    if users or sessions:
-        statement, params = fastpath.lock_statement(users, sessions)
-        await conn.execute(clause(statement), params)
+def locks(
+    users: frozenset[str], sessions: frozenset[tuple[str, str]]
+) -> tuple[TextClause, dict[str, Any]] | None:
+    """The one statement (:func:`fastpath.lock_statement`) that holds the erasure lock of
+    ``users`` (shared) and the append lock of ``sessions`` (exclusive) until the transaction
+    ends, with its parameters; None for a write naming neither. The caller executes it
+    (``await conn.execute(*held)``): no frame of its own on the write's stack."""
+    if not (users or sessions):
+        return None
+    statement, params = fastpath.lock_statement(users, sessions)
+    return clause(statement), params
 
 
 async def _driver(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
@@ -113,7 +116,8 @@ class SharedTransaction:
         if task is not None and task is self._owner:  # a write nested in this task's write
             assert self._conn is not None
             async with self._conn.begin_nested():
-                await lock(self._conn, users or frozenset(), sessions)
+                if (held := locks(users or frozenset(), sessions)) is not None:
+                    await self._conn.execute(*held)
                 yield self._conn
             return
         async with self._lock:
@@ -123,7 +127,8 @@ class SharedTransaction:
                 await self._send_queued(conn)
                 new_users = (users or frozenset()) - self._locked_users
                 new_sessions = sessions - self._locked_sessions
-                await lock(conn, frozenset(new_users), frozenset(new_sessions))
+                if (held := locks(frozenset(new_users), frozenset(new_sessions))) is not None:
+                    await conn.execute(*held)
                 self._locked_users |= new_users
                 self._locked_sessions |= new_sessions
                 yield conn

@@ -74,7 +74,15 @@ COMMANDS: dict[str, tuple[list[str], str | None]] = {
 }
 #: Commands that never open a store (nothing to start with no URL), or refuse before they do
 #: (no --yes, no password on a pipe).
-NO_STORE = {"db heads", "db history", "db downgrade", "db roles", "forget", "prune-audit"}
+NO_STORE = {
+    "db heads",
+    "db history",
+    "db downgrade",
+    "db half-vectors",
+    "db roles",
+    "forget",
+    "prune-audit",
+}
 
 
 def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[str]:

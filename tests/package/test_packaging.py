@@ -6,6 +6,7 @@ import ast
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -106,7 +107,12 @@ def test_a_checkout_imported_without_the_install_still_finds_its_migrations(tmp_
     """``uvicorn examples.fastapi_app:app`` run in a checkout imports ``pgmemory`` from the
     checkout's own folder, where no ``pgmemory/migrations`` exists (the install maps it): the
     store then migrates from the checkout's ``migrations/``. Run with the editable install's
-    mapping taken away, as a wheel installed beside the checkout leaves it."""
+    mapping taken away, as a wheel installed beside the checkout leaves it, on a copy of the
+    checkout's two folders (whatever this checkout links into ``pgmemory/``)."""
+    checkout = tmp_path / "checkout"
+    skip = shutil.ignore_patterns("__pycache__", "migrations")
+    shutil.copytree(ROOT / "pgmemory", checkout / "pgmemory", ignore=skip)
+    shutil.copytree(ROOT / "migrations", checkout / "migrations", ignore=skip)
     code = (
         "import sys\n"
         "sys.meta_path[:] = [f for f in sys.meta_path\n"
@@ -114,7 +120,7 @@ def test_a_checkout_imported_without_the_install_still_finds_its_migrations(tmp_
         "sys.path_hooks[:] = [h for h in sys.path_hooks\n"
         "                     if not getattr(h, '__module__', '').startswith('__editable__')]\n"
         "sys.path_importer_cache.clear()\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        f"sys.path.insert(0, {str(checkout)!r})\n"
         "import importlib.util\n"
         "assert importlib.util.find_spec('pgmemory.migrations') is None\n"
         "from pgmemory.store.migrate import alembic_config, head_revision\n"
@@ -126,5 +132,5 @@ def test_a_checkout_imported_without_the_install_still_finds_its_migrations(tmp_
     )
     assert done.returncode == 0, done.stderr
     location, head = done.stdout.split()
-    assert Path(location) == ROOT / "migrations"
+    assert Path(location) == checkout / "migrations"
     assert head == migrate.head_revision()

@@ -589,7 +589,12 @@ async def provider_rankings(
     for q in tqdm(questions, desc=desc, leave=False):
         state = ChatHistoryMemoryProvider.State(storage_scope=MemoryScope(user_id=q.scope))
         t = time.perf_counter()
-        memories = (await provider._recall(state, session, q.text, heading=None, seen=())).memories
+        # what the provider's hook runs: the store's recall with the provider's keywords
+        shown = await provider.store.recall(
+            provider.collection_name, state.effective_search_scope, query=q.text,
+            **provider._recall_options(session, heading=None, seen=()),
+        )  # fmt: skip
+        memories = shown.memories
         times.append((time.perf_counter() - t) * 1000)
         ranked = list(dict.fromkeys(key_of_message[m.message_id or ""] for m in memories))
         out.append(ranked)

@@ -52,7 +52,7 @@ async def test_the_embedded_default_says_where_it_writes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, embedder: CachedEmbedder
 ) -> None:
     settings = Settings(_env_file=None, data_dir=tmp_path / "pgdata")  # type: ignore[call-arg]
-    with caplog.at_level(logging.WARNING, logger="pgmemory.store._engine.database"):
+    with caplog.at_level(logging.WARNING, logger="pgmemory.store._engine.connections"):
         async with MemoryStore(settings=settings, embedder=embedder, migrate=True):
             pass
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

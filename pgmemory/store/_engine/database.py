@@ -53,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import logging
 from collections.abc import (
     AsyncIterator,
     Coroutine,
@@ -61,7 +60,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -87,10 +86,6 @@ from pgmemory.store._engine.deployment import (
 from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, reraise, reraise_opening
 from pgmemory.store._engine.replicas import ReplicaSet
 from pgmemory.store._engine.unit_of_work import SharedTransaction, locks
-
-logger = logging.getLogger(__name__)
-
-C = TypeVar("C")
 
 
 class Database:

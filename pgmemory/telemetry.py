@@ -33,12 +33,14 @@ import contextvars
 import hashlib
 import hmac
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context, metrics, trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 
 from pgmemory.text.clean import bad_surrogate_index
 
@@ -283,8 +285,24 @@ def _span(title: str, attributes: dict[str, Any]) -> Iterator[trace.Span]:
 
 def _tracing() -> bool:
     """Whether the application configured a tracer provider (the API's default is a proxy
-    that makes no span until one is set)."""
+    that makes no span until one is set).
+
+    Asked twice a search (its operation and its statement). While no provider is set,
+    ``trace.get_tracer_provider()`` looks ``OTEL_PYTHON_TRACER_PROVIDER`` up in the environment
+    on every call (a few µs of a small search's Python, in situ); so the API's global is read
+    first, and only when one is set, or the environment names one (it is set from there on
+    the first ask), is the API asked. Where the global is not found (another API version), the
+    API answers every time.
+    """
+    if getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_FROM_ENVIRONMENT:
+        return False
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+#: What :func:`_tracing` reads when the API has no global of that name.
+_UNKNOWN = object()
+#: The environment names a tracer provider (read once: the API reads it on the first ask).
+_PROVIDER_FROM_ENVIRONMENT = OTEL_PYTHON_TRACER_PROVIDER in os.environ
 
 
 def _failed(span: trace.Span, exc: BaseException) -> None:

@@ -21,11 +21,11 @@ still follow each other in time in record order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pgmemory.store.records import Memory, MemoryScope
+from pgmemory.store.records import Memory, MemoryHit, MemoryScope, Signals
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,15 +157,42 @@ def copy_fields(row: Mapping[str, Any]) -> list[Any]:
 _MEMORY_FIELDS: tuple[str, ...] = tuple(c.name for c in READ_COLUMNS if c.memory == "field")
 
 
+def _slots(cls: type, names: Sequence[str]) -> tuple[tuple[Callable[[Any, Any], None], str], ...]:
+    """The setters of ``cls``'s slots ``names`` (its member descriptors' ``__set__``), each
+    with its name: what a frozen class's ``__init__`` calls through ``object.__setattr__``,
+    taken once instead of looked up by name for every field of every row."""
+    return tuple((vars(cls)[name].__set__, name) for name in names)
+
+
+_SCOPE_SLOTS = _slots(MemoryScope, MemoryScope.DIMENSIONS)
+_MEMORY_SLOTS = _slots(Memory, _MEMORY_FIELDS)
+((_SET_SCOPE, _),) = _slots(Memory, ("scope",))
+(_SET_HIT_MEMORY, _), (_SET_SCORE, _), (_SET_SIGNALS, _) = _slots(
+    MemoryHit, ("memory", "score", "signals")
+)
+_new = object.__new__
+
+
 def memory_from_row(row: Mapping[Any, Any]) -> Memory:
     """The :class:`Memory` a row read with the READ_COLUMNS stands for: its fields set as
-    read (as :meth:`MemoryScope.stored` sets a scope's), without the keyword call of the
-    frozen class's ``__init__``, which took longer than the rest of a small search's hits."""
-    memory = object.__new__(Memory)
-    _set(memory, "scope", MemoryScope.stored(row))
-    for name in _MEMORY_FIELDS:
-        _set(memory, name, row[name])
+    read, and its scope's as :meth:`MemoryScope.stored` sets them (``''`` is unset), without
+    the frozen classes' keyword ``__init__`` (which took longer than the rest of a small
+    search's hits): by the slots' own setters, as that ``__init__`` sets them."""
+    scope = _new(MemoryScope)
+    for set_slot, name in _SCOPE_SLOTS:
+        set_slot(scope, row[name] or None)
+    memory = _new(Memory)
+    _SET_SCOPE(memory, scope)
+    for set_slot, name in _MEMORY_SLOTS:
+        set_slot(memory, row[name])
     return memory
 
 
-_set = object.__setattr__
+def hit_from_row(row: Mapping[Any, Any], signals: Signals | None = None) -> MemoryHit:
+    """The :class:`MemoryHit` of a search row: :func:`memory_from_row` and the row's
+    ``score`` (and ``signals``, when explained), set as :func:`memory_from_row` sets them."""
+    hit = _new(MemoryHit)
+    _SET_HIT_MEMORY(hit, memory_from_row(row))
+    _SET_SCORE(hit, float(row["score"]))
+    _SET_SIGNALS(hit, signals)
+    return hit

@@ -28,7 +28,7 @@ from pgmemory.store._engine.database import Database
 from pgmemory.store._engine.deployment import AuditedRead, Shape
 from pgmemory.store.ann import AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.columns import memory_from_row
+from pgmemory.store.columns import hit_from_row, memory_from_row
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 from pgmemory.store.modes import DEFAULT_MODE, SEARCH_MODES
@@ -290,10 +290,9 @@ def _audit_row(
 
 
 def _hits(rows: Sequence[Any], *, explain: bool = False) -> list[MemoryHit]:
-    return [
-        MemoryHit(memory_from_row(row), float(row["score"]), _signals(row) if explain else None)
-        for row in rows
-    ]
+    if explain:
+        return [hit_from_row(row, _signals(row)) for row in rows]
+    return [hit_from_row(row) for row in rows]
 
 
 def _signals(row: Any) -> Signals:

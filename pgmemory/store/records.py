@@ -60,15 +60,6 @@ class MemoryScope:
             name: value for name in self.DIMENSIONS if (value := getattr(self, name)) is not None
         }
 
-    @classmethod
-    def stored(cls, row: Mapping[str, Any]) -> MemoryScope:
-        """The scope of a row read back (its four dimension columns, ``''`` for unset), not
-        checked again: what a read returns is what was stored, and reading never refuses it."""
-        scope = object.__new__(cls)
-        for name in cls.DIMENSIONS:
-            object.__setattr__(scope, name, row[name] or None)
-        return scope
-
     def column_values(self) -> dict[str, str]:
         """All four dimensions as stored: an unset dimension is ``''``."""
         return {name: getattr(self, name) or "" for name in self.DIMENSIONS}

@@ -275,3 +275,33 @@ async def test_a_user_id_with_a_lone_surrogate_is_refused_as_without_the_pseudon
     assert span.attributes and span.attributes["error.type"] == type(plain).__qualname__
     assert "pgmemory.user.pseudonym" not in span.attributes
     assert bad not in everything_shown(spans()) and bad not in str(keyed)
+
+
+_ASK_TRACING = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+import pgmemory.telemetry as telemetry
+print(telemetry._tracing(), isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider))
+trace.set_tracer_provider(TracerProvider())
+print(telemetry._tracing())
+"""
+
+
+@pytest.mark.parametrize("environment", [None, "sdk_tracer_provider"])
+def test_tracing_is_known_as_the_api_knows_it(environment: str | None) -> None:
+    """The quick check of whether spans are made (the API's global, read directly) agrees with
+    the API: no span before a provider is set, spans once one is, and a provider named in the
+    environment (``OTEL_PYTHON_TRACER_PROVIDER``, set by the API on its first ask) counts from
+    the first operation. In a fresh interpreter: the global can be set once per process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_PYTHON_TRACER_PROVIDER"}
+    if environment is not None:
+        env["OTEL_PYTHON_TRACER_PROVIDER"] = environment
+    out = subprocess.run(
+        [sys.executable, "-c", _ASK_TRACING], env=env, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0] == ("True False" if environment else "False True")
+    assert out[1] == "True"

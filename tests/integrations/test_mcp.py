@@ -103,6 +103,11 @@ async def test_stdio_serves_its_user_only_and_refuses_bad_calls(
 
         named = await client.call_tool("search_memories", {"query": "bees", "user_id": bob})
         assert "takes no argument 'user_id'" in error_text(named)
+        assert "never an argument" in error_text(named)
+        # a typo is answered with the arguments the tool takes, not the binding's warning
+        typo = error_text(await client.call_tool("add_memory", {"content": "I like tea"}))
+        assert "takes no argument 'content'; it takes 'text'" in typo
+        assert "binding" not in typo
         bad = await client.call_tool("search_memories", {"query": "bees", "limit": "lots"})
         assert "limit" in error_text(bad)
         wrong_id = await client.call_tool("forget_memory", {"memory_id": "not-a-uuid"})

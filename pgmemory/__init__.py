@@ -33,12 +33,14 @@ if TYPE_CHECKING:
         DatabaseNotReadyError as DatabaseNotReadyError,
         DatabaseUnavailableError as DatabaseUnavailableError,
         DuplicateIdError as DuplicateIdError,
+        EmbedderMismatchError as EmbedderMismatchError,
         EmbeddingError as EmbeddingError,
         InvalidInputError as InvalidInputError,
         MissingExtraError as MissingExtraError,
         PgMemoryError as PgMemoryError,
         ScopeError as ScopeError,
         StatementTimeoutError as StatementTimeoutError,
+        UnscopedError as UnscopedError,
     )
     from pgmemory.integrations.agent_framework.chat_history import (
         ChatHistoryMemoryProvider as ChatHistoryMemoryProvider,

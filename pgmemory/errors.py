@@ -19,6 +19,12 @@ class ScopeError(InvalidInputError):
     """A memory scope is missing, empty where it must not be, or malformed."""
 
 
+class UnscopedError(ScopeError):
+    """A read, erasure or record sets no scope dimension where ``allow_unscoped=True`` would be
+    needed to mean every tenant (the library's words name that argument; the command line's
+    name its scope flags)."""
+
+
 class DuplicateIdError(InvalidInputError):
     """A memory id is given twice for one user, or is already stored for them; ``memory_id``
     names it."""
@@ -30,6 +36,24 @@ class DuplicateIdError(InvalidInputError):
 
 class CollectionError(InvalidInputError):
     """A collection is unknown, or a vector does not fit it (dimensions, model)."""
+
+
+class EmbedderMismatchError(CollectionError):
+    """The store's embedder makes vectors of another model than the collection holds.
+
+    Attributes:
+        collection: The collection.
+        collection_model: The model of its vectors.
+        embedder_model: The model of the store's embedder.
+    """
+
+    def __init__(
+        self, message: str, *, collection: str, collection_model: str, embedder_model: str
+    ) -> None:
+        super().__init__(message)
+        self.collection = collection
+        self.collection_model = collection_model
+        self.embedder_model = embedder_model
 
 
 class DatabaseNotReadyError(PgMemoryError):

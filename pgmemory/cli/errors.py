@@ -48,6 +48,9 @@ def _explain(exc: BaseException) -> Problem | None:
 
     if isinstance(exc, CliError):
         return Problem(str(exc), exc.code)
+    advice = _command_line_advice(exc)
+    if advice is not None:
+        return Problem(advice, 2)
     # A failed connection is told from the driver's error, naming --url as well.
     if isinstance(exc, PgMemoryError) and not isinstance(exc, DatabaseUnavailableError):
         return Problem(str(exc), 2 if isinstance(exc, InvalidInputError) else 1)
@@ -57,6 +60,28 @@ def _explain(exc: BaseException) -> Problem | None:
             return found
     if isinstance(exc, PgMemoryError):
         return Problem(str(exc), 1)
+    return None
+
+
+def _command_line_advice(exc: BaseException) -> str | None:
+    """What to do about a library error whose own message gives a library remedy (a keyword
+    argument, a constructor argument): the same failure in the command line's words (a flag,
+    a setting, a command). None for any other error."""
+    from pgmemory.errors import EmbedderMismatchError, UnscopedError
+
+    if isinstance(exc, UnscopedError):
+        return (
+            "no scope given, so this would reach every user's memories: pass --user (or "
+            "--session, --agent, --application); the command line never covers every tenant"
+        )
+    if isinstance(exc, EmbedderMismatchError):
+        return (
+            f"collection {exc.collection!r} holds vectors of model {exc.collection_model!r}, "
+            f"but PGMEMORY_EMBEDDER makes {exc.embedder_model!r}: set PGMEMORY_EMBEDDER (use, "
+            "minilm or openai, with PGMEMORY_OPENAI_EMBEDDING_MODEL) to the embedder of that "
+            f"model, or move the collection to this one: pgmemory db reembed {exc.collection} "
+            "--embedder NAME"
+        )
     return None
 
 

@@ -168,7 +168,7 @@ class _DeclaredArgumentsOnly:
         if isinstance(params, dict) and isinstance(params.get("arguments"), dict):
             known = self.declared.get(str(params.get("name")))
             extra = sorted(set(params["arguments"]) - known) if known is not None else []
-            if extra:
+            if extra and known is not None:
                 from mcp.types import CallToolResult, TextContent
 
                 from pgmemory.store.records import MemoryScope

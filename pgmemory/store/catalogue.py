@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import pgmemory.telemetry as telemetry
-from pgmemory.errors import CollectionError
+from pgmemory.errors import CollectionError, EmbedderMismatchError
 from pgmemory.store import queries as q
 from pgmemory.store._engine.clauses import clause
 from pgmemory.store._engine.database import Database
@@ -137,10 +137,13 @@ class Catalogue:
         """
         embedder = self._embedder()
         if embedder.model_id != info.embedding_model:
-            raise CollectionError(
+            raise EmbedderMismatchError(
                 f"collection {info.name!r} holds vectors of model {info.embedding_model!r}, but "
                 f"the store's embedder is {embedder.model_id!r}: pass a matching embedder to "
-                "MemoryStore(embedder=...), or pass vectors yourself"
+                "MemoryStore(embedder=...), or pass vectors yourself",
+                collection=info.name,
+                collection_model=info.embedding_model,
+                embedder_model=embedder.model_id,
             )
         with telemetry.embedding(embedder.model_id, len(texts)):
             return await embedder.embed(texts)

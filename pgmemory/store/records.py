@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from pgmemory.errors import InvalidInputError, ScopeError
+from pgmemory.errors import InvalidInputError, ScopeError, UnscopedError
 from pgmemory.store.validation import check_name, check_text, describe
 
 #: Longest scope value accepted (application, agent, user or session id).
@@ -118,7 +118,7 @@ def check_search_scope(scope: object, *, allow_unscoped: bool) -> MemoryScope:
     if not isinstance(scope, MemoryScope):
         raise ScopeError(f"scope must be a MemoryScope, got {describe(scope)}")
     if scope.is_empty and not allow_unscoped:
-        raise ScopeError(
+        raise UnscopedError(
             "the search scope sets no dimension, so it would cover every user's memories; "
             "set user_id (or session_id, agent_id, application_id), or pass "
             "allow_unscoped=True if that is really meant"

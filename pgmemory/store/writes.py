@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 import pgmemory.telemetry as telemetry
-from pgmemory.errors import DuplicateIdError, InvalidInputError, ScopeError
+from pgmemory.errors import DuplicateIdError, InvalidInputError, ScopeError, UnscopedError
 from pgmemory.store import queries as q
 from pgmemory.store._engine.clauses import clause
 from pgmemory.store._engine.database import Database
@@ -319,7 +319,7 @@ def _row(
     if not isinstance(record.scope, MemoryScope):
         raise ScopeError(f"{where}.scope must be a MemoryScope, got {describe(record.scope)}")
     if record.scope.is_empty and not allow_unscoped:
-        raise ScopeError(
+        raise UnscopedError(
             f"{where} has an empty scope: tag it with a user, session, agent or "
             "application id (or pass allow_unscoped=True to store it for everybody)"
         )

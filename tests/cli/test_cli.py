@@ -329,11 +329,20 @@ def test_unknown_collection_lists_the_existing_ones(
     assert seeded.collection in error
 
 
-def test_bad_input_is_the_library_message(
+def test_bad_input_is_told_in_the_command_lines_words(
     seeded: Seeded, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A library error whose message gives a library remedy (``allow_unscoped=True``,
+    ``MemoryStore(embedder=...)``) is told as the command line's flag, setting or command."""
     error = cli(capsys, "--url", seeded.url, "recall", seeded.collection, "x", code=2)
-    assert error.startswith("pgmemory: error: the search scope sets no dimension")
+    assert error.startswith("pgmemory: error: no scope given")
+    assert "--user" in error and "allow_unscoped" not in error
+    # the seeded collection's vectors are of model test:3; the command line embeds with use
+    error = cli(capsys, "--url", seeded.url, "recall", seeded.collection, "x", "--user", "a",
+                code=2)  # fmt: skip
+    assert "holds vectors of model 'test:3'" in error and "PGMEMORY_EMBEDDER" in error
+    assert f"pgmemory db reembed {seeded.collection} --embedder" in error
+    assert "MemoryStore(" not in error
 
 
 def test_fresh_database_missing_extension_unknown_revision_and_each_revision_applied(

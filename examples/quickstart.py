@@ -12,6 +12,7 @@ import asyncio
 import time
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore
+from pgmemory.store.modes import DEFAULT_MODE, MODES
 
 MEMORIES = {
     "alice": [
@@ -42,6 +43,7 @@ async def main() -> None:
                 actor="quickstart",
             )
             print(f"stored {len(texts)} memories for {user}")
+        print(f"\nscores ({DEFAULT_MODE} search, the default): {MODES[DEFAULT_MODE].scale}")
         for user in MEMORIES:
             scope = MemoryScope(user_id=f"demo-{user}")
             print(f"\n=== recall for {user} (search scope: user_id=demo-{user}) ===")

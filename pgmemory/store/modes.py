@@ -39,10 +39,14 @@ MODES: dict[str, Mode] = {
             name="hybrid",
             score="fused score",
             title="SCORE(fused)",
-            ranking="fused score (cosine and BM25, each scaled to 0–1 within the scope, summed)",
+            ranking=(
+                "fused score (cosine and BM25, each scaled to 0–1 within the scope, summed, "
+                "plus half a conversation neighbour's)"
+            ),
             scale=(
-                "the sum of cosine similarity and BM25 each scaled to 0..1 within the scope "
-                "(0..2, comparable within one search only)"
+                "cosine similarity and BM25, each scaled to 0..1 within the scope and summed, "
+                "plus half the better score of the memory's neighbours in its conversation "
+                "(0..3 with the default weights; comparable within one search only)"
             ),
         ),
         Mode(

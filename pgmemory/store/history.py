@@ -23,6 +23,7 @@ from pgmemory.errors import InvalidInputError, ScopeError
 from pgmemory.store import queries as q
 from pgmemory.store._engine.clauses import clause
 from pgmemory.store._engine.database import Database
+from pgmemory.store._engine.deployment import Write
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.records import HistoryRow
 from pgmemory.store.validation import (
@@ -87,19 +88,20 @@ async def append(
             return 0
         # The rows returned, not the rowcount: Citus reports the rows its INSERT ... SELECT sent
         # to the shards, the skipped ones included.
-        rows = await db.fetch(
-            q.HISTORY_APPEND,
-            {
-                "session_id": session_id,
-                "user_id": user_id,
-                "message_ids": ids,
-                "roles": roles,
-                "messages": payloads,
-            },
-            users=(user_id,),
-            sessions=((user_id, session_id),),
-            wrote=True,
-            deferrable=True,
+        rows = await db.written(
+            Write(
+                q.HISTORY_APPEND,
+                {
+                    "session_id": session_id,
+                    "user_id": user_id,
+                    "message_ids": ids,
+                    "roles": roles,
+                    "messages": payloads,
+                },
+                users=(user_id,),
+                sessions=((user_id, session_id),),
+                deferrable=True,
+            )
         )
         added = len(ids) if rows is None else len(rows)  # None: sent with the unit's commit
         op.count("record.count", added)

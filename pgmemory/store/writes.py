@@ -23,6 +23,7 @@ from pgmemory.errors import DuplicateIdError, InvalidInputError, ScopeError, Uns
 from pgmemory.store import queries as q
 from pgmemory.store._engine.clauses import clause
 from pgmemory.store._engine.database import Database
+from pgmemory.store._engine.deployment import Write
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import STAGING_TYPES, copy_fields, to_batch
 from pgmemory.store.jsonb import jsonb
@@ -115,17 +116,18 @@ async def add(
             for start in range(0, len(ordered), INSERT_CHUNK_ROWS):
                 sent = ordered[start : start + INSERT_CHUNK_ROWS]
                 chunk = to_batch(sent)
-                inserted = await db.fetch(
-                    q.MEMORY_INSERT,
-                    {
-                        **chunk,
-                        "collection": collection,
-                        "embedding_model": info.embedding_model,
-                        "actor": actor or "",
-                    },
-                    users=users,
-                    wrote=True,
-                    deferrable=True,
+                inserted = await db.written(
+                    Write(
+                        q.MEMORY_INSERT,
+                        {
+                            **chunk,
+                            "collection": collection,
+                            "embedding_model": info.embedding_model,
+                            "actor": actor or "",
+                        },
+                        users=users,
+                        deferrable=True,
+                    )
                 )
                 if inserted is None:  # queued for a deferred unit of work's commit
                     stored.update(row["id"] for row in sent)

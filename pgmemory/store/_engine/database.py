@@ -15,6 +15,10 @@ verb                   transaction                      retry                   
                        round trip, its own commit;                                  row is a write)
                        joins the unit of work if one
                        is open
+:meth:`written`        a :class:`Write` (users' data),  never: a lost connection    primary; notes the
+                       as :meth:`fetch` runs it, in     leaves its outcome          write for
+                       the form the deployment picks;   unknown                     read-your-writes
+                       queued by a deferred unit
 :meth:`read_rows`      a read-only statement's rows:    as :meth:`read`             as :meth:`read`
                        :meth:`fetch` without replicas,
                        else :meth:`read`
@@ -60,7 +64,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Literal, overload
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -80,8 +84,8 @@ from pgmemory.store._engine.deployment import (
     AuditedRead,
     AuditRoute,
     Deployment,
-    Locking,
     TooFewRows,
+    Write,
 )
 from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, reraise, reraise_opening
 from pgmemory.store._engine.replicas import ReplicaSet
@@ -317,7 +321,7 @@ class Database:
         until the block ends.
 
         ``deferred``: while its writes are ones whose rows the caller does not need
-        (:meth:`fetch` with ``deferrable``), the block sends nothing and its end commits them
+        (:meth:`written`, ``Write.deferrable``), the block sends nothing and its end commits them
         in one round trip (see :class:`~pgmemory.store._engine.unit_of_work.SharedTransaction`);
         a block inside another one has the outer one's way.
 
@@ -375,78 +379,47 @@ class Database:
         """Whether the current task is inside a :meth:`unit_of_work` block."""
         return self._shared.get() is not None
 
-    @overload
     async def fetch(
-        self,
-        statement: str | Locking,
-        params: Mapping[str, Any],
-        *,
-        users: Sequence[str] = (),
-        sessions: Sequence[tuple[str, str]] = (),
-        wrote: bool = False,
-        deferrable: Literal[False] = False,
-    ) -> list[dict[str, Any]]: ...
+        self, statement: str, params: Mapping[str, Any], *, users: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
+        """The fast verb: ``statement`` (``:name`` parameters) and the erasure locks of
+        ``users`` (held, shared, for its transaction) in one prepared round trip on the
+        primary's driver connection, its rows as dicts (:mod:`pgmemory.store._engine.fastpath`):
+        one implicit transaction, committed when it returns; in a :meth:`unit_of_work`, part of
+        the unit's transaction (the locks it holds already not taken again). A write of users'
+        data is :meth:`written` instead."""
+        shared = self._shared.get()
+        if shared is not None:  # its errors are the unit of work's (translated there)
+            rows = await shared.fetch(statement, params, frozenset(users), frozenset())
+            assert rows is not None  # only a deferrable write is queued
+            return rows
+        async with self.connections.driver_autocommit() as conn:
+            return await fastpath.run(
+                conn, statement, params, lock_users=tuple(users),
+                prepare=self.settings.prepared_statements,
+            )  # fmt: skip
 
-    @overload
-    async def fetch(
-        self,
-        statement: str | Locking,
-        params: Mapping[str, Any],
-        *,
-        users: Sequence[str] = (),
-        sessions: Sequence[tuple[str, str]] = (),
-        wrote: bool = False,
-        deferrable: bool,
-    ) -> list[dict[str, Any]] | None: ...
-
-    async def fetch(
-        self,
-        statement: str | Locking,
-        params: Mapping[str, Any],
-        *,
-        users: Sequence[str] = (),
-        sessions: Sequence[tuple[str, str]] = (),
-        wrote: bool = False,
-        deferrable: bool = False,
-    ) -> list[dict[str, Any]] | None:
-        """The fast verb: ``statement`` (``:name`` parameters) and the locks it needs in one
-        prepared round trip on the primary's driver connection, its rows as dicts
-        (:mod:`pgmemory.store._engine.fastpath`): one implicit transaction, committed when it returns;
-        in a :meth:`unit_of_work`, part of the unit's transaction (the locks it holds already
-        not taken again).
-
-        Args:
-            users: The users whose rows the statement writes: their erasure lock is held,
-                shared, as :meth:`write` holds it.
-            sessions: The chat-history sessions it appends to (their append lock, exclusive).
-            wrote: It writes ``users``' data: with replicas their reads wait for it (as after
-                :meth:`write`); a lost connection leaves the outcome unknown (never retried).
-            deferrable: The caller can do without its rows: in a deferred unit of work that
-                has sent nothing yet it is queued for the commit, and None is returned.
-
-        A :class:`~pgmemory.store._engine.deployment.Locking` statement runs in the form the
-        deployment chooses: where locks are taken in the statement, no lock statement is sent.
-        """
-        if isinstance(statement, Locking):
-            statement, extra, locking = self.deployment.write_statement(statement, users)
-            if extra:
-                params = {**params, **extra}
-        else:
-            locking = False
+    async def written(self, write: Write) -> list[dict[str, Any]] | None:
+        """The fast write verb: ``write``'s statement in the form the deployment chooses
+        (where locks are taken in the statement, no lock statement is sent) with the locks it
+        needs, as :meth:`fetch` runs a statement; its users' write is noted for replicas, and a
+        lost connection's outcome is unknown. Returns its rows, or None when a deferred unit of
+        work queued it for its commit (``write.deferrable``)."""
+        statement, extra, locking = self.deployment.write_statement(write.statement, write.users)
+        params = {**write.params, **extra} if extra else write.params
         shared = self._shared.get()
         if shared is not None:  # its errors are the unit of work's (translated there)
             return await shared.fetch(
-                statement, params, frozenset(users), frozenset(sessions),
-                deferrable=deferrable, locking=locking,
+                statement, params, frozenset(write.users), frozenset(write.sessions),
+                deferrable=write.deferrable, locking=locking,
             )  # fmt: skip
-        locks: tuple[Sequence[str], Sequence[tuple[str, str]]] = (
-            ((), ()) if locking else (users, sessions)
-        )
-        named = frozenset(users) if wrote else None
-        async with self.connections.driver_autocommit(wrote=wrote, users=named) as conn:
+        users, sessions = ((), ()) if locking else (write.users, write.sessions)
+        async with self.connections.driver_autocommit(
+            wrote=True, users=frozenset(write.users)
+        ) as conn:
             return await fastpath.run(
-                conn, statement, params, lock_users=tuple(locks[0]),
-                lock_sessions=tuple(locks[1]), prepare=self.settings.prepared_statements,
+                conn, statement, params, lock_users=tuple(users),
+                lock_sessions=tuple(sessions), prepare=self.settings.prepared_statements,
             )  # fmt: skip
 
     async def _send_deferred(

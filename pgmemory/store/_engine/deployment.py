@@ -114,6 +114,30 @@ class AuditedRead:
     wanted: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Write:
+    """A write of some users' data on the fast path: what the domain needs, not how it runs
+    (:meth:`Database.written <pgmemory.store._engine.database.Database.written>` runs it).
+
+    Attributes:
+        statement: The write, in its two forms (:class:`Locking`: the deployment picks one).
+        params: Its parameters.
+        users: The users whose rows it writes: their erasure lock is held, shared, for its
+            transaction; with replicas their reads wait for it; a lost connection leaves its
+            outcome unknown (never retried).
+        sessions: The chat-history sessions ``(user_id, session_id)`` it appends to (their
+            append lock, exclusive).
+        deferrable: The caller can do without its rows: in a deferred unit of work that has
+            sent nothing yet it is queued for the commit (and None is returned for it).
+    """
+
+    statement: Locking
+    params: Mapping[str, Any]
+    users: Sequence[str]
+    sessions: Sequence[tuple[str, str]] = ()
+    deferrable: bool = False
+
+
 class TooFewRows(Exception):
     """An :class:`AuditedRead` returned fewer rows than it ``wanted`` (its transaction, and its
     audit row, rolled back)."""
@@ -158,12 +182,10 @@ class Deployment:
         return not self.needs_block
 
     def write_statement(
-        self, statement: str | Locking, users: Sequence[str]
+        self, statement: Locking, users: Sequence[str]
     ) -> tuple[str, dict[str, Any], bool]:
         """The form of ``statement`` this deployment runs, the parameters it adds, and whether
         it takes its own locks (no lock statement goes before it)."""
-        if isinstance(statement, str):
-            return statement, {}, False
         if not self.locks_in_statement:
             return statement.plain, {}, False
         extra = {statement.users_param: sorted(users)} if statement.users_param else {}

@@ -60,7 +60,7 @@ class SharedTransaction:
     the same task is a savepoint of its own.
 
     A ``deferred`` block sends nothing while its writes are ones whose rows their callers do
-    not need (:meth:`fetch` with ``deferrable``): it queues them, and :meth:`finish` hands
+    not need (``Database.written`` of a ``Write`` that is ``deferrable``): it queues them, and :meth:`finish` hands
     them back, for the database to send as one transaction in one round trip.
     The first other write (a :meth:`join`, or a statement whose rows are needed) sends the
     queued ones first, in order, in the shared transaction, and the block goes on as an

@@ -5,8 +5,8 @@ embedded server under ``PGMEMORY_DATA_DIR``. Commands, one module per group:
 
 * :mod:`pgmemory.cli.db` - ``db upgrade|downgrade|current|heads|history|roles``;
 * :mod:`pgmemory.cli.listing` - ``collections``, ``users``, ``memories``, ``sessions``,
-  ``audit``, ``recall``;
-* :mod:`pgmemory.cli.audit` - ``audit verify``;
+  ``recall``;
+* :mod:`pgmemory.cli.audit` - ``audit --user`` (a user's audit), ``audit verify``;
 * :mod:`pgmemory.cli.transfer` - ``export``, ``import``;
 * :mod:`pgmemory.cli.erase` - ``forget``, ``prune-audit``;
 * :mod:`pgmemory.cli.tokens` - ``token create|list|revoke`` (access tokens);

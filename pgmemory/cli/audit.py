@@ -24,6 +24,8 @@ from pgmemory.cli.common import (
     note,
     print_json,
     print_table,
+    quoted_id,
+    shown_id,
     with_store,
 )
 from pgmemory.store.modes import score_kind, scores_help
@@ -296,15 +298,15 @@ def _print_audit(
     facts: list[FactChange],
     more: dict[str, bool],
 ) -> None:
-    whose = f"user {user!r}" + (f", session {session!r}" if session else "")
+    whose = f"user {quoted_id(user)}" + (f", session {quoted_id(session)}" if session else "")
     print(f"RECALLS of {whose}, newest first")
     print_table(
         ["RECALL", "TIME", "COLLECTION", "SESSION", "REQUESTED_BY", "PROVIDER", "MODE",
          "RETURNED", "QUERY"],
         [
             [
-                r.id, r.at, r.collection, r.session_id, r.requesting_session_id, r.provider,
-                r.mode, r.returned,
+                r.id, r.at, shown_id(r.collection), shown_id(r.session_id),
+                shown_id(r.requesting_session_id), shown_id(r.provider), r.mode, r.returned,
                 clip(r.query_text, 60) if r.query_text else f"sha256:{r.query_sha256[:12]}",
             ]
             for r in recalls
@@ -318,7 +320,7 @@ def _print_audit(
             [
                 r.id, m.rank, m.score, score_kind(r.mode), m.reason or "",
                 m.signals.summary() if m.signals else "", m.memory_id,
-                m.content if not m.deleted else f"(deleted {m.deleted_by or ''})".strip(),
+                m.content if not m.deleted else f"(deleted {shown_id(m.deleted_by) or ''})".strip(),
             ]
             for r in recalls
             for m in r.memories
@@ -329,17 +331,18 @@ def _print_audit(
     print_table(
         ["AUDIT", "TIME", "OPERATION", "COLLECTION", "SESSION", "MEMORY", "ACTOR"],
         [
-            [w.id, w.at, w.operation, w.collection, w.session_id, w.memory_id, w.actor]
+            [w.id, w.at, w.operation, shown_id(w.collection), shown_id(w.session_id), w.memory_id,
+             shown_id(w.actor)]
             for w in writes
         ],
-    )
+    )  # fmt: skip
     print()
     print(f"FACT CHANGES of {whose}, newest first")
     print_table(
         ["AUDIT", "TIME", "NAMESPACE", "KEY", "OLD", "NEW", "SESSION", "ACTOR"],
         [
             [f.id, f.at, f.namespace, f.key, _value(f.old_value), _value(f.new_value),
-             f.session_id, f.actor]
+             shown_id(f.session_id), shown_id(f.actor)]
             for f in facts
         ],
     )  # fmt: skip

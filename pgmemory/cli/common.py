@@ -1,5 +1,9 @@
 """What every command shares: the database to work on, tables and JSON, confirmation, errors.
 
+Ids (users, sessions, agents, applications, collections, actors) are shown to people through
+:func:`shown_id`, the audit page's rendering too (:func:`pgmemory.text.visible.visible_id`):
+invisible code points escaped, whole in a table. ``--json`` carries them exactly.
+
 Standard library only at module level (``pgmemory --help`` imports this module); settings,
 SQLAlchemy and the store load inside the functions that need them.
 """
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from pgmemory.store._engine import addresses
+from pgmemory.text.visible import visible_id
 
 if TYPE_CHECKING:
     from pgmemory.admin import Admin
@@ -163,9 +168,9 @@ async def known_collection(store: MemoryStore, name: str, *, hint: str = "") -> 
     """
     names = [info.name for info in await store.list_collections()]
     if name not in names:
-        existing = ", ".join(names) if names else "none yet"
+        existing = ", ".join(map(visible_id, names)) if names else "none yet"
         raise CliError(
-            f"unknown collection {name!r}; existing collections: {existing} "
+            f"unknown collection {quoted_id(name)}; existing collections: {existing} "
             f"(see `pgmemory collections`){hint}",
             code=2,
         )
@@ -351,13 +356,47 @@ def clip(text: str | None, chars: int = CELL_CHARS) -> str:
     return line if len(line) <= chars else line[: chars - 1] + "…"
 
 
+class Verbatim(str):
+    """Table-cell text printed as it is: never clipped, its spaces kept (see :func:`cell`)."""
+
+    __slots__ = ()
+
+
+def shown_id(value: str | None) -> Verbatim | None:
+    """An id as a table cell or a printed line shows it: its invisible code points, spaces at
+    either end and backslashes escaped (:func:`~pgmemory.text.visible.visible_id`, the audit
+    page's rendering too), and kept whole in a table (an id cut or with its spaces squeezed
+    would be another id).
+
+    Args:
+        value: the id (None: none; a table shows ``-``).
+
+    Returns:
+        The text, or None.
+    """
+    return None if value is None else Verbatim(visible_id(value))
+
+
+def quoted_id(value: str) -> str:
+    """An id in a sentence: :func:`shown_id`'s text between single quotes, e.g. ``'alice'``.
+
+    Args:
+        value: the id.
+
+    Returns:
+        The quoted text.
+    """
+    return f"'{visible_id(value)}'"
+
+
 def _width(text: str) -> int:
     """Terminal columns ``text`` takes (East Asian wide characters take two)."""
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def cell(value: object) -> str:
-    """A value as table-cell text (None: ``-``; times in UTC; scores to 4 decimals).
+    """A value as table-cell text (None: ``-``; times in UTC; scores to 4 decimals; a
+    :class:`Verbatim` text, e.g. an id from :func:`shown_id`, as it is; other text clipped).
 
     Args:
         value: the value.
@@ -367,6 +406,8 @@ def cell(value: object) -> str:
     """
     if value is None or value == "":
         return "-"
+    if isinstance(value, Verbatim):
+        return value
     if isinstance(value, datetime):
         return when(value)
     if isinstance(value, float):

@@ -20,6 +20,7 @@ from pgmemory.cli.common import (
     mask,
     print_json,
     print_table,
+    quoted_id,
     require_consent,
     target,
     when,
@@ -99,13 +100,13 @@ def forget_command(args: argparse.Namespace) -> int:
 async def _forget(store: MemoryStore, args: argparse.Namespace) -> int:
     if not await admin_of(store).user_known(args.user_id):
         raise CliError(
-            f"no user {args.user_id!r} in the database at {mask(target.url or '?')}: nothing "
+            f"no user {quoted_id(args.user_id)} in the database at {mask(target.url or '?')}: nothing "
             "erased. Check the database (--url, PGMEMORY_DATABASE_URL) and the user id",
             code=1,
         )
     confirm(
         args,
-        f"Erase everything stored about user {args.user_id!r} (memories in every collection, "
+        f"Erase everything stored about user {quoted_id(args.user_id)} (memories in every collection, "
         "facts, chat history)? This cannot be undone.",
     )
     counts = await store.erase_user(args.user_id, actor=args.actor)

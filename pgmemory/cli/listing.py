@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pgmemory.cli import audit as audit_cli
 from pgmemory.cli.common import (
     MAX_LIMIT,
+    Verbatim,
     add_json,
     admin_of,
     known_collection,
@@ -23,6 +24,7 @@ from pgmemory.cli.common import (
     note,
     print_json,
     print_table,
+    shown_id,
     with_store,
 )
 from pgmemory.store.modes import DEFAULT_MODE, MODES, SEARCH_MODES, score_kind, scores_help
@@ -181,7 +183,7 @@ async def _collections(store: MemoryStore, args: argparse.Namespace) -> int:
     else:
         print_table(
             ["NAME", "DIMENSIONS", "MODEL", "CREATED"],
-            [[i.name, i.dimensions, i.embedding_model, i.created_at] for i in infos],
+            [[shown_id(i.name), i.dimensions, i.embedding_model, i.created_at] for i in infos],
         )
     return 0
 
@@ -209,8 +211,10 @@ async def _users(store: MemoryStore, args: argparse.Namespace) -> int:
         ["USER", "MEMORIES", "RECALLS", "LAST_ACTIVITY", "PER_COLLECTION"],
         [
             [
-                u.user_id, u.total_memories, u.recalls, u.last_activity,
-                ", ".join(f"{name}:{count}" for name, count in sorted(u.memories.items())),
+                shown_id(u.user_id), u.total_memories, u.recalls, u.last_activity,
+                Verbatim(", ".join(
+                    f"{shown_id(name)}:{count}" for name, count in sorted(u.memories.items())
+                )),
             ]
             for u in page.users
         ],
@@ -253,8 +257,12 @@ async def _memories(store: MemoryStore, args: argparse.Namespace) -> int:
         return 0
     print_table(
         ["CREATED", "COLLECTION", "SESSION", "ROLE", "ID", "CONTENT"],
-        [[m.created_at, m.collection, m.scope.session_id, m.role, m.id, m.content] for m in found],
-    )
+        [
+            [m.created_at, shown_id(m.collection), shown_id(m.scope.session_id), m.role, m.id,
+             m.content]
+            for m in found
+        ],
+    )  # fmt: skip
     if more:
         note(f"(more memories: raise --limit (up to {MAX_LIMIT}), or `pgmemory export` them all)")
     return 0
@@ -296,10 +304,11 @@ async def _sessions(store: MemoryStore, args: argparse.Namespace) -> int:
         print_table(
             ["SESSION", "MESSAGES", "MEMORIES", "FIRST", "LAST"],
             [
-                [r["session_id"], r["messages"], r["memories"], r["first_at"], r["last_at"]]
+                [shown_id(r["session_id"]), r["messages"], r["memories"], r["first_at"],
+                 r["last_at"]]
                 for r in listed
             ],
-        )
+        )  # fmt: skip
     return 0
 
 

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pgmemory.cli.common import CliError, with_store
+from pgmemory.cli.common import CliError, quoted_id, with_store
 from pgmemory.vocabulary import FACTS_NAMESPACE
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ async def _serve(store: MemoryStore, args: argparse.Namespace) -> None:
         lifespan="on",
     )
     print(
-        f"pgmemory mcp: collection {args.collection!r} on http://{args.host}:{args.port}/mcp",
+        f"pgmemory mcp: collection {quoted_id(args.collection)} on http://{args.host}:{args.port}/mcp",
         file=sys.stderr,
         flush=True,
     )

@@ -7,7 +7,14 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pgmemory.cli.common import add_json, admin_of, print_json, settings_of, with_store
+from pgmemory.cli.common import (
+    add_json,
+    admin_of,
+    print_json,
+    quoted_id,
+    settings_of,
+    with_store,
+)
 
 if TYPE_CHECKING:
     from pgmemory.store.store import MemoryStore
@@ -100,7 +107,7 @@ async def _reembed(store: MemoryStore, args: argparse.Namespace) -> int:
         return 0
     state = "switched to" if done.switched else "staged for"
     print(
-        f"collection {done.collection!r}: {done.embedded:,} memories embedded; {done.total:,} "
+        f"collection {quoted_id(done.collection)}: {done.embedded:,} memories embedded; {done.total:,} "
         f"memories {state} {done.model} ({done.dimensions} dimensions)"
     )
     return 0

@@ -17,6 +17,8 @@ from pgmemory.cli.common import (
     duration_type,
     print_json,
     print_table,
+    quoted_id,
+    shown_id,
     when,
     with_store,
 )
@@ -79,7 +81,7 @@ async def _create(store: MemoryStore, args: argparse.Namespace) -> int:
     else:
         print(issued.token)
         print(
-            f"(token {issued.info.name!r} for {issued.info.purpose}, expires "
+            f"(token {quoted_id(issued.info.name)} for {issued.info.purpose}, expires "
             f"{when(issued.info.expires_at)}; shown only now)",
         )
     return 0
@@ -95,7 +97,7 @@ async def _list(store: MemoryStore, args: argparse.Namespace) -> int:
             [
                 (
                     t.id,
-                    t.name,
+                    shown_id(t.name),
                     t.purpose,
                     when(t.created_at),
                     when(t.expires_at),
@@ -114,11 +116,11 @@ async def _revoke(store: MemoryStore, args: argparse.Namespace) -> int:
         revoked = await admin.revoke_token(int(args.name))
     if revoked is None:
         raise CliError(
-            f"no live token named {args.name!r}: nothing revoked (see `pgmemory token list`)",
+            f"no live token named {quoted_id(args.name)}: nothing revoked (see `pgmemory token list`)",
             code=1,
         )
     if args.json:
         print_json(revoked.as_dict())
     else:
-        print(f"revoked token {revoked.name!r} (number {revoked.id})")
+        print(f"revoked token {quoted_id(revoked.name)} (number {revoked.id})")
     return 0

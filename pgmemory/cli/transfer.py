@@ -26,6 +26,7 @@ from pgmemory.cli.common import (
     known_collection,
     note,
     print_json,
+    quoted_id,
     with_store,
 )
 from pgmemory.cli.listing import MEMORY_KEYS, memory_json
@@ -166,7 +167,10 @@ async def _export(store: MemoryStore, args: argparse.Namespace) -> int:
                 break
             cursor = page.newer
     where = args.output if args.output not in (None, "-") else "standard output"
-    note(f"exported {count} memories of user {args.user!r} from {args.collection!r} to {where}")
+    note(
+        f"exported {count} memories of user {quoted_id(args.user)} from "
+        f"{quoted_id(args.collection)} to {where}"
+    )
     return 0
 
 
@@ -270,7 +274,7 @@ async def _import(store: MemoryStore, args: argparse.Namespace) -> int:
                 if rec_model is not None and rec_model != info.embedding_model:
                     raise CliError(
                         f"{where}: the memory was embedded with {rec_model!r}, but collection "
-                        f"{info.name!r} holds {info.embedding_model!r} vectors, which are not "
+                        f"{quoted_id(info.name)} holds {info.embedding_model!r} vectors, which are not "
                         "comparable: import into a collection of that model (--create makes one)",
                         code=2,
                     )
@@ -310,5 +314,5 @@ async def _import(store: MemoryStore, args: argparse.Namespace) -> int:
     else:
         skipped = read - imported
         extra = f" ({skipped} skipped: their messages were already stored)" if skipped else ""
-        print(f"imported {imported} of {read} memories into {info.name!r}{extra}")
+        print(f"imported {imported} of {read} memories into {quoted_id(info.name)}{extra}")
     return 0

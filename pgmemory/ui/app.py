@@ -2,9 +2,10 @@
 
 Server-rendered HTML (Starlette + Jinja2, no script at all), read-only unless built with
 ``allow_writes=True``. Every page is bounded (see :mod:`pgmemory.admin`); every value is
-HTML-escaped by Jinja2's autoescape; user ids travel in query strings, percent-encoded, so any
-id (``/``, ``%``, quotes, CJK, emoji) round-trips. Nothing personal is logged: log lines carry
-counts and route names, never ids, texts or tokens.
+HTML-escaped by Jinja2's autoescape; every id is shown as the command line prints it
+(:func:`pgmemory.text.visible.visible_id`: invisible code points escaped); user ids travel in
+query strings, percent-encoded, so any id (``/``, ``%``, quotes, CJK, emoji) round-trips.
+Nothing personal is logged: log lines carry counts and route names, never ids, texts or tokens.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pgmemory.admin.pages import DEFAULT_PAGE, Cursor, clamp_limit
 from pgmemory.errors import PgMemoryError
 from pgmemory.store.modes import DEFAULT_MODE, MODES
 from pgmemory.store.records import MemoryScope
+from pgmemory.text.visible import visible_id
 from pgmemory.ui.guard import COOKIE_NAME, Auth, Guard, HostCheck, same, unauthorized
 from pgmemory.ui.render import render, require_ui
 
@@ -193,7 +195,7 @@ class _UI:
         return self.render(
             request,
             "user.html",
-            title=user,
+            title=visible_id(user),
             user=user,
             scopes=scopes,
             sessions=sessions,
@@ -238,7 +240,7 @@ class _UI:
         return self.render(
             request,
             "memories.html",
-            title=f"Memories of {user}",
+            title=f"Memories of {visible_id(user)}",
             user=user,
             collection=collection,
             collections=mine,
@@ -282,7 +284,7 @@ class _UI:
         return self.render(
             request,
             "recalls.html",
-            title=f"Recalls of {user}",
+            title=f"Recalls of {visible_id(user)}",
             user=user,
             page=page,
             limit=self.limit_of(request),
@@ -315,7 +317,7 @@ class _UI:
         return self.render(
             request,
             "audit.html",
-            title=f"Audit of {user}",
+            title=f"Audit of {visible_id(user)}",
             user=user,
             page=page,
             limit=self.limit_of(request),
@@ -331,7 +333,7 @@ class _UI:
         return self.render(
             request,
             "facts.html",
-            title=f"Facts of {user}",
+            title=f"Facts of {visible_id(user)}",
             user=user,
             facts=facts,
             page=page,
@@ -355,7 +357,7 @@ class _UI:
         return self.render(
             request,
             "session.html",
-            title=f"Session {session}",
+            title=f"Session {visible_id(session)}",
             user=user,
             session=session,
             page=page,

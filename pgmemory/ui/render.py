@@ -1,4 +1,9 @@
-"""Rendering the audit page: its templates and the filters they use."""
+"""Rendering the audit page: its templates and the filters they use.
+
+Ids (users, sessions, agents, applications, collections, actors) are shown through the
+``shown_id`` filter: the command line's rendering (:func:`pgmemory.text.visible.visible_id`,
+invisible code points escaped), HTML-escaped on top. Links and form values carry the exact id.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from urllib.parse import quote, urlencode
 from pgmemory.extras import require
 from pgmemory.store.modes import MODES
 from pgmemory.text.clean import readable_json
+from pgmemory.text.visible import visible_id
 
 
 def require_ui() -> None:
@@ -25,6 +31,7 @@ def require_ui() -> None:
 require_ui()
 
 import jinja2  # noqa: E402
+from markupsafe import Markup  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import HTMLResponse  # noqa: E402
 
@@ -57,6 +64,7 @@ def environment() -> jinja2.Environment:
     env.filters["snippet"] = snippet
     env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, indent=1, default=str)
     env.filters["message_text"] = message_text
+    env.filters["shown_id"] = shown_id
     env.globals["modes"] = _SEARCH_MODES
     env.globals["mode_options"] = _MODE_OPTIONS
     env.globals["reasons"] = REASONS
@@ -67,6 +75,15 @@ def when(value: datetime | None) -> str:
     if value is None:
         return "—"
     return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def shown_id(value: str | None) -> Markup | str:
+    """An id on the page: :func:`~pgmemory.text.visible.visible_id`'s text (what the command
+    line prints), HTML-escaped, in a ``span.id`` that keeps its spaces as they are (HTML would
+    show ``a  b`` as ``a b``); ``""`` for none, so ``(x | shown_id) or '—'`` marks a blank."""
+    if not value:
+        return ""
+    return Markup('<span class="id">{}</span>').format(visible_id(value))
 
 
 def snippet(value: str | None, limit: int = SNIPPET_CHARS) -> str:

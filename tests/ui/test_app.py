@@ -238,10 +238,60 @@ async def test_awkward_user_ids_round_trip_through_links(
         page = await reader.get(wanted[0])
         assert page.status_code == 200
         heading = re.search(r"<h1>(.*?)</h1>", page.text, re.S)
-        assert heading and html.unescape(heading.group(1)) == user
+        assert heading and html.unescape(re.sub(r"<[^>]*>", "", heading.group(1))) == user
         memories_link = links(page.text, rf"^/user/memories\?.*collection={collection}")[0]
         memories = await reader.get(memories_link)
         assert str(markupsafe.escape(f"{tag} memory of {user}")) in memories.text
+
+
+async def test_lookalike_ids_are_shown_escaped_and_linked_exactly(
+    reader: httpx.AsyncClient, store: MemoryStore, collection: str
+) -> None:
+    """Three users who would look alike (plain, a zero-width space, a trailing space) are shown
+    apart, as the command line prints them; the links still carry each exact id."""
+    base = unique("look")
+    shown = {base: base, base + "\u200b": base + "\\u200b", base + " ": base + "\\u0020"}
+    session = "s\u00a0one  two "  # a no-break space, two spaces inside, one at the end
+    session_shown = "s\\u00a0one  two\\u0020"
+    for user in shown:
+        await store.add(
+            collection,
+            [MemoryRecord(content="a note", scope=MemoryScope(user_id=user, session_id=session))],
+            actor="seed\u200b",
+        )
+    index = await reader.get("/", params={"after": base[:-1], "limit": 3})
+    listed = re.findall(
+        r'<a href="/user\?user=[^"]*"><span class="id">(.*?)</span></a>', index.text
+    )
+    assert sorted(map(html.unescape, listed)) == sorted(shown.values())
+    assert "\u200b" not in index.text
+    for user, looks in shown.items():
+        [link] = [
+            h for h in links(index.text, r"^/user\?user=") if httpx.URL(h).params["user"] == user
+        ]
+        page = await reader.get(link)
+        assert (
+            re.search(r"<h1>(.*?)</h1>", page.text).group(1) == f'<span class="id">{looks}</span>'
+        )
+        assert f"<title>{looks} · pgmemory audit</title>" in page.text
+        assert f'<span class="id">{session_shown}</span>' in page.text and session not in page.text
+        [scope] = links(page.text, r"^/user/memories\?.*session=")
+        assert httpx.URL(scope).params["session"] == session
+        audit = await reader.get("/user/audit", params={"user": user})
+        assert '<td class="mono"><span class="id">seed\\u200b</span></td>' in audit.text
+    assert "\u200b" not in audit.text and "\u00a0" not in audit.text
+
+
+def test_the_page_and_the_command_line_show_an_id_alike() -> None:
+    """One rendering: the page's filter is the CLI's text, HTML-escaped, in a span."""
+    from pgmemory.cli.common import cell, shown_id
+    from pgmemory.ui.render import shown_id as page_id
+
+    for user in ("alice", " <b>a&b</b>\u200b ", "x\\u0020", "a  b\t", *AWKWARD_USER_IDS):
+        on_page = str(page_id(user))
+        assert on_page == f'<span class="id">{markupsafe.escape(cell(shown_id(user)))}</span>'
+        assert "<b>" not in on_page
+    assert page_id(None) == page_id("") == ""
 
 
 async def test_recall_pages_show_what_went_into_the_answer(

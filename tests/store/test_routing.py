@@ -9,6 +9,7 @@ import functools
 import inspect
 import itertools
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,13 @@ from pgmemory.admin import Admin, statements as s
 from pgmemory.cli import run
 from pgmemory.errors import DatabaseNotReadyError
 from pgmemory.store import queries as q, routing
-from pgmemory.store._engine.statement import REGISTRY, Statement, is_builder, registered
+from pgmemory.store._engine.statement import (
+    REGISTRY,
+    Registered,
+    Statement,
+    is_builder,
+    registered,
+)
 from pgmemory.store.models import Base
 from pgmemory.store.records import MemoryScope
 
@@ -411,3 +418,43 @@ def test_every_statement_at_the_wire_on_per_user_tables_is_a_registered_one(gold
     assert not stray, (
         f"{golden.name}: statements on per-user tables that no catalogue registers: {stray}"
     )
+
+
+REGISTRY_GOLDEN = GOLDEN / "registry.txt"
+
+
+def _classified(entry: Registered) -> str:
+    """How a registered statement or builder spreads on Citus, in one line."""
+    if entry.sql is None:
+        without = f"fan-out: {entry.fan_out}" if entry.fan_out else "touches no per-user table"
+        return f"builder; names the scope's user, and without one: {without}"
+    if entry.fan_out is not None:
+        return f"fan-out: {entry.fan_out}"
+    if entry.constant_user is not None:
+        return f"constant user: {entry.constant_user}"
+    if routing.touches_per_user_tables(entry.sql):
+        return "routed: names one user"
+    return "no per-user table"
+
+
+def test_every_registered_statement_has_a_golden_entry_and_a_classification() -> None:
+    """The registry, read as a reviewer reads it: each statement and builder of both
+    catalogues with how it spreads on Citus, one per line in ``tests/golden/registry.txt``. A
+    new, renamed or dropped statement, or a changed classification, is a diff to that file in
+    the same commit (``PGMEMORY_UPDATE_GOLDEN=1 pytest tests/store/test_routing.py -k
+    golden_entry``, then review it)."""
+    lines = [f"{name}\t{_classified(entry)}" for name, entry in sorted(REGISTRY.items())]
+    text = (
+        "# Every registered statement and builder (pgmemory.store._engine.statement.REGISTRY) and\n"
+        "# how it spreads on Citus. Rewrite with PGMEMORY_UPDATE_GOLDEN=1 (see test_routing.py).\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    if os.environ.get("PGMEMORY_UPDATE_GOLDEN") == "1":
+        REGISTRY_GOLDEN.write_text(text, encoding="utf-8")
+    golden = REGISTRY_GOLDEN.read_text(encoding="utf-8")
+    assert golden == text, (
+        "the registry differs from tests/golden/registry.txt: rewrite it with "
+        "PGMEMORY_UPDATE_GOLDEN=1 and review the diff"
+    )
+    assert len(lines) == len(REGISTRY) and all("\t" in line for line in lines)

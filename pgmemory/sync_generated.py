@@ -112,7 +112,7 @@ class SyncMemoryStoreMethods:
 
     def get_collection(self, name: str) -> CollectionInfo:
         """Blocking :meth:`MemoryStore.get_collection`: a collection's catalogue entry;
-        :class:`CollectionError` if it does not exist."""
+        :class:`~pgmemory.errors.CollectionError` if it does not exist."""
         return self._portal.run(self.async_store.get_collection(name))
 
     def list_collections(self) -> list[CollectionInfo]:
@@ -301,8 +301,8 @@ class SyncMemoryStoreMethods:
         """Blocking :meth:`MemoryStore.probe_two_phase`: measure the two-phase path of the
         collection's large user scopes now (each first pass kept against the exact search, on their
         stored rows; no audit), and decide which one their searches take
-        (:mod:`pgmemory.store.shortlist`). :class:`CollectionError` if there is no such
-        collection."""
+        (:mod:`pgmemory.store.shortlist`). :class:`~pgmemory.errors.CollectionError` if there is no
+        such collection."""
         return self._portal.run(self.async_store.probe_two_phase(collection))
 
     def record_recall(

@@ -2,7 +2,7 @@
 
 The audit tables are append-only for everyone but the sanctioned functions
 (``pgmemory_erase_user_audit``, ``pgmemory_prune_audit``), enforced by privileges (an
-application role gets INSERT and SELECT only, see :mod:`pgmemory.store.roles`) and by a guard
+application role gets INSERT and SELECT only, see :mod:`pgmemory.admin.roles`) and by a guard
 trigger that refuses UPDATE, DELETE and TRUNCATE and stamps each new row with ``row_sha256``.
 :func:`verify` reads that arrangement back and recomputes every row's hash; it changes nothing
 (its one probe, an UPDATE the guard must refuse, runs in a transaction that is rolled back).

@@ -56,7 +56,7 @@ async def user_memories(
 ) -> Page[Memory]:
     """A page of a user's memories in a collection, newest first.
 
-    Expired memories that :meth:`MemoryStore.expire` has not reclaimed yet are included: they
+    Expired memories that :meth:`MemoryStore.expire <pgmemory.store.store.MemoryStore.expire>` has not reclaimed yet are included: they
     are still stored (searches skip them).
 
     Args:

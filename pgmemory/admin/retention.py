@@ -48,7 +48,7 @@ async def prune_audit(
     Memories, facts and chat history are untouched: only the recall audit, the memory
     write/delete audit and the fact audit lose rows written before the cutoff. The record
     of the prune (cutoff, counts, actor) is a row of ``pgmemory_fact_audit`` in the reserved
-    namespace :data:`~pgmemory.store.queries.RETENTION_NAMESPACE` with an all-blank scope;
+    namespace :data:`~pgmemory.admin.statements.RETENTION_NAMESPACE` with an all-blank scope;
     later prunes keep those records. See :func:`list_prunes`.
 
     Args:

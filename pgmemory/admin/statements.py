@@ -857,7 +857,7 @@ CITUS_DROP_LOCAL_ROWS = Statement(
 #: truncation of the audit tables' former local rows, which their shards now hold.
 SANCTION_AUDIT_CHANGE = Statement("SET LOCAL pgmemory.audit_change = 'sanctioned'")
 
-#: Settings of the one transaction :func:`distribute` runs in (``SET LOCAL``: they end with it).
+#: Settings of the one transaction :func:`~pgmemory.admin.distribution.distribute` runs in (``SET LOCAL``: they end with it).
 DISTRIBUTE_SETTINGS = (
     # The audit tables' guard triggers (migration 0006): Citus refuses to distribute a table
     # with triggers unless this is on; with it, each trigger is created on every shard too.

@@ -24,7 +24,7 @@ approximate path never makes a search fail.
 The index's DDL is made by PostgreSQL itself (``format()`` quotes the index name and the
 collection literal) and runs through the driver without any parameters, so a collection name
 such as ``100%`` or ``%(name)s`` is just text. On a memories table hash-partitioned by user
-(:mod:`pgmemory.store.partitioning`) the concurrent build is impossible, so :meth:`AnnPaths.enable`
+(:mod:`pgmemory.admin.partitioning`) the concurrent build is impossible, so :meth:`AnnPaths.enable`
 refuses it with an error saying so.
 """
 

@@ -175,7 +175,7 @@ _new = object.__new__
 
 def memory_from_row(row: Mapping[Any, Any]) -> Memory:
     """The :class:`Memory` a row read with the READ_COLUMNS stands for: its fields set as
-    read, and its scope's as :meth:`MemoryScope.stored` sets them (``''`` is unset), without
+    read, and its scope's dimensions as stored (``''`` is unset, None), without
     the frozen classes' keyword ``__init__`` (which took longer than the rest of a small
     search's hits): by the slots' own setters, as that ``__init__`` sets them."""
     scope = _new(MemoryScope)

@@ -199,7 +199,7 @@ class MemoryStore:
 
     @retried_read
     async def get_collection(self, name: str) -> CollectionInfo:
-        """A collection's catalogue entry; :class:`CollectionError` if it does not exist."""
+        """A collection's catalogue entry; :class:`~pgmemory.errors.CollectionError` if it does not exist."""
         return await self._catalogue.get(name)
 
     @retried_read
@@ -438,7 +438,7 @@ class MemoryStore:
     async def probe_two_phase(self, collection: str) -> TwoPhaseStatus:
         """Measure the two-phase path of the collection's large user scopes now (each first pass
         kept against the exact search, on their stored rows; no audit), and decide which one
-        their searches take (:mod:`pgmemory.store.shortlist`). :class:`CollectionError` if
+        their searches take (:mod:`pgmemory.store.shortlist`). :class:`~pgmemory.errors.CollectionError` if
         there is no such collection."""
         await self._catalogue.get(collection)
         return await self._shortlists.measure(collection)

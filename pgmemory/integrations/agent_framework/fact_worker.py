@@ -15,7 +15,8 @@ Three ways to run it, one implementation:
 
 * ``pgmemory worker --app module:factory`` (:mod:`pgmemory.cli.worker`), a process of its own;
 * ``async with FactWorker([facts]).running(): ...``, a task inside a small application;
-* :meth:`FactMemoryProvider.process_now` and :meth:`FactMemoryProvider.flush` (tests, scripts).
+* :meth:`~pgmemory.integrations.agent_framework.facts.FactMemoryProvider.process_now` and
+  :meth:`~pgmemory.integrations.agent_framework.facts.FactMemoryProvider.flush` (tests, scripts).
 """
 
 from __future__ import annotations

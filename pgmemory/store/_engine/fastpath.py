@@ -19,7 +19,7 @@ transaction (or, in a unit of work, part of its transaction: see
 :meth:`pgmemory.store._engine.database.Database.fetch`).
 
 What a lost connection does: the statement is its own commit, so when the connection is lost
-while it runs, its audit row may have committed or not; :meth:`Database.read` runs the search
+while it runs, its audit row may have committed or not; :meth:`Database.read <pgmemory.store._engine.database.Database.read>` runs the search
 once more (see :meth:`pgmemory.store._engine.database.Database.fetch`), so the recall that
 returned is audited, and a lost attempt may leave an audit row of its own.
 """

@@ -173,3 +173,42 @@ def test_only_the_integration_imports_agent_framework() -> None:
             )
             wrong += [f"{name}: {m}" for m in modules if m.split(".")[0] == "agent_framework"]
     assert wrong == []
+
+
+def _layout_tree() -> set[str]:
+    """The paths docs/layout.md's tree names (its first code block: two spaces a level, a
+    folder ``name/``, a module ``name.py``), relative to the repository."""
+    text = (PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8")
+    block = text.split("```\n", 2)[1]
+    named: set[str] = set()
+    folders: list[str] = []
+    for line in block.splitlines():
+        stripped = line.lstrip(" ")
+        name = stripped.split(" ", 1)[0]
+        if not (name.endswith("/") or name.endswith(".py")):
+            continue  # a description wrapped onto its own line
+        folders = folders[: (len(line) - len(stripped)) // 2]
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+            named.add("/".join(folders))
+        else:
+            named.add("/".join([*folders, name]))
+    return named
+
+
+def test_docs_layout_lists_every_module() -> None:
+    """Every module of pgmemory/ has its line in docs/layout.md (a package's ``__init__.py``
+    is its folder's line), and every module the tree names exists (issue 57: the map had drifted,
+    eleven modules missing)."""
+    named = _layout_tree()
+    modules = {
+        path.relative_to(PACKAGE.parent).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if "migrations" not in path.relative_to(PACKAGE).parts
+    }
+    folders = {path.rsplit("/", 1)[0] for path in modules if path.endswith("/__init__.py")}
+    listed = named | {f"{folder}/__init__.py" for folder in folders if folder in named}
+    missing = sorted(modules - listed)
+    assert not missing, f"docs/layout.md has no line for: {missing}"
+    gone = sorted(p for p in named if p.endswith(".py") and p not in modules)
+    assert not gone, f"docs/layout.md names modules that do not exist: {gone}"

@@ -130,9 +130,14 @@ class Admin:
             limit: Memories per page (clamped to 1..200).
         """
         return await memories.user_memories(
-            self._db, user_id, collection, session_id=session_id, before=before, after=after,
+            self._db,
+            user_id,
+            collection,
+            session_id=session_id,
+            before=before,
+            after=after,
             limit=limit,
-        )  # fmt: skip
+        )
 
     @retried_read
     async def get_memory(self, user_id: str, memory_id: uuid.UUID) -> Memory | None:
@@ -235,9 +240,13 @@ class Admin:
     ) -> HistoryPage:
         """A page of one of a user's chat sessions, in order, with its message count."""
         return await history.session_history(
-            self._db, user_id, session_id, after_seq=after_seq, before_seq=before_seq,
+            self._db,
+            user_id,
+            session_id,
+            after_seq=after_seq,
+            before_seq=before_seq,
             limit=limit,
-        )  # fmt: skip
+        )
 
     # --- audit retention and integrity ------------------------------------------------------
 
@@ -271,9 +280,13 @@ class Admin:
             InvalidInputError: A negative age or a naive datetime.
         """
         return await retention.prune_audit(
-            self._db, older_than, actor=actor, recall_audit=recall_audit,
-            memory_audit=memory_audit, fact_audit=fact_audit,
-        )  # fmt: skip
+            self._db,
+            older_than,
+            actor=actor,
+            recall_audit=recall_audit,
+            memory_audit=memory_audit,
+            fact_audit=fact_audit,
+        )
 
     @retried_read
     async def list_prunes(self, *, limit: int | None = 20) -> list[PruneRecord]:

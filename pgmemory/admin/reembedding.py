@@ -151,8 +151,10 @@ async def reembed(
         counts = (await conn.execute(clause(s.REEMBED_COUNTS), params)).mappings().one()
     logger.info(
         "re-embedded %d memories of a collection with model %s%s",
-        embedded, model, "" if switch else " (staged, not switched)",
-    )  # fmt: skip
+        embedded,
+        model,
+        "" if switch else " (staged, not switched)",
+    )
     return Reembedding(
         collection=collection,
         model=model,

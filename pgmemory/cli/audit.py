@@ -48,22 +48,25 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     audit = commands.add_parser(
-        "audit", parents=[common],
+        "audit",
+        parents=[common],
         help="a user's (or one session's) recalls with the memories each returned, and the "
         "writes and deletes of their memories and facts",
         description="Show the audit of a user, newest first: each recall (which memories went "
         "into an answer, with their scores), then the writes, deletes and expiries of memories, "
         "then fact changes. " + scores_help() + ".",
-    )  # fmt: skip
+    )
     audit.add_argument("--user", help="the user id (required unless a sub-command is given)")
     audit.add_argument(
         "--session",
         help="only this session: recalls of it or requested from it, writes and facts in it",
     )
     audit.add_argument(
-        "--limit", type=limit_type, default=20,
+        "--limit",
+        type=limit_type,
+        default=20,
         help=f"entries per section (1-{MAX_LIMIT}, default 20)",
-    )  # fmt: skip
+    )
     add_json(
         audit,
         '{"user_id", "session_id": id|null, "recalls": [{"id", "at", "collection", '
@@ -93,7 +96,8 @@ def add_verify(actions: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     verify = actions.add_parser(
-        "verify", parents=[common],
+        "verify",
+        parents=[common],
         help="check the audit is intact: guard triggers, functions, grants, every row's hash",
         description="Check that the audit tables are append-only and unaltered: the guard "
         "triggers are enabled, the erase/prune functions are intact, owned by the tables' "
@@ -102,7 +106,7 @@ def add_verify(actions: Any, common: argparse.ArgumentParser) -> None:
         "record, and an UPDATE of an audit row is refused (probed in a transaction rolled "
         "back). Reads only; scans the audits. Exit status 1 when a check fails. A superuser "
         "or the tables' owner can still defeat it: keep the printed row counts elsewhere.",
-    )  # fmt: skip
+    )
     add_json(
         verify,
         '{"ok": bool, "checks": [{"name", "ok", "detail"}], '
@@ -135,9 +139,11 @@ async def _verify(store: MemoryStore, args: argparse.Namespace) -> int:
         print()
         print_table(
             ["TABLE", "ROWS", "MAX ID"],
-            [[t, s["rows"], s["max_id"] if s["max_id"] is not None else "-"]
-             for t, s in report.tables.items()],
-        )  # fmt: skip
+            [
+                [t, s["rows"], s["max_id"] if s["max_id"] is not None else "-"]
+                for t, s in report.tables.items()
+            ],
+        )
         for note in report.notes:
             print(f"note: {note}")
         print(
@@ -301,51 +307,86 @@ def _print_audit(
     whose = f"user {quoted_id(user)}" + (f", session {quoted_id(session)}" if session else "")
     print(f"RECALLS of {whose}, newest first")
     print_table(
-        ["RECALL", "TIME", "COLLECTION", "SESSION", "REQUESTED_BY", "PROVIDER", "MODE",
-         "RETURNED", "QUERY"],
+        [
+            "RECALL",
+            "TIME",
+            "COLLECTION",
+            "SESSION",
+            "REQUESTED_BY",
+            "PROVIDER",
+            "MODE",
+            "RETURNED",
+            "QUERY",
+        ],
         [
             [
-                r.id, r.at, shown_id(r.collection), shown_id(r.session_id),
-                shown_id(r.requesting_session_id), shown_id(r.provider), r.mode, r.returned,
+                r.id,
+                r.at,
+                shown_id(r.collection),
+                shown_id(r.session_id),
+                shown_id(r.requesting_session_id),
+                shown_id(r.provider),
+                r.mode,
+                r.returned,
                 clip(r.query_text, 60) if r.query_text else f"sha256:{r.query_sha256[:12]}",
             ]
             for r in recalls
         ],
-    )  # fmt: skip
+    )
     print()
     print("MEMORIES EACH RECALL RETURNED (score: cosine similarity, BM25 or fused rank, per mode)")
     print_table(
         ["RECALL", "RANK", "SCORE", "SCORE_KIND", "REASON", "SIGNALS", "MEMORY", "CONTENT"],
         [
             [
-                r.id, m.rank, m.score, score_kind(r.mode), m.reason or "",
-                m.signals.summary() if m.signals else "", m.memory_id,
+                r.id,
+                m.rank,
+                m.score,
+                score_kind(r.mode),
+                m.reason or "",
+                m.signals.summary() if m.signals else "",
+                m.memory_id,
                 m.content if not m.deleted else f"(deleted {shown_id(m.deleted_by) or ''})".strip(),
             ]
             for r in recalls
             for m in r.memories
         ],
-    )  # fmt: skip
+    )
     print()
     print(f"MEMORY WRITES AND DELETES of {whose}, newest first")
     print_table(
         ["AUDIT", "TIME", "OPERATION", "COLLECTION", "SESSION", "MEMORY", "ACTOR"],
         [
-            [w.id, w.at, w.operation, shown_id(w.collection), shown_id(w.session_id), w.memory_id,
-             shown_id(w.actor)]
+            [
+                w.id,
+                w.at,
+                w.operation,
+                shown_id(w.collection),
+                shown_id(w.session_id),
+                w.memory_id,
+                shown_id(w.actor),
+            ]
             for w in writes
         ],
-    )  # fmt: skip
+    )
     print()
     print(f"FACT CHANGES of {whose}, newest first")
     print_table(
         ["AUDIT", "TIME", "NAMESPACE", "KEY", "OLD", "NEW", "SESSION", "ACTOR"],
         [
-            [f.id, f.at, f.namespace, f.key, _value(f.old_value), _value(f.new_value),
-             shown_id(f.session_id), shown_id(f.actor)]
+            [
+                f.id,
+                f.at,
+                f.namespace,
+                f.key,
+                _value(f.old_value),
+                _value(f.new_value),
+                shown_id(f.session_id),
+                shown_id(f.actor),
+            ]
             for f in facts
         ],
-    )  # fmt: skip
+    )
     cut = [name.replace("_", " ") for name, flag in more.items() if flag]
     if cut:
         note(f"(older {', '.join(cut)} not shown: raise --limit, up to {MAX_LIMIT})")

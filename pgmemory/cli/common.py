@@ -223,9 +223,11 @@ def add_yes(parser: argparse.ArgumentParser) -> None:
         parser: a destructive command's parser.
     """
     parser.add_argument(
-        "-y", "--yes", action="store_true",
+        "-y",
+        "--yes",
+        action="store_true",
         help="do it without asking (required when stdin is not a terminal, e.g. in scripts)",
-    )  # fmt: skip
+    )
 
 
 # --- arguments ------------------------------------------------------------------------------
@@ -306,9 +308,10 @@ def add_json(parser: argparse.ArgumentParser, keys: str) -> None:
         keys: the document's shape, e.g. ``{"collections": [{"name", ...}]}``.
     """
     parser.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help=f"print ONE JSON document instead of a table; its keys (stable): {keys}",
-    )  # fmt: skip
+    )
 
 
 # --- output ---------------------------------------------------------------------------------

@@ -57,31 +57,37 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     db = commands.add_parser(
-        "db", help="schema management (alembic; version table pgmemory_alembic_version)",
+        "db",
+        help="schema management (alembic; version table pgmemory_alembic_version)",
         description=__doc__.splitlines()[0] if __doc__ else None,
-    )  # fmt: skip
+    )
     sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
 
     upgrade = sub.add_parser(
-        "upgrade", parents=[common], help="apply the migrations up to REVISION (default: head)",
+        "upgrade",
+        parents=[common],
+        help="apply the migrations up to REVISION (default: head)",
         description="Apply the migrations up to REVISION, printing each as it is applied "
         "(`-> 0003 <what it does>`). The first one runs CREATE EXTENSION vector (superuser, "
         "once per database).",
-    )  # fmt: skip
+    )
     upgrade.add_argument(
-        "revision", nargs="?", default="head",
+        "revision",
+        nargs="?",
+        default="head",
         help="target revision: an id from `pgmemory db history`, or 'head' (default)",
-    )  # fmt: skip
+    )
     add_json(upgrade, '{"from": "0001"|null, "to": "0003", "applied": ' + _STEP_KEYS + "}")
     upgrade.set_defaults(handler=upgrade_command)
 
     downgrade = sub.add_parser(
-        "downgrade", parents=[common],
+        "downgrade",
+        parents=[common],
         help="revert the migrations down to REVISION ('base' removes every table: asks first)",
         description="Revert the migrations newer than REVISION, newest first, printing each "
         "(`<- 0003 <what it did>`). 'base' drops every pgmemory table and its data. Asks for "
         "confirmation on a terminal; needs --yes otherwise.",
-    )  # fmt: skip
+    )
     downgrade.add_argument(
         "revision", help="target revision: an id from `pgmemory db history`, or 'base' (nothing)"
     )
@@ -98,7 +104,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     heads.set_defaults(handler=heads_command)
 
     roles = sub.add_parser(
-        "roles", parents=[common],
+        "roles",
+        parents=[common],
         help="create (or reset) a least-privilege application role for pgmemory",
         description="Create, or reset, a login role the application connects as: it may read "
         "and write memories, chat history and facts, only INSERT and SELECT the audit tables, "
@@ -108,13 +115,15 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "--password-env, else asked for on a terminal; it is never echoed, and reaches the "
         "server only as a SCRAM-SHA-256 verifier. Migrations and enable_ann still need the "
         "owner.",
-    )  # fmt: skip
+    )
     roles.add_argument("name", help="the role's name: 1-63 of a-z, 0-9 and _ (e.g. pgmemory_app)")
     roles.add_argument(
-        "--password-env", default=PASSWORD_ENV, metavar="VAR",
+        "--password-env",
+        default=PASSWORD_ENV,
+        metavar="VAR",
         help=f"environment variable holding the role's password (default: {PASSWORD_ENV}); "
         "when unset, the password is asked for on a terminal",
-    )  # fmt: skip
+    )
     add_json(
         roles,
         '{"role", "created": bool, "database", "schema", "statements": [str] (password '
@@ -430,14 +439,15 @@ def add_distribute_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     distribute = sub.add_parser(
-        "distribute", parents=[common],
+        "distribute",
+        parents=[common],
         help="distribute the tables by user_id over Citus (needs the citus extension)",
         description="On a Citus coordinator: make pgmemory_collections a reference table and "
         "distribute every per-user table by user_id, co-located with pgmemory_memories "
         "(create_reference_table, create_distributed_table). Run after `pgmemory db upgrade`; "
         "tables Citus already manages are left as they are. Without the citus extension it "
         "says so and changes nothing.",
-    )  # fmt: skip
+    )
     add_json(distribute, '{"distributed": [str], "reference": [str], "unchanged": [str]}')
     distribute.set_defaults(handler=distribute_command)
 
@@ -489,7 +499,8 @@ def add_partition_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     from pgmemory.admin.partitioning import MAX_PARTITIONS, MIN_PARTITIONS
 
     partition = sub.add_parser(
-        "partition", parents=[common],
+        "partition",
+        parents=[common],
         help="hash-partition the EMPTY memories table by user_id (opt-in, for heavy users)",
         description="Replace the empty pgmemory_memories table by one hash-partitioned by "
         "user_id, keeping every column, default, key, foreign key and index, in one "
@@ -497,11 +508,14 @@ def add_partition_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "and before `pgmemory db roles`. Refused (nothing changed) when the table holds rows "
         "or is already partitioned. Large user scopes import and search faster, VACUUM "
         "ANALYZE is slower, and enable_ann is refused (see docs/scaling.md).",
-    )  # fmt: skip
+    )
     partition.add_argument(
-        "--partitions", type=int, default=16, metavar="N",
+        "--partitions",
+        type=int,
+        default=16,
+        metavar="N",
         help=f"number of hash partitions, {MIN_PARTITIONS}-{MAX_PARTITIONS} (default: 16)",
-    )  # fmt: skip
+    )
     add_json(partition, '{"table": "pgmemory_memories", "partitions": 16, "key": "user_id"}')
     partition.set_defaults(handler=partition_command)
 
@@ -544,7 +558,8 @@ def add_half_vectors_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     halves = sub.add_parser(
-        "half-vectors", parents=[common],
+        "half-vectors",
+        parents=[common],
         help="add half-precision vectors: large scopes whose binary codes fail search faster "
         "(opt-in; every write pays for them)",
         description="Add each memory's unit vector in half precision (a stored generated "
@@ -552,7 +567,7 @@ def add_half_vectors_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "binary codes below its recall floor are searched in two phases instead of exactly. "
         "Rewrites the memories table (a maintenance window on a large one); needs pgvector >= "
         "0.7; does nothing if they are there. See docs/scaling.md.",
-    )  # fmt: skip
+    )
     add_yes(halves)
     add_json(halves, '{"added": true, "column": "embedding_half", "index": "..."}')
     halves.set_defaults(handler=half_vectors_command)

@@ -39,7 +39,8 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     forget = commands.add_parser(
-        "forget", parents=[common],
+        "forget",
+        parents=[common],
         help="erase everything stored about a user (memories, facts, chat history); asks first",
         description="Erase everything stored about a user in ONE transaction: memories in "
         "every collection (each deletion audited by content hash), facts, chat history and "
@@ -47,7 +48,7 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "in the audits the user id becomes a pseudonym, kept values are blanked and the key of "
         "the audit hashes is destroyed. Asks for confirmation on a terminal; "
         "needs --yes otherwise.",
-    )  # fmt: skip
+    )
     forget.add_argument("user_id", help="the user to erase")
     forget.add_argument(
         "--actor", default="cli", help="who asked, recorded in the audit (default: cli)"
@@ -62,18 +63,22 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     forget.set_defaults(handler=forget_command)
 
     prune = commands.add_parser(
-        "prune-audit", parents=[common],
+        "prune-audit",
+        parents=[common],
         help="delete audit rows older than an age (retention; by default pgmemory keeps all)",
         description="Delete the recall audit, memory write/delete audit and fact audit rows "
         "older than an age, in ONE transaction. Memories, facts and chat history are untouched. "
         "The prune records itself (cutoff, counts, actor) in the fact audit. pgmemory keeps every "
         "audit row unless this runs (e.g. daily from cron). Asks for confirmation on a terminal; "
         "needs --yes otherwise.",
-    )  # fmt: skip
+    )
     prune.add_argument(
-        "--older-than", required=True, type=duration_type, metavar="AGE",
+        "--older-than",
+        required=True,
+        type=duration_type,
+        metavar="AGE",
         help="delete rows older than this: e.g. 90d, 12h, 30m, 45s, 2w, 1d12h",
-    )  # fmt: skip
+    )
     prune.add_argument(
         "--actor", default="cli", help="who asked, recorded with the prune (default: cli)"
     )

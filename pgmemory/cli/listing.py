@@ -85,9 +85,10 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     collections.set_defaults(handler=lambda args: with_store(args, _collections))
 
     users = commands.add_parser(
-        "users", parents=[common],
+        "users",
+        parents=[common],
         help="list users found in any table, in id order, with memory and recall counts",
-    )  # fmt: skip
+    )
     users.add_argument("--after", default="", help="start after this user id (to page on)")
     users.add_argument(
         "--limit", type=limit_type, default=50, help=f"users to list (1-{MAX_LIMIT}, default 50)"
@@ -100,18 +101,21 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     users.set_defaults(handler=lambda args: with_store(args, _users))
 
     memories = commands.add_parser(
-        "memories", parents=[common],
+        "memories",
+        parents=[common],
         help="list a user's memories, newest first (one collection, or all)",
         description="List a user's stored memories, newest first. Expired memories that "
         "`expire` has not reclaimed yet are listed too (searches skip them).",
-    )  # fmt: skip
+    )
     memories.add_argument("--user", required=True, help="the user id")
     memories.add_argument("--collection", help="only this collection (default: every collection)")
     memories.add_argument("--session", help="only this session's memories")
     memories.add_argument(
-        "--limit", type=limit_type, default=20,
+        "--limit",
+        type=limit_type,
+        default=20,
         help=f"memories to list (1-{MAX_LIMIT}, default 20); `pgmemory export` writes them all",
-    )  # fmt: skip
+    )
     add_json(
         memories,
         '{"user_id", "collection": name|null, "session_id": id|null, "memories": ['
@@ -121,9 +125,10 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     memories.set_defaults(handler=lambda args: with_store(args, _memories))
 
     sessions = commands.add_parser(
-        "sessions", parents=[common],
+        "sessions",
+        parents=[common],
         help="list a user's sessions (chat history messages and memories per session)",
-    )  # fmt: skip
+    )
     sessions.add_argument("--user", required=True, help="the user id")
     sessions.add_argument(
         "--limit", type=limit_type, default=50, help=f"sessions to list (1-{MAX_LIMIT}, default 50)"
@@ -138,10 +143,11 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     audit_cli.add_parser(commands, common)
 
     recall = commands.add_parser(
-        "recall", parents=[common],
+        "recall",
+        parents=[common],
         help="search a scope's memories, best first (audited as provider 'cli')",
         description="MemoryStore.search, tool calls too; audited. " + scores_help() + ".",
-    )  # fmt: skip
+    )
     recall.add_argument("collection", help="the collection to search")
     recall.add_argument("query", help="the text to search for")
     recall.add_argument("--user", help="scope: only this user's memories")
@@ -152,10 +158,12 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         "--limit", type=limit_type, default=5, help=f"most hits (1-{MAX_LIMIT}, default 5)"
     )
     recall.add_argument(
-        "--mode", choices=SEARCH_MODES, default=DEFAULT_MODE,
+        "--mode",
+        choices=SEARCH_MODES,
+        default=DEFAULT_MODE,
         help="vector: cosine similarity of embeddings; text: BM25 keyword match; hybrid "
         "(default): both fused, each scaled to 0..1 within the scope and summed",
-    )  # fmt: skip
+    )
     add_json(
         recall,
         '{"collection", "query", "mode", "score_kind": "cosine similarity"|"BM25"|'
@@ -211,14 +219,19 @@ async def _users(store: MemoryStore, args: argparse.Namespace) -> int:
         ["USER", "MEMORIES", "RECALLS", "LAST_ACTIVITY", "PER_COLLECTION"],
         [
             [
-                shown_id(u.user_id), u.total_memories, u.recalls, u.last_activity,
-                Verbatim(", ".join(
-                    f"{shown_id(name)}:{count}" for name, count in sorted(u.memories.items())
-                )),
+                shown_id(u.user_id),
+                u.total_memories,
+                u.recalls,
+                u.last_activity,
+                Verbatim(
+                    ", ".join(
+                        f"{shown_id(name)}:{count}" for name, count in sorted(u.memories.items())
+                    )
+                ),
             ]
             for u in page.users
         ],
-    )  # fmt: skip
+    )
     if page.next_after is not None:
         note(f"(more users: pgmemory users --after {page.next_after!r})")
     return 0
@@ -258,11 +271,17 @@ async def _memories(store: MemoryStore, args: argparse.Namespace) -> int:
     print_table(
         ["CREATED", "COLLECTION", "SESSION", "ROLE", "ID", "CONTENT"],
         [
-            [m.created_at, shown_id(m.collection), shown_id(m.scope.session_id), m.role, m.id,
-             m.content]
+            [
+                m.created_at,
+                shown_id(m.collection),
+                shown_id(m.scope.session_id),
+                m.role,
+                m.id,
+                m.content,
+            ]
             for m in found
         ],
-    )  # fmt: skip
+    )
     if more:
         note(f"(more memories: raise --limit (up to {MAX_LIMIT}), or `pgmemory export` them all)")
     return 0
@@ -304,11 +323,16 @@ async def _sessions(store: MemoryStore, args: argparse.Namespace) -> int:
         print_table(
             ["SESSION", "MESSAGES", "MEMORIES", "FIRST", "LAST"],
             [
-                [shown_id(r["session_id"]), r["messages"], r["memories"], r["first_at"],
-                 r["last_at"]]
+                [
+                    shown_id(r["session_id"]),
+                    r["messages"],
+                    r["memories"],
+                    r["first_at"],
+                    r["last_at"],
+                ]
                 for r in listed
             ],
-        )  # fmt: skip
+        )
     return 0
 
 
@@ -323,9 +347,13 @@ async def _recall(store: MemoryStore, args: argparse.Namespace) -> int:
         application_id=args.application,
     )
     hits = await store.search(
-        args.collection, scope, query=args.query, limit=args.limit, mode=args.mode,
+        args.collection,
+        scope,
+        query=args.query,
+        limit=args.limit,
+        mode=args.mode,
         trace=RecallTrace(provider="cli", mode=args.mode),
-    )  # fmt: skip
+    )
     if args.json:
         print_json(
             {

@@ -31,7 +31,8 @@ def add_reembed_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     reembed = sub.add_parser(
-        "reembed", parents=[common],
+        "reembed",
+        parents=[common],
         help="re-embed a collection with another embedding model, then switch over",
         description="Embed every memory of COLLECTION with the embedder --embedder names "
         "(configured like PGMEMORY_EMBEDDER, e.g. PGMEMORY_OPENAI_EMBEDDING_MODEL for openai), "
@@ -39,21 +40,26 @@ def add_reembed_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "to the new vectors and model in one transaction. Interrupted, it resumes where it "
         "stopped. Restart the application with the new embedder after the switch: processes "
         "still on the old one are refused within seconds.",
-    )  # fmt: skip
+    )
     reembed.add_argument("collection", help="the collection to re-embed")
     reembed.add_argument("--embedder", required=True, choices=EMBEDDERS, help="the new model")
     reembed.add_argument(
-        "--batch-size", type=int, default=None, metavar="N",
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
         help="memories embedded per batch (default: pgmemory.admin.reembedding.DEFAULT_BATCH)",
-    )  # fmt: skip
+    )
     reembed.add_argument(
-        "--no-switch", action="store_true",
+        "--no-switch",
+        action="store_true",
         help="stage the new vectors only; run again without it to switch over",
-    )  # fmt: skip
+    )
     reembed.add_argument(
-        "--restart", action="store_true",
+        "--restart",
+        action="store_true",
         help="drop vectors staged for another model instead of refusing",
-    )  # fmt: skip
+    )
     add_json(
         reembed,
         '{"collection": str, "model": str, "dimensions": int, "embedded": int, "total": int, '

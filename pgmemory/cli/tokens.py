@@ -35,25 +35,31 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     token = commands.add_parser(
-        "token", parents=[common],
+        "token",
+        parents=[common],
         help="issue, list and revoke access tokens (the audit page's; kept hashed)",
         description="Access tokens open the audit page (and, later, the MCP server). A token "
         "is shown once, when created; the database keeps only its sha256, its name, purpose, "
         "expiry and revocation time.",
-    )  # fmt: skip
+    )
     verbs = token.add_subparsers(dest="verb", required=True, metavar="VERB")
     create = verbs.add_parser(
-        "create", parents=[common], help="issue a token and print it once",
+        "create",
+        parents=[common],
+        help="issue a token and print it once",
         description="Issue a token under NAME (whose or what it is) and print it, once.",
-    )  # fmt: skip
+    )
     create.add_argument("name", help="the token's label, unique among live tokens")
     create.add_argument(
         "--purpose", default="ui", help="what it opens: ui (the default, the audit page) or mcp"
     )
     create.add_argument(
-        "--expires-in", type=duration_type, default=timedelta(days=30), metavar="AGE",
+        "--expires-in",
+        type=duration_type,
+        default=timedelta(days=30),
+        metavar="AGE",
         help="how long it works: e.g. 30d (the default), 12h, 2w; at most 366d",
-    )  # fmt: skip
+    )
     add_json(create, '{"token", "id", "name", "purpose", "created_at", "expires_at"}')
     create.set_defaults(handler=lambda args: with_store(args, _create))
 

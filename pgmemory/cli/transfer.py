@@ -59,11 +59,12 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     export = commands.add_parser(
-        "export", parents=[common],
+        "export",
+        parents=[common],
         help="write a user's memories in a collection as JSON Lines (exact, embeddings included)",
         description="Write a user's memories in a collection, oldest first, one JSON object "
         f"per line with the keys {EXPORT_KEYS}. `pgmemory import` loads it back exactly.",
-    )  # fmt: skip
+    )
     export.add_argument("--user", required=True, help="the user whose memories to export")
     export.add_argument("--collection", required=True, help="the collection to export from")
     export.add_argument("--session", help="only this session's memories")
@@ -73,24 +74,27 @@ def add_parsers(commands: Any, common: argparse.ArgumentParser) -> None:
     export.set_defaults(handler=lambda args: with_store(args, _export))
 
     load = commands.add_parser(
-        "import", parents=[common],
+        "import",
+        parents=[common],
         help="load a JSON Lines export into a collection (bulk path, one transaction, audited)",
         description="Load a file written by `pgmemory export` into a collection with the "
         "store's bulk path: one transaction (all rows or none), every row audited, a progress "
         "bar on a terminal. Ids, scopes, times, metadata and embeddings are kept as exported; a "
         "user's memory whose id is already stored is refused (use --new-ids to copy). A message "
         "already stored in the same scope is skipped.",
-    )  # fmt: skip
+    )
     load.add_argument("file", metavar="FILE", help="the JSON Lines file ('-': standard input)")
     load.add_argument("--collection", required=True, help="the collection to load into")
     load.add_argument(
-        "--create", action="store_true",
+        "--create",
+        action="store_true",
         help="create the collection if it does not exist (with the file's model and vector size)",
-    )  # fmt: skip
+    )
     load.add_argument(
-        "--new-ids", action="store_true",
+        "--new-ids",
+        action="store_true",
         help="give every memory a new id (a copy) instead of keeping the exported ones",
-    )  # fmt: skip
+    )
     load.add_argument(
         "--actor", default="cli", help="who writes, recorded in the audit (default: cli)"
     )

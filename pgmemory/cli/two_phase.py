@@ -28,7 +28,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         common: the parent parser of options every command takes (``--url``).
     """
     parser = commands.add_parser(
-        "two-phase", parents=[common],
+        "two-phase",
+        parents=[common],
         help="measure how searches of a collection's large user scopes run (two-phase or "
         "exact), and why",
         description="Probe the two-phase path of COLLECTION now: every first pass the memories "
@@ -36,7 +37,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "measured against the exact search on stored rows of its largest user scopes, and "
         "searches of those scopes take the cheapest pass at the recall floor, or stay exact. "
         "Reads only; prints no user id. See docs/scaling.md.",
-    )  # fmt: skip
+    )
     parser.add_argument("collection", metavar="COLLECTION", help="the collection to probe")
     add_json(
         parser,
@@ -91,9 +92,11 @@ async def _two_phase(store: MemoryStore, args: argparse.Namespace) -> int:
     if status.recalls:
         print_table(
             ["FIRST PASS", "RECALL@10", "AT THE FLOOR"],
-            [[p, f"{r:.4f}", "yes" if r >= status.recall_floor else "no"]
-             for p, r in status.recalls.items()],
-        )  # fmt: skip
+            [
+                [p, f"{r:.4f}", "yes" if r >= status.recall_floor else "no"]
+                for p, r in status.recalls.items()
+            ],
+        )
     elif not status.first_passes:
         print("the memories keep no first pass (pgvector < 0.7): every search is exact")
     verdict = status.first_pass or "none: they stay exact"

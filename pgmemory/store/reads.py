@@ -263,10 +263,25 @@ async def probe_search(
     """An unaudited vector search for a probe: on ``path`` (the approximate index's; exact
     when None), or the two-phase ``shortlist`` (exact when None)."""
     return await search(
-        db, catalogue, ann, collection, scope, query=None, vector=vector, limit=limit,
-        mode="vector", weights=None, min_score=None, since=None, until=None,
-        allow_unscoped=False, audit=False, trace=None, path=path, shortlist=shortlist,
-    )  # fmt: skip
+        db,
+        catalogue,
+        ann,
+        collection,
+        scope,
+        query=None,
+        vector=vector,
+        limit=limit,
+        mode="vector",
+        weights=None,
+        min_score=None,
+        since=None,
+        until=None,
+        allow_unscoped=False,
+        audit=False,
+        trace=None,
+        path=path,
+        shortlist=shortlist,
+    )
 
 
 #: The recall audit row's parameters that describe the recall rather than the scope.

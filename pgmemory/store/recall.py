@@ -271,9 +271,14 @@ def _budget(max_tokens: int | None, heading: str | None) -> dict[str, int]:
     recent = recall_text.section_tokens(recall_text.RECENT_HEADING)
     if max_tokens is None:
         return {
-            "fixed": 0, "half": _UNBOUNDED, "max_tokens": _UNBOUNDED, "item_cap": _UNBOUNDED,
-            "min_cap": 1, "related_cost": related, "recent_cost": recent,
-        }  # fmt: skip
+            "fixed": 0,
+            "half": _UNBOUNDED,
+            "max_tokens": _UNBOUNDED,
+            "item_cap": _UNBOUNDED,
+            "min_cap": 1,
+            "related_cost": related,
+            "recent_cost": recent,
+        }
     fixed = recall_text.fixed_tokens(heading)
     return {
         "fixed": fixed,

@@ -98,14 +98,18 @@ class MemoryStore:
         self._catalogue = Catalogue(self._db, lambda: self.embedder)
         self._probes = Beside()
         self._ann: ann.AnnPaths = ann.AnnPaths(
-            self._db, self._catalogue, beside=self._probes,
+            self._db,
+            self._catalogue,
+            beside=self._probes,
             search=lambda *probe: reads.probe_search(self._db, self._catalogue, self._ann, *probe),
-        )  # fmt: skip
+        )
         self._shortlists = Shortlists(
-            self._db, beside=self._probes,
+            self._db,
+            beside=self._probes,
             search=lambda c, s, v, k, n: reads.probe_search(
-                self._db, self._catalogue, self._ann, c, s, v, k, None, shortlist=n),
-        )  # fmt: skip
+                self._db, self._catalogue, self._ann, c, s, v, k, None, shortlist=n
+            ),
+        )
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -249,9 +253,13 @@ class MemoryStore:
             InvalidInputError: A record is unusable (the message names it); nothing is stored.
         """
         return await writes.add(
-            self._db, self._catalogue, collection, records, actor=actor,
+            self._db,
+            self._catalogue,
+            collection,
+            records,
+            actor=actor,
             allow_unscoped=allow_unscoped,
-        )  # fmt: skip
+        )
 
     async def import_records(
         self,
@@ -281,9 +289,15 @@ class MemoryStore:
             allow_unscoped: Accept records with an empty scope.
         """
         return await writes.import_records(
-            self._db, self._catalogue, collection, records, actor=actor, batch_rows=batch_rows,
-            progress=progress, allow_unscoped=allow_unscoped,
-        )  # fmt: skip
+            self._db,
+            self._catalogue,
+            collection,
+            records,
+            actor=actor,
+            batch_rows=batch_rows,
+            progress=progress,
+            allow_unscoped=allow_unscoped,
+        )
 
     # --- memories: reads -------------------------------------------------------------------
 
@@ -341,11 +355,25 @@ class MemoryStore:
             CollectionError: Unknown collection, or a vector of another size or model.
         """
         return await reads.search(
-            self._db, self._catalogue, self._ann, collection, scope, query=query, vector=vector,
-            limit=limit, mode=mode, weights=weights, min_score=min_score, since=since,
-            until=until, allow_unscoped=allow_unscoped, audit=audit, trace=trace,
-            explain=explain, shortlists=self._shortlists,
-        )  # fmt: skip
+            self._db,
+            self._catalogue,
+            self._ann,
+            collection,
+            scope,
+            query=query,
+            vector=vector,
+            limit=limit,
+            mode=mode,
+            weights=weights,
+            min_score=min_score,
+            since=since,
+            until=until,
+            allow_unscoped=allow_unscoped,
+            audit=audit,
+            trace=trace,
+            explain=explain,
+            shortlists=self._shortlists,
+        )
 
     @retried_read
     async def recall(
@@ -376,11 +404,24 @@ class MemoryStore:
         ``heading``; the audit row holds exactly the shown memories, the mode used and each
         one's reason and signals (:mod:`pgmemory.store.recall`). Raises as :meth:`search` does."""
         return await recall.recall(
-            self._db, self._catalogue, collection, scope, query=query, max_results=max_results,
-            recent_turns=recent_turns, max_tokens=max_tokens, mode=mode, weights=weights,
-            near_duplicate_threshold=near_duplicate_threshold, include_tools=include_tools,
-            heading=heading, trace=trace, allow_unscoped=allow_unscoped, audit=audit,
-            exclude_message_ids=exclude_message_ids)  # fmt: skip
+            self._db,
+            self._catalogue,
+            collection,
+            scope,
+            query=query,
+            max_results=max_results,
+            recent_turns=recent_turns,
+            max_tokens=max_tokens,
+            mode=mode,
+            weights=weights,
+            near_duplicate_threshold=near_duplicate_threshold,
+            include_tools=include_tools,
+            heading=heading,
+            trace=trace,
+            allow_unscoped=allow_unscoped,
+            audit=audit,
+            exclude_message_ids=exclude_message_ids,
+        )
 
     @retried_read
     async def count(
@@ -419,17 +460,29 @@ class MemoryStore:
         the build's memory. Details: :meth:`pgmemory.store.ann.AnnPaths.enable`.
         """
         return await self._ann.enable(
-            collection, min_scope_rows=min_scope_rows, ef_search=ef_search,
-            recall_floor=recall_floor, m=m, ef_construction=ef_construction,
-            maintenance_work_mem=maintenance_work_mem, method=method, lists=lists, probes=probes,
-        )  # fmt: skip
+            collection,
+            min_scope_rows=min_scope_rows,
+            ef_search=ef_search,
+            recall_floor=recall_floor,
+            m=m,
+            ef_construction=ef_construction,
+            maintenance_work_mem=maintenance_work_mem,
+            method=method,
+            lists=lists,
+            probes=probes,
+        )
 
     async def disable_ann(self, collection: str, *, drop_index: bool = False) -> None:
         """Search every scope of the collection exactly again (optionally drop the index)."""
         await self._ann.disable(collection, drop_index=drop_index)
 
-    async def probe_ann(self, collection: str, *, samples: int = ann.ANN_PROBE_SAMPLES,
-                        limit: int = ann.ANN_PROBE_LIMIT) -> AnnStatus:  # fmt: skip
+    async def probe_ann(
+        self,
+        collection: str,
+        *,
+        samples: int = ann.ANN_PROBE_SAMPLES,
+        limit: int = ann.ANN_PROBE_LIMIT,
+    ) -> AnnStatus:
         """Measure the approximate path's recall@``limit`` against exact search, and decide: the
         queries are ``samples`` stored vectors of its largest user scopes (no outside data; no
         audit)."""
@@ -467,9 +520,16 @@ class MemoryStore:
         unless the trace asks for the text.
         """
         await recall.record(
-            self._db, collection, scope, memory_ids=memory_ids, scores=scores, query=query,
-            trace=trace, reasons=reasons, signals=signals,
-        )  # fmt: skip
+            self._db,
+            collection,
+            scope,
+            memory_ids=memory_ids,
+            scores=scores,
+            query=query,
+            trace=trace,
+            reasons=reasons,
+            signals=signals,
+        )
 
     async def delete(
         self,
@@ -491,9 +551,14 @@ class MemoryStore:
             InvalidInputError: An id is not a UUID.
         """
         return await erasure.delete(
-            self._db, self._catalogue, collection, ids=ids, scope=scope, actor=actor,
+            self._db,
+            self._catalogue,
+            collection,
+            ids=ids,
+            scope=scope,
+            actor=actor,
             allow_unscoped=allow_unscoped,
-        )  # fmt: skip
+        )
 
     async def expire(
         self,
@@ -592,9 +657,17 @@ class MemoryStore:
         """Live memories of a scope in time order (newest first by default), one page:
         ``limit``/``offset`` page through them; ``since`` (inclusive), ``until`` bound time."""
         return await reads.page(
-            self._db, self._catalogue, collection, scope, limit=limit, offset=offset,
-            newest_first=newest_first, since=since, until=until, allow_unscoped=allow_unscoped,
-        )  # fmt: skip
+            self._db,
+            self._catalogue,
+            collection,
+            scope,
+            limit=limit,
+            offset=offset,
+            newest_first=newest_first,
+            since=since,
+            until=until,
+            allow_unscoped=allow_unscoped,
+        )
 
 
 lifecycle.refuse_when_closed(MemoryStore, lambda store: store._db.closed, keep=["close"])

@@ -427,22 +427,37 @@ MESSAGE_INDEX = _shape("uq_pgmemory_memories_message", "collection", *_SCOPE, "m
 #: The covering index of collections of up to COVERING_MAX_DIMENSIONS: it holds the vector.
 COVERING_INDEX = _shape(
     "ix_pgmemory_memories_user_cover",
-    "collection", "user_id", "session_id", "agent_id", "application_id",
-    "id:uuid", "created_at:timestamptz", "expires_at:timestamptz", "embedding:vector",
+    "collection",
+    "user_id",
+    "session_id",
+    "agent_id",
+    "application_id",
+    "id:uuid",
+    "created_at:timestamptz",
+    "expires_at:timestamptz",
+    "embedding:vector",
     nullable=("expires_at",),
-)  # fmt: skip
+)
 #: The binary codes' index (every collection): the vector's code, a bit a dimension.
 CODES_INDEX = _shape(
     "ix_pgmemory_memories_user_codes",
-    "collection", "user_id", "id:uuid", "expires_at:timestamptz", "embedding:code",
+    "collection",
+    "user_id",
+    "id:uuid",
+    "expires_at:timestamptz",
+    "embedding:code",
     nullable=("expires_at",),
-)  # fmt: skip
+)
 #: The half vectors' index (collections of up to HALVES_MAX_DIMENSIONS): 2 bytes a dimension.
 HALVES_INDEX = _shape(
     "ix_pgmemory_memories_user_halves",
-    "collection", "user_id", "id:uuid", "expires_at:timestamptz", "embedding:half",
+    "collection",
+    "user_id",
+    "id:uuid",
+    "expires_at:timestamptz",
+    "embedding:half",
     nullable=("expires_at",),
-)  # fmt: skip
+)
 #: The memory audit's indexes (a row per memory written or deleted).
 MEMORY_AUDIT_INDEXES: tuple[IndexShape, ...] = (
     _shape("pk_pgmemory_memory_audit", "id:int8", "user_id"),

@@ -55,35 +55,43 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
-        "--url", default=argparse.SUPPRESS,
+        "--url",
+        default=argparse.SUPPRESS,
         help="database URL (default: PGMEMORY_DATABASE_URL, else the embedded server)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--host", default=DEFAULT_HOST,
+        "--host",
+        default=DEFAULT_HOST,
         help=f"address to bind (default {DEFAULT_HOST}; any other needs tokens)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
     )
     parser.add_argument(
-        "--allow-writes", action="store_true",
+        "--allow-writes",
+        action="store_true",
         help="offer erasure of a user or scope, behind a confirmation (needs tokens)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--allowed-host", action="append", default=[], metavar="NAME",
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="also answer to this Host name, e.g. a reverse proxy's (`name` or `name:port`; "
         f"repeatable; added to {ALLOWED_HOSTS_ENV})",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--insecure-no-token", action="store_true",
+        "--insecure-no-token",
+        action="store_true",
         help="serve without tokens: anyone who can reach the page reads every memory "
         "(loopback and read-only only)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--no-run-token", action="store_true",
+        "--no-run-token",
+        action="store_true",
         help="do not issue (and print) a token for this run: only tokens from "
         "`pgmemory token create` open the page",
-    )  # fmt: skip
+    )
     return parser
 
 
@@ -117,17 +125,22 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(server.RETIRED_TOKEN_ENV)
         options: dict[str, Any] = {
             "allow_writes": args.allow_writes,
-            "insecure_no_token": args.insecure_no_token, "allowed_hosts": args.allowed_host,
-        }  # fmt: skip
+            "insecure_no_token": args.insecure_no_token,
+            "allowed_hosts": args.allowed_host,
+        }
         # Refuse before warning (and before any database server starts).
         hosts = [*settings.ui_allowed_host_list(), *args.allowed_host]
         server.preflight(args.host, **{**options, "allowed_hosts": hosts})
         if args.insecure_no_token:
             print(NO_TOKEN_WARNING, file=sys.stderr)
         server.serve(
-            args.host, args.port, url=getattr(args, "url", None), settings=settings,
-            run_token=not args.no_run_token, **options,
-        )  # fmt: skip
+            args.host,
+            args.port,
+            url=getattr(args, "url", None),
+            settings=settings,
+            run_token=not args.no_run_token,
+            **options,
+        )
     except ValueError as exc:  # a token, a host name, or InvalidInputError (a ValueError too)
         prefix = "pgmemory: error" if isinstance(exc, InvalidInputError) else "pgmemory ui: error"
         print(f"{prefix}: {exc}", file=sys.stderr)

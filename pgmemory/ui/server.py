@@ -243,15 +243,23 @@ def serve(
     settings = settings or Settings()
     hosts = [*settings.ui_allowed_host_list(), *allowed_hosts]
     preflight(
-        host, allow_writes=allow_writes, insecure_no_token=insecure_no_token, allowed_hosts=hosts,
-    )  # fmt: skip
+        host,
+        allow_writes=allow_writes,
+        insecure_no_token=insecure_no_token,
+        allowed_hosts=hosts,
+    )
 
     async def run() -> None:
         async with MemoryStore(url, settings=settings) as store:
             await serve_store(
-                store, host, port, allow_writes=allow_writes,
-                insecure_no_token=insecure_no_token, allowed_hosts=hosts, run_token=run_token,
-            )  # fmt: skip
+                store,
+                host,
+                port,
+                allow_writes=allow_writes,
+                insecure_no_token=insecure_no_token,
+                allowed_hosts=hosts,
+                run_token=run_token,
+            )
 
     with _stops_as_interrupts():
         asyncio.run(run())

@@ -257,9 +257,11 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
         query = "\n".join(m.text for m in self.search_messages(context) if m.text.strip()).strip()
         scope = scopes.effective_search_scope
         shown = await self.store.recall(
-            self.collection_name, scope, query=query or None,
+            self.collection_name,
+            scope,
+            query=query or None,
             **self._recall_options(session, heading=self.options.context_prompt, seen=in_context),
-        )  # fmt: skip
+        )
         self._log_recall(scope, query, shown)
         if not shown.items:
             return
@@ -409,9 +411,11 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
             question = userQuestion.strip()
             scope = scopes.effective_search_scope
             shown = await self.store.recall(
-                self.collection_name, scope, query=question or None,
+                self.collection_name,
+                scope,
+                query=question or None,
                 **self._recall_options(session, heading=None, seen=seen),
-            )  # fmt: skip
+            )
             self._log_recall(scope, question, shown)
             if not shown.items:
                 return "No related memories found."

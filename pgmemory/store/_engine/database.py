@@ -395,9 +395,12 @@ class Database:
             return rows
         async with self.connections.driver_autocommit() as conn:
             return await fastpath.run(
-                conn, statement, params, lock_users=tuple(users),
+                conn,
+                statement,
+                params,
+                lock_users=tuple(users),
                 prepare=self.settings.prepared_statements,
-            )  # fmt: skip
+            )
 
     async def written(self, write: Write) -> list[dict[str, Any]] | None:
         """The fast write verb: ``write``'s statement in the form the deployment chooses
@@ -410,17 +413,25 @@ class Database:
         shared = self._shared.get()
         if shared is not None:  # its errors are the unit of work's (translated there)
             return await shared.fetch(
-                statement, params, frozenset(write.users), frozenset(write.sessions),
-                deferrable=write.deferrable, locking=locking,
-            )  # fmt: skip
+                statement,
+                params,
+                frozenset(write.users),
+                frozenset(write.sessions),
+                deferrable=write.deferrable,
+                locking=locking,
+            )
         users, sessions = ((), ()) if locking else (write.users, write.sessions)
         async with self.connections.driver_autocommit(
             wrote=True, users=frozenset(write.users)
         ) as conn:
             return await fastpath.run(
-                conn, statement, params, lock_users=tuple(users),
-                lock_sessions=tuple(sessions), prepare=self.settings.prepared_statements,
-            )  # fmt: skip
+                conn,
+                statement,
+                params,
+                lock_users=tuple(users),
+                lock_sessions=tuple(sessions),
+                prepare=self.settings.prepared_statements,
+            )
 
     async def _send_deferred(
         self, writes: Sequence[fastpath.Deferred], users: frozenset[str] | None

@@ -264,9 +264,13 @@ async def run_all(
                 await cursor.execute(_begin(conn), prepare=False)
             for write in writes:
                 await _send_locked(
-                    cursor, driver_statement(write.statement), write.params, write.lock_users,
-                    write.lock_sessions, prepare,
-                )  # fmt: skip
+                    cursor,
+                    driver_statement(write.statement),
+                    write.params,
+                    write.lock_users,
+                    write.lock_sessions,
+                    prepare,
+                )
             if block:
                 await cursor.execute("COMMIT", prepare=False)
     except psycopg.Error:

@@ -217,9 +217,14 @@ class SharedTransaction:
             self._autocommit = driver
         try:
             return await fastpath.run(
-                driver, statement, params, lock_users=tuple(users),
-                lock_sessions=tuple(sessions), begin=begin, prepare=self._prepare,
-            )  # fmt: skip
+                driver,
+                statement,
+                params,
+                lock_users=tuple(users),
+                lock_sessions=tuple(sessions),
+                begin=begin,
+                prepare=self._prepare,
+            )
         except BaseException as exc:
             self._failed = type(exc).__name__
             if isinstance(exc, DRIVER_ERRORS):  # before the commit: nothing is committed

@@ -228,7 +228,17 @@ class MemoryRow(Base):
     )
 
 
-class MemoryAuditRow(Base):
+class ScopeRecorded:
+    """The scope dimensions a record of a change or a recall keeps beside its ``user_id``:
+    ``NOT NULL`` text, ``''`` for unset, as the memory row held them (the audit tables and the
+    deletion evidence; declared once here, each table's own columns around them)."""
+
+    application_id: Mapped[str] = mapped_column(Text, nullable=False)
+    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
+    session_id: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class MemoryAuditRow(ScopeRecorded, Base):
     """Append-only log of every write and delete of memories, written in the same statement."""
 
     __tablename__ = "pgmemory_memory_audit"
@@ -244,9 +254,6 @@ class MemoryAuditRow(Base):
     operation: Mapped[str] = mapped_column(Text, nullable=False)
     memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
     collection: Mapped[str] = mapped_column(Text, nullable=False)
-    application_id: Mapped[str] = mapped_column(Text, nullable=False)
-    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
-    session_id: Mapped[str] = mapped_column(Text, nullable=False)
     #: ``sha256(user secret || sha256(content))`` in hex: keyed, so it cannot confirm a guess.
     content_sha256: Mapped[str] = mapped_column(Text, nullable=False)
     actor: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
@@ -260,7 +267,7 @@ class MemoryAuditRow(Base):
     )
 
 
-class RecallAuditRow(Base):
+class RecallAuditRow(ScopeRecorded, Base):
     """One row per recall: who searched which scope, for what, and which memories came back."""
 
     __tablename__ = "pgmemory_recall_audit"
@@ -271,9 +278,6 @@ class RecallAuditRow(Base):
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
     collection: Mapped[str] = mapped_column(Text, nullable=False)
-    application_id: Mapped[str] = mapped_column(Text, nullable=False)
-    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
-    session_id: Mapped[str] = mapped_column(Text, nullable=False)
     provider: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
     mode: Mapped[str] = mapped_column(Text, nullable=False, server_default=text("''"))
     requesting_session_id: Mapped[str] = mapped_column(
@@ -363,7 +367,7 @@ class FactsRow(Base):
     )
 
 
-class FactAuditRow(Base):
+class FactAuditRow(ScopeRecorded, Base):
     """Append-only log of every fact that was set, changed or removed, with old and new value."""
 
     __tablename__ = "pgmemory_fact_audit"
@@ -373,9 +377,6 @@ class FactAuditRow(Base):
     at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
-    application_id: Mapped[str] = mapped_column(Text, nullable=False)
-    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
-    session_id: Mapped[str] = mapped_column(Text, nullable=False)
     namespace: Mapped[str] = mapped_column(Text, nullable=False)
     key: Mapped[str] = mapped_column(Text, nullable=False)
     old_value: Mapped[Any] = mapped_column(JSONB, nullable=True)
@@ -424,7 +425,7 @@ class JobRow(Base):
     )
 
 
-class DeletedMemoryRow(Base):
+class DeletedMemoryRow(ScopeRecorded, Base):
     """Evidence of a memory's deletion, for its audit row (migration 0023).
 
     Written by a ``BEFORE DELETE`` trigger on the memories, as the tables' owner (the
@@ -438,9 +439,6 @@ class DeletedMemoryRow(Base):
     user_id: Mapped[str] = mapped_column(Text, primary_key=True)
     memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     collection: Mapped[str] = mapped_column(Text, nullable=False)
-    application_id: Mapped[str] = mapped_column(Text, nullable=False)
-    agent_id: Mapped[str] = mapped_column(Text, nullable=False)
-    session_id: Mapped[str] = mapped_column(Text, nullable=False)
     txid: Mapped[int] = mapped_column(
         BigInteger, nullable=False, server_default=text("(pg_current_xact_id()::text)::bigint")
     )

@@ -40,6 +40,29 @@ class Embedder(Protocol):
         ...
 
 
+class WrappingEmbedder:
+    """An embedder in front of another one (a cache, a batcher): the vectors are the inner
+    embedder's, so its ``model_id`` and ``dimensions`` are too. A wrapper subclasses this and
+    defines ``embed``.
+
+    Args:
+        inner: the embedder that does the work.
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+
+    @property
+    def model_id(self) -> str:
+        """The inner embedder's model id."""
+        return self.inner.model_id
+
+    @property
+    def dimensions(self) -> int:
+        """The inner embedder's vector length."""
+        return self.inner.dimensions
+
+
 def as_matrix(vectors: object, *, rows: int, dimensions: int, model_id: str) -> np.ndarray:
     """Check an embedder's output and return it as a C-contiguous float32 matrix.
 

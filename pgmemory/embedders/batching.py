@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pgmemory.embedders.base import Embedder, as_matrix
+from pgmemory.embedders.base import Embedder, WrappingEmbedder, as_matrix
 from pgmemory.errors import InvalidInputError
 
 #: A batch that ended longer ago than this (seconds) says nothing about the load any more.
@@ -58,7 +58,7 @@ def _deliver(requests: list[_Request], outcome: np.ndarray | BaseException, rows
             request.future.set_result(outcome[index])
 
 
-class BatchingEmbedder:
+class BatchingEmbedder(WrappingEmbedder):
     """Gathers the texts of concurrent :meth:`embed` calls into one model call.
 
     One worker thread owns the model. A call that finds it idle is embedded at once; calls
@@ -98,7 +98,7 @@ class BatchingEmbedder:
             raise InvalidInputError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         if not wait_ms >= 0:
             raise InvalidInputError(f"wait_ms must be >= 0, got {wait_ms!r}")
-        self.inner = inner
+        super().__init__(inner)
         self.max_batch = max_batch
         self.wait_ms = float(wait_ms)
         sync = getattr(inner, "embed_sync", None)
@@ -113,16 +113,6 @@ class BatchingEmbedder:
         self.batches = 0
         self.texts = 0
         self.largest_batch = 0
-
-    @property
-    def model_id(self) -> str:
-        """The inner embedder's model id."""
-        return self.inner.model_id
-
-    @property
-    def dimensions(self) -> int:
-        """The inner embedder's vector length."""
-        return self.inner.dimensions
 
     def __repr__(self) -> str:
         return (

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pgmemory.embedders.base import Embedder
+from pgmemory.embedders.base import Embedder, WrappingEmbedder
 
 
-class CachedEmbedder:
+class CachedEmbedder(WrappingEmbedder):
     """Wraps an embedder so that a text already embedded is not embedded again.
 
     Duplicates inside one batch are embedded once too. ``hits`` and ``misses`` count texts,
@@ -23,21 +23,11 @@ class CachedEmbedder:
     """
 
     def __init__(self, inner: Embedder, *, max_entries: int = 50_000) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.max_entries = max_entries
         self._cache: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
         self.hits = 0
         self.misses = 0
-
-    @property
-    def model_id(self) -> str:
-        """The inner embedder's model id."""
-        return self.inner.model_id
-
-    @property
-    def dimensions(self) -> int:
-        """The inner embedder's vector length."""
-        return self.inner.dimensions
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed a batch, asking the inner embedder only for texts not seen before.

@@ -192,32 +192,43 @@ ORDER BY max(h.created_at) DESC
 LIMIT :limit
 """)
 
+
+def _keyset_pages(head: str, *, alias: str, at: str) -> tuple[Statement, Statement]:
+    """A newest-first keyset page's two statements, ordered by ``(alias.at, alias.id)``: the
+    rows older than the cursor (``:before_at``, ``:before_id``), newest first; and the page just
+    newer than it (``:after_at``, ``:after_id``), oldest first (the caller reverses it). ``head``
+    is the ``SELECT ... FROM ... WHERE ...`` they share; each reads ``:limit`` rows
+    (:func:`pgmemory.admin.pages.keyset_page` runs them)."""
+    key = f"({alias}.{at}, {alias}.id)"
+    return (
+        Statement(
+            f"{head}\n  AND {key} < (:before_at, :before_id)\n"
+            f"ORDER BY {alias}.{at} DESC, {alias}.id DESC\nLIMIT :limit\n"
+        ),
+        Statement(
+            f"{head}\n  AND {key} > (:after_at, :after_id)\n"
+            f"ORDER BY {alias}.{at} ASC, {alias}.id ASC\nLIMIT :limit\n"
+        ),
+    )
+
+
 _BROWSE_MEMORY_COLUMNS = """m.id, m.collection, m.application_id, m.agent_id, m.user_id,
        m.session_id, m.role, m.content, m.author_name, m.message_id, m.source_type, m.source_id,
        m.embedding_model, m.created_at, m.expires_at, m.metadata"""
 #: Optional narrowing of a user's memories to one session (NULL = every session).
 _SESSION_FILTER = "(CAST(:session_id AS text) IS NULL OR m.session_id = :session_id)"
 
-#: A page of a user's memories in a collection (optionally one session), older than the
-#: cursor, newest first; expired rows not yet reclaimed are included (they are still stored).
-USER_MEMORIES_OLDER = Statement(f"""
+#: A page of a user's memories in a collection (optionally one session) older than the cursor,
+#: newest first, and the page just newer; expired rows not yet reclaimed are included (they are
+#: still stored).
+USER_MEMORIES_OLDER, USER_MEMORIES_NEWER = _keyset_pages(
+    f"""
 SELECT {_BROWSE_MEMORY_COLUMNS}
 FROM pgmemory_memories AS m
-WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}
-  AND (m.created_at, m.id) < (:before_at, :before_id)
-ORDER BY m.created_at DESC, m.id DESC
-LIMIT :limit
-""")
-
-#: The page of a user's memories just newer than the cursor, oldest first (the caller reverses).
-USER_MEMORIES_NEWER = Statement(f"""
-SELECT {_BROWSE_MEMORY_COLUMNS}
-FROM pgmemory_memories AS m
-WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}
-  AND (m.created_at, m.id) > (:after_at, :after_id)
-ORDER BY m.created_at ASC, m.id ASC
-LIMIT :limit
-""")
+WHERE m.collection = :collection AND m.user_id = :user_id AND {_SESSION_FILTER}""",
+    alias="m",
+    at="created_at",
+)
 
 #: One memory of a user (in any collection).
 USER_MEMORY = Statement(f"""
@@ -230,23 +241,15 @@ _RECALL_COLUMNS = """a.id, a.at, a.collection, a.application_id, a.agent_id, a.s
        a.provider, a.mode, a.requesting_session_id, a.query_sha256, a.query_text,
        cardinality(a.memory_ids) AS returned"""
 
-#: A page of a user's recalls older than the cursor, newest first.
-USER_RECALLS_OLDER = Statement(f"""
+#: A page of a user's recalls older than the cursor, newest first, and the page just newer.
+USER_RECALLS_OLDER, USER_RECALLS_NEWER = _keyset_pages(
+    f"""
 SELECT {_RECALL_COLUMNS}
 FROM pgmemory_recall_audit AS a
-WHERE a.user_id = :user_id AND (a.at, a.id) < (:before_at, :before_id)
-ORDER BY a.at DESC, a.id DESC
-LIMIT :limit
-""")
-
-#: The page of a user's recalls just newer than the cursor, oldest first (the caller reverses).
-USER_RECALLS_NEWER = Statement(f"""
-SELECT {_RECALL_COLUMNS}
-FROM pgmemory_recall_audit AS a
-WHERE a.user_id = :user_id AND (a.at, a.id) > (:after_at, :after_id)
-ORDER BY a.at ASC, a.id ASC
-LIMIT :limit
-""")
+WHERE a.user_id = :user_id""",
+    alias="a",
+    at="at",
+)
 
 #: One recall of a user.
 USER_RECALL = Statement(f"""
@@ -307,23 +310,16 @@ LIMIT :limit
 _MEMORY_AUDIT_COLUMNS = """x.id, x.at, x.txid, x.operation, x.memory_id, x.collection,
        x.application_id, x.agent_id, x.session_id, x.content_sha256, x.actor"""
 
-#: A page of a user's memory write/delete audit older than the cursor, newest first.
-USER_MEMORY_AUDIT_OLDER = Statement(f"""
+#: A page of a user's memory write/delete audit older than the cursor, newest first, and the
+#: page just newer.
+USER_MEMORY_AUDIT_OLDER, USER_MEMORY_AUDIT_NEWER = _keyset_pages(
+    f"""
 SELECT {_MEMORY_AUDIT_COLUMNS}
 FROM pgmemory_memory_audit AS x
-WHERE x.user_id = :user_id AND (x.at, x.id) < (:before_at, :before_id)
-ORDER BY x.at DESC, x.id DESC
-LIMIT :limit
-""")
-
-#: The page of a user's memory audit just newer than the cursor, oldest first (reversed later).
-USER_MEMORY_AUDIT_NEWER = Statement(f"""
-SELECT {_MEMORY_AUDIT_COLUMNS}
-FROM pgmemory_memory_audit AS x
-WHERE x.user_id = :user_id AND (x.at, x.id) > (:after_at, :after_id)
-ORDER BY x.at ASC, x.id ASC
-LIMIT :limit
-""")
+WHERE x.user_id = :user_id""",
+    alias="x",
+    at="at",
+)
 
 #: The audit trail of one memory of a user, oldest first.
 MEMORY_AUDIT_TRAIL = Statement(f"""
@@ -346,23 +342,15 @@ LIMIT :limit
 _FACT_AUDIT_COLUMNS = """x.id, x.at, x.application_id, x.agent_id, x.session_id, x.namespace,
        x.key, x.old_value, x.new_value, x.actor"""
 
-#: A page of a user's fact changes older than the cursor, newest first.
-USER_FACT_AUDIT_OLDER = Statement(f"""
+#: A page of a user's fact changes older than the cursor, newest first, and the page just newer.
+USER_FACT_AUDIT_OLDER, USER_FACT_AUDIT_NEWER = _keyset_pages(
+    f"""
 SELECT {_FACT_AUDIT_COLUMNS}
 FROM pgmemory_fact_audit AS x
-WHERE x.user_id = :user_id AND (x.at, x.id) < (:before_at, :before_id)
-ORDER BY x.at DESC, x.id DESC
-LIMIT :limit
-""")
-
-#: The page of a user's fact changes just newer than the cursor, oldest first (reversed later).
-USER_FACT_AUDIT_NEWER = Statement(f"""
-SELECT {_FACT_AUDIT_COLUMNS}
-FROM pgmemory_fact_audit AS x
-WHERE x.user_id = :user_id AND (x.at, x.id) > (:after_at, :after_id)
-ORDER BY x.at ASC, x.id ASC
-LIMIT :limit
-""")
+WHERE x.user_id = :user_id""",
+    alias="x",
+    at="at",
+)
 
 #: The page of a session's history just before :before_seq, newest first (the caller reverses).
 READ_HISTORY_BEFORE = Statement("""

@@ -216,11 +216,12 @@ def test_every_statement_and_builder_of_a_catalogue_is_registered(module: Module
     entries = registered(module.__name__)
     tree = ast.parse(inspect.getsource(module))
     assigned = {
-        target.id
+        name.id
         for node in tree.body
         if isinstance(node, ast.Assign | ast.AnnAssign)
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-        if isinstance(target, ast.Name)
+        for name in (target.elts if isinstance(target, ast.Tuple) else [target])
+        if isinstance(name, ast.Name)
     }
     own = {name: value for name, value in _constants(module).items() if name in assigned}
     plain = [name for name, value in own.items() if not isinstance(value, Statement)]

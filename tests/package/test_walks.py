@@ -40,10 +40,13 @@ _SENDS = {psycopg.AsyncCursor.execute.__code__, psycopg.AsyncCursor.executemany.
 #: The ceilings of each phase: the frames, files and files re-entered of its longest walk to a
 #: statement, the frames of its deepest stack, and the files it crossed (one more since the
 #: connections left database.py for a module of their own: a file crossed, no frame added).
-#: On Citus a recall writes its audit row apart, in a transaction of its own: 30 files crossed
-#: there (unit_of_work.py's locks), 29 on one server; its walk is 6 frames on both.
-WRITE_CEILING = (6, 4, 0, 17, 31)
-RECALL_CEILING = (6, 6, 0, 9, 30)
+#: On Citus a recall writes its audit row apart, in a transaction of its own: one file more
+#: crossed there (unit_of_work.py's locks); its walk is 6 frames on both. The write and the
+#: recall cross one file more since the embedder wrappers' model id is defined once, on their
+#: base (embedders/base.py's WrappingEmbedder: a property read, no frame on any walk to a
+#: statement): the recall 30 on one server, 31 on Citus (run alone: text/stem.py's cache cold).
+WRITE_CEILING = (6, 4, 0, 17, 32)
+RECALL_CEILING = (6, 6, 0, 9, 31)
 HISTORY_CEILING = (7, 6, 0, 9, 16)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bench._common.paths import CACHE, DATA
+from pgmemory.embedders.base import WrappingEmbedder
 
 #: LongMemEval and LoCoMo (``--data-dir``); never copied into the repository.
 DEFAULT_DATA_DIR = DATA
@@ -217,11 +218,11 @@ def mean_scores(rows: list[dict[str, float]], names: Sequence[str]) -> dict[str,
 # --- embeddings, cached on disk -----------------------------------------------------------------
 
 
-class DiskCachedEmbedder:
+class DiskCachedEmbedder(WrappingEmbedder):
     """Wraps a pgmemory embedder; vectors persist in SQLite keyed by (model id, sha256(text))."""
 
     def __init__(self, inner: Any, path: Path) -> None:
-        self.inner = inner
+        super().__init__(inner)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path)
         self._db.execute(
@@ -234,14 +235,6 @@ class DiskCachedEmbedder:
             )
         }
         self.embedded = 0  # texts actually run through the model in this process
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
 
     @staticmethod
     def _key(text: str) -> bytes:

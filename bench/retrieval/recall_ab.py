@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,57 +26,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (bench/_common)
 
-from bench._common.layout import today
-from bench._common.paths import ROOT
+from bench._common.layout import modules_at, ranking_paths
 from bench._common.scratch import Server
 
 SIZES = (3, 30, 100, 700)
 
 
-#: The read path's modules, in import order: each is loaded from the ref with the ones before
-#: it standing in for today's while it runs its imports.
+#: The read path's modules (with the ranking's builders at the ref: :func:`ranking_paths`).
 READ_PATH = ("queries", "recall", "reads")
 
 
 def reads_at(ref: str) -> ModuleType:
-    """``pgmemory.store.reads`` as it was at git ``ref`` (with that ref's ``queries`` and
-    ``recall``), as modules of their own beside today's."""
-    import pgmemory.store as package
-
-    loaded: dict[str, ModuleType] = {}
-    for name in READ_PATH:
-        source = subprocess.run(
-            ["git", "show", f"{ref}:pgmemory/store/{name}.py"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        spec = importlib.util.spec_from_loader(f"{name}_at_{ref}", loader=None)
-        assert spec is not None
-        module = importlib.util.module_from_spec(spec)
-        full = {f"pgmemory.store.{n}": m for n, m in loaded.items()}
-        # today's module of each name, or None when today's package has not imported it
-        saved = {k: sys.modules.get(k) for k in full}
-        saved_attrs = {n: getattr(package, n, None) for n in loaded}
-        sys.modules.update(full)
-        for n, m in loaded.items():
-            setattr(package, n, m)
-        try:
-            exec(compile(today(source), f"{ref}:pgmemory/store/{name}.py", "exec"), module.__dict__)
-        finally:
-            for k, was in saved.items():
-                if was is None:
-                    sys.modules.pop(k, None)
-                else:
-                    sys.modules[k] = was
-            for n, was in saved_attrs.items():
-                if was is None:
-                    delattr(package, n)
-                else:
-                    setattr(package, n, was)
-        loaded[name] = module
-    return loaded["reads"]
+    """``pgmemory.store.reads`` as it was at git ``ref`` (with that ref's ``queries``,
+    ``recall`` and ranking), as modules of their own beside today's."""
+    paths = [f"pgmemory/store/{name}.py" for name in READ_PATH]
+    paths += [p for p in ranking_paths(ref) if p not in paths]
+    return modules_at(ref, paths)["pgmemory.store.reads"]
 
 
 async def run(url: str, args: argparse.Namespace) -> None:

@@ -387,10 +387,10 @@ CHUNK_DISTANCE = (
 def candidate_statement(*, fusion: str, neighbours: bool, chunks: bool, dimensions: int) -> str:
     """The store's own hybrid statement for a scope of one user_id (no audit), with the
     distance taken over chunks when ``chunks`` (the only part a bench changes)."""
-    from pgmemory.store import queries as q
+    from pgmemory.store._ranking.search import search_memories
     from pgmemory.store.models import COVERING_MAX_DIMENSIONS
 
-    sql = q.search_memories(
+    sql = search_memories(
         ("user_id",),
         covering=dimensions <= COVERING_MAX_DIMENSIONS,
         audit=False,

@@ -30,7 +30,6 @@ import asyncio
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -42,8 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (b
 
 import numpy as np
 
-from bench._common.layout import today
-from bench._common.paths import ROOT
+from bench._common.layout import ranking_at, ranking_now
 from bench._common.scratch import Server
 from bench.retrieval.recall_ab import reads_at
 
@@ -162,24 +160,6 @@ async def seed_users(
 # --- the statements -----------------------------------------------------------------------
 
 
-def queries_at(ref: str) -> Any:
-    """``pgmemory.store.queries`` as it was at git ``ref``, as a module of its own."""
-    import importlib.util
-
-    source = subprocess.run(
-        ["git", "show", f"{ref}:pgmemory/store/queries.py"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    spec = importlib.util.spec_from_loader(f"queries_at_{ref}", loader=None)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    exec(compile(today(source), f"{ref}:pgmemory/store/queries.py", "exec"), module.__dict__)
-    return module
-
-
 def statement_params(user: str, vector: np.ndarray, query: str) -> dict[str, Any]:
     """What :func:`pgmemory.store.reads.search` binds for a search without audit."""
     from pgmemory.store.records import SearchWeights
@@ -222,10 +202,9 @@ def p50(values: list[float]) -> float:
 
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     from pgmemory import MemoryScope, MemoryStore, Settings
-    from pgmemory.store import queries as now
     from pgmemory.store._engine import fastpath
 
-    before_queries = queries_at(args.before)
+    now, before_queries = ranking_now(), ranking_at(args.before)
     before_reads = reads_at(args.before)
     #: Whether the before checkout's own read path runs on today's Database (it may not).
     before_runs = True

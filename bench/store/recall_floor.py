@@ -60,9 +60,9 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
     from psycopg.rows import dict_row, tuple_row
 
     from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
-    from pgmemory.store import queries as q
     from pgmemory.store._engine import connector, fastpath
     from pgmemory.store._engine.fastpath import lock_statement
+    from pgmemory.store._ranking.search import search_memories
 
     sent: dict[str, Any] = {}
     run_one = fastpath.run
@@ -92,9 +92,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, dict[str, float]]
         finally:
             fastpath.run = run_one
         audited = fastpath.driver_statement(sent["statement"])
-        plain = fastpath.driver_statement(
-            q.search_memories(("user_id",), covering=True, audit=False)
-        )
+        plain = fastpath.driver_statement(search_memories(("user_id",), covering=True, audit=False))
         params = sent["params"]
         db = store.database
         # the plan mode the store's own connections run (connector.GENERIC_PLANS, not on a

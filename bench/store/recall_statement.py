@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root (b
 
 import numpy as np
 
+from bench._common.layout import ranking_at, ranking_now
 from bench._common.scratch import Server
-from bench.store.hybrid_statement import BagEmbedder, Corpus, queries_at, seed_users
+from bench.store.hybrid_statement import BagEmbedder, Corpus, seed_users
 
 COLLECTION = "recall"
 
@@ -60,10 +61,9 @@ def shown(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     from pgmemory import MemoryScope, MemoryStore, Settings
-    from pgmemory.store import queries as now
     from pgmemory.store._engine import fastpath
 
-    before = queries_at(args.before)
+    now, before = ranking_now(), ranking_at(args.before)
     embedder = BagEmbedder()
     corpus = Corpus()
     settings = Settings(_env_file=None)  # type: ignore[call-arg]

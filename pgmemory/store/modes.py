@@ -1,6 +1,6 @@
 """Search modes: how a search ranks a scope's memories, and what its score means, defined once.
 
-The statements (:func:`pgmemory.store.queries.search_memories`), the store's checks, the
+The statements (:func:`pgmemory.store._ranking.search.search_memories`), the store's checks, the
 providers' options, the command line and the audit page all take their list of modes, labels
 and score descriptions from :data:`MODES`.
 """

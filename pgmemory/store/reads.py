@@ -26,6 +26,7 @@ from pgmemory.store import queries as q
 from pgmemory.store._engine.clauses import clause
 from pgmemory.store._engine.database import Database
 from pgmemory.store._engine.deployment import AuditedRead, Shape
+from pgmemory.store._ranking.search import search_memories
 from pgmemory.store.ann import AnnPath, AnnPaths
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import hit_from_row, memory_from_row
@@ -172,7 +173,7 @@ async def search(
             shortlist = None
 
         def statement(on: AnnPath | None, shape: Shape) -> str:
-            return q.search_memories(
+            return search_memories(
                 tuple(scope_columns),
                 covering=info.dimensions <= COVERING_MAX_DIMENSIONS,
                 audit=shape.audit,

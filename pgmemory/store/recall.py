@@ -1,7 +1,7 @@
 """Recall, and the recall audit: which memories went into an answer, for whom, and why.
 
 :func:`recall` is what a memory provider injects, chosen, fitted to its token budget and
-audited in ONE statement (:func:`pgmemory.store.queries.recall_memories`, run by
+audited in ONE statement (:func:`pgmemory.store._ranking.recall.recall_memories`, run by
 :meth:`Database.audited <pgmemory.store._engine.database.Database.audited>`, which writes the audit row
 apart on Citus); it renders the shown rows with :mod:`pgmemory.store.recall_text`. A
 :func:`pgmemory.store.reads.search` is audited the same way; a caller that puts an answer's
@@ -42,9 +42,11 @@ from typing import Any
 
 import pgmemory.telemetry as telemetry
 from pgmemory.errors import InvalidInputError
-from pgmemory.store import queries as q, recall_text
+from pgmemory.store import recall_text
 from pgmemory.store._engine.database import Database
 from pgmemory.store._engine.deployment import AuditedRead
+from pgmemory.store._ranking.budget import budget_parameters
+from pgmemory.store._ranking.recall import recall_memories
 from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.jsonb import jsonb
@@ -78,8 +80,6 @@ RECENT_ONLY = "recent"
 ROWS_PER_TURN = 50
 #: Most ranked rows a recall reads before dropping recent rows and near-duplicates.
 MAX_FETCH = 400
-#: The budget standing for "no budget" (every row whole).
-_UNBOUNDED = 1 << 40
 
 
 async def recall(
@@ -149,7 +149,7 @@ async def recall(
             "include_tools": include_tools,
             "exclude_message_ids": shown_elsewhere,
             "threshold": threshold,
-            **_budget(max_tokens, heading),
+            **budget_parameters(max_tokens, heading),
         }
         if matched:
             vector = None if mode == "text" else (await catalogue.embed(info, [cleaned]))[0]
@@ -189,7 +189,7 @@ async def recall(
         neighbours = mode == "hybrid" and weights.fusion == "score" and weights.neighbour > 0
         rows = await db.audited(
             AuditedRead(
-                build=lambda shape: q.recall_memories(
+                build=lambda shape: recall_memories(
                     dimensions,
                     covering=covering,
                     mode=mode if matched else None,
@@ -263,32 +263,6 @@ def _message_ids(values: object) -> list[str]:
         except InvalidInputError:
             continue
     return list(kept)
-
-
-def _budget(max_tokens: int | None, heading: str | None) -> dict[str, int]:
-    """The statement's budget parameters (see :func:`pgmemory.store.queries.recall_memories`)."""
-    related = recall_text.section_tokens(recall_text.RELATED_HEADING)
-    recent = recall_text.section_tokens(recall_text.RECENT_HEADING)
-    if max_tokens is None:
-        return {
-            "fixed": 0,
-            "half": _UNBOUNDED,
-            "max_tokens": _UNBOUNDED,
-            "item_cap": _UNBOUNDED,
-            "min_cap": 1,
-            "related_cost": related,
-            "recent_cost": recent,
-        }
-    fixed = recall_text.fixed_tokens(heading)
-    return {
-        "fixed": fixed,
-        "half": fixed + (max_tokens - fixed) // 2,
-        "max_tokens": max_tokens,
-        "item_cap": recall_text.item_cap(max_tokens, heading),
-        "min_cap": recall_text.MIN_LINE_TOKENS,
-        "related_cost": related,
-        "recent_cost": recent,
-    }
 
 
 def _assemble(rows: Sequence[Any], *, heading: str | None, bounded: bool, mode: str) -> Recall:

@@ -1,6 +1,6 @@
 """What the model sees of a recall: each shown memory as one line, within a token budget.
 
-The recall statement (:func:`pgmemory.store.queries.recall_memories`) decides in SQL which rows
+The recall statement (:func:`pgmemory.store._ranking.recall.recall_memories`) decides in SQL which rows
 are shown and gives each a *line cap*: the most estimated tokens
 (:func:`~pgmemory.text.tokens.estimate_tokens`) its line may take. It knows each row's cost
 because every memory stores the estimate of its full line (``recall_tokens``, computed at

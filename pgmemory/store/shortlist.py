@@ -8,7 +8,7 @@ where an operator added them (:mod:`pgmemory.admin.half_vectors`, opt-in because
 pays for them), its unit vector in half precision (``embedding_half``, half the bytes, up to
 1,024 dimensions). A search of a large scope reads one of them index-only, keeps the rows
 nearest by it (:func:`shortlist_for`), and re-ranks those by their exact cosine distance
-(:func:`pgmemory.store.queries.search_memories` with ``shortlist``). The hits' scores are the
+(:func:`pgmemory.store._ranking.search.search_memories` with ``shortlist``). The hits' scores are the
 exact similarities; what can differ from an exact search is which rows are found: a true top-k
 row that the first pass does not rank among its shortlist is missed.
 
@@ -49,8 +49,8 @@ from typing import Any, Protocol
 from pgmemory.store import queries as q
 from pgmemory.store._engine.clauses import clause
 from pgmemory.store._engine.database import Database
+from pgmemory.store._ranking.candidates import FirstPass
 from pgmemory.store.probing import Beside, due, sample_largest
-from pgmemory.store.queries import FirstPass
 from pgmemory.store.records import MemoryHit, MemoryScope, TwoPhaseStatus
 
 logger = logging.getLogger(__name__)

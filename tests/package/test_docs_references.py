@@ -5,7 +5,7 @@ is there today (issue 57: docstrings named things long gone, such as ``Database.
 ``pgmemory.store.partitioning``).
 
 A target resolves as Sphinx would read it, leniently: a dotted path from an importable module
-(``pgmemory.store.queries.search_memories``, ``asyncio.Task``); or a name relative to the
+(``pgmemory.store._ranking.search.search_memories``, ``asyncio.Task``); or a name relative to the
 class the docstring is in, to the module, to any class the module defines, or to what the
 module imports (``TYPE_CHECKING`` imports included). An attribute counts when its class
 declares it (a dataclass field, a slot, an annotation) or assigns it to ``self`` in its code.
@@ -168,7 +168,7 @@ def test_a_reference_to_something_gone_is_caught() -> None:
     module = ModuleType("pgmemory_probe")
     module.__file__ = __file__
     imported = {"MemoryStore": "pgmemory.store.store.MemoryStore"}
-    assert _resolves("pgmemory.store.queries.search_memories", module, [module], imported)
+    assert _resolves("pgmemory.store._ranking.search.search_memories", module, [module], imported)
     assert _resolves("~MemoryStore.search", module, [module], imported)
     assert _resolves("str.isprintable", module, [module], imported)
     assert not _resolves("pgmemory.store.partitioning", module, [module], imported)

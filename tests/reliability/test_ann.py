@@ -20,7 +20,7 @@ from sqlalchemy import text
 from pgmemory.admin import Admin
 from pgmemory.errors import CollectionError
 from pgmemory.settings import Settings
-from pgmemory.store import ann, migrate, probing, queries
+from pgmemory.store import ann, migrate, probing, queries, reads
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from tests.conftest import _database, unique
@@ -280,13 +280,13 @@ async def test_windowed_searches_and_expiring_scopes_stay_exact(
     assert await store._ann_path(name, big) is not None
     assert await store._ann_path(name, expiring) is None  # it holds rows that can expire
     used: list[int | None] = []
-    search_memories = queries.search_memories
+    search_memories = reads.search_memories
 
     def spy(*args: object, **kwargs: object) -> str:
         used.append(kwargs.get("ann_dimensions"))  # type: ignore[arg-type]
         return search_memories(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(queries, "search_memories", spy)
+    monkeypatch.setattr(reads, "search_memories", spy)
     query = np.random.default_rng(6).standard_normal(DIM).astype(np.float32)
     since, until = stamps[600], stamps[602]  # a two-hour window: two memories
     hits = await store.search(name, big, vector=query, limit=10, since=since, until=until)

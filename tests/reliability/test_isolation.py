@@ -213,7 +213,7 @@ def eligible(rows: list[Row], search: Search) -> list[Row]:
 
 
 def bm25(rows: list[Row], query: str) -> list[tuple[float, Row]]:
-    """The keyword ranking as the search statement computes it (see queries.search_memories)."""
+    """The keyword ranking as the search statement computes it (see pgmemory.store._ranking.search.search_memories)."""
     wanted = list(dict.fromkeys(terms(query)))
     matched = [r for r in rows if set(r.terms) & set(wanted)]
     if not matched:

@@ -10,6 +10,7 @@ from sqlalchemy import text
 from pgmemory.errors import InvalidInputError
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, queries
+from pgmemory.store._ranking.search import search_memories
 from pgmemory.store.reads import DISTANT_FUTURE as _DISTANT_FUTURE, DISTANT_PAST as _DISTANT_PAST
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
@@ -67,9 +68,7 @@ async def test_large_scopes_take_the_index_small_ones_stay_exact(big_store) -> N
     # deterministic, and runs here have measured 0.90-1.00 of the exact top-10.
     assert found >= 85
     # The statement on that path really walks the collection's HNSW index.
-    statement = queries.search_memories(
-        ("user_id",), covering=False, audit=False, ann_dimensions=DIM
-    )
+    statement = search_memories(("user_id",), covering=False, audit=False, ann_dimensions=DIM)
     async with store.engine.begin() as conn:
         await conn.execute(text(queries.ANN_SETTINGS), {"ef_search": 200})
         plan = "\n".join(
@@ -135,9 +134,7 @@ async def test_an_ivfflat_path_serves_large_scopes_and_replaces_the_other_kind(
     path = await store._ann_path(NAME, MemoryScope(user_id="big"))
     settings, values = path.settings()
     assert values == {"probes": 3}
-    statement = queries.search_memories(
-        ("user_id",), covering=False, audit=False, ann_dimensions=DIM
-    )
+    statement = search_memories(("user_id",), covering=False, audit=False, ann_dimensions=DIM)
     async with store.engine.begin() as conn:
         await conn.execute(text(settings), values)
         plan = "\n".join(

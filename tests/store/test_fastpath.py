@@ -16,6 +16,9 @@ from sqlalchemy.exc import DBAPIError
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, Settings
 from pgmemory.store import queries as q
+from pgmemory.store._ranking.recall import recall_memories
+from pgmemory.store._ranking.search import search_memories
+from pgmemory.store.modes import SEARCH_MODES
 
 DIM = 8
 
@@ -74,13 +77,13 @@ async def test_fast_and_transactional_paths_answer_alike(
     scope = MemoryScope(user_id=f"u-{uuid.uuid4().hex[:8]}")
     texts = ["I love green tea", "my dog is called Rex", "I work night shifts", "tea gives me calm"]
     await store.add(collection, [MemoryRecord(content=t, scope=scope) for t in texts])
-    for mode in q.SEARCH_MODES:
+    for mode in SEARCH_MODES:
         fast = await store.search(collection, scope, query="tea", mode=mode, limit=3)
         async with store.shared_transaction():  # joins the block's transaction: SQLAlchemy path
             joined = await store.search(collection, scope, query="tea", mode=mode, limit=3)
         assert [(h.memory.id, h.score) for h in fast] == [(h.memory.id, h.score) for h in joined]
     audited = await _audit(store, scope.user_id or "")
-    assert len(audited) == 2 * len(q.SEARCH_MODES)
+    assert len(audited) == 2 * len(SEARCH_MODES)
 
 
 async def test_errors_hide_parameters_and_leave_the_connection_usable(
@@ -125,8 +128,8 @@ async def test_a_connection_keeps_one_cursor_and_each_statement_reads_its_own_ro
 
 
 def test_a_durable_audit_commits_as_the_server_is_configured() -> None:
-    relaxed = q.search_memories(("user_id",), covering=True, audit=True, relax_commit=True)
-    durable = q.search_memories(("user_id",), covering=True, audit=True)
+    relaxed = search_memories(("user_id",), covering=True, audit=True, relax_commit=True)
+    durable = search_memories(("user_id",), covering=True, audit=True)
     assert "set_config('synchronous_commit', 'off', true)" in relaxed
     assert "synchronous_commit" not in durable
     assert "set_config('synchronous_commit', 'off', true)" in q.record_recall(relax_commit=True)
@@ -179,14 +182,26 @@ async def test_recalls_inside_a_shared_transaction_leave_the_turn_durable(
 def _array_casts() -> set[tuple[str, str]]:
     """Every ``CAST(:name AS type[])`` of the store's statements (the module's constants and
     the statements its builders make for a user scope), as (parameter, type)."""
+    import importlib
+    import pkgutil
     import re
 
-    texts = [v for v in vars(q).values() if isinstance(v, str)]
-    texts += [
-        q.search_memories(("user_id",), covering=True, audit=True, mode=mode, fusion="score",
-                          neighbours=mode == "hybrid")
-        for mode in ("vector", "text", "hybrid")
-    ]  # fmt: skip
+    from pgmemory.store import _ranking
+
+    wing = [
+        importlib.import_module(f"{_ranking.__name__}.{m.name}")
+        for m in pkgutil.iter_modules(_ranking.__path__)
+    ]
+    modules = [q, *wing]
+    texts = [v for m in modules for v in vars(m).values() if isinstance(v, str)]
+    for mode in SEARCH_MODES:
+        neighbours = mode == "hybrid"
+        texts.append(
+            search_memories(
+                ("user_id",), covering=True, audit=True, mode=mode, neighbours=neighbours
+            )
+        )
+        texts.append(recall_memories(("user_id",), covering=True, mode=mode, neighbours=neighbours))
     return {
         (name, kind)
         for statement in texts

@@ -2,16 +2,16 @@
 
 Above ``KEYWORD_BOUND_FROM`` live rows, each query term's first ``KEYWORD_TERM_ROWS`` matching
 rows are read; rows holding a rare term are all ranked, rows holding only common words are
-ranked from the rows read (see ``pgmemory.store.queries._keyword_ranking``).
+ranked from the rows read (see ``pgmemory.store._ranking.keywords.keyword_ranking``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pgmemory.store import queries
 from pgmemory.store._engine import fastpath
-from pgmemory.store.queries import KEYWORD_BOUND_FROM, KEYWORD_TERM_ROWS
+from pgmemory.store._ranking.keywords import KEYWORD_BOUND_FROM, KEYWORD_TERM_ROWS
+from pgmemory.store._ranking.search import search_memories
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from pgmemory.text import terms
@@ -71,7 +71,7 @@ async def test_each_term_reads_a_bounded_number_of_rows(
     term) does not run, and the scan for each term keeps at most KEYWORD_TERM_ROWS rows,
     though the common word is in more than KEYWORD_BOUND_FROM."""
     scope = await _large_scope(store, collection)
-    statement = queries.search_memories(
+    statement = search_memories(
         ("user_id",),
         covering=True,
         audit=False,

@@ -1,5 +1,5 @@
 """The keyword side's parts: a query term as a tsquery, its frequency in a row, and BM25 summed
-over the (term, row) pairs (``pgmemory.store.queries._keyword_ranking``)."""
+over the (term, row) pairs (``pgmemory.store._ranking.keywords.keyword_ranking``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import sqlalchemy as sa
 
-from pgmemory.store.queries import _PROBE, _TERM_FREQUENCY
+from pgmemory.store._ranking.keywords import _PROBE, _TERM_FREQUENCY
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 from pgmemory.text import terms

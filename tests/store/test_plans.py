@@ -25,6 +25,9 @@ from pgmemory.admin import Admin
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.settings import Settings
 from pgmemory.store import migrate, queries as q
+from pgmemory.store._ranking.candidates import FirstPass
+from pgmemory.store._ranking.recall import recall_memories
+from pgmemory.store._ranking.search import search_memories
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.store import MemoryStore
 
@@ -124,9 +127,7 @@ async def test_generic_prepared_plans_stay_exact_with_an_hnsw_index(hnsw_databas
 
 
 def store_statement(store: MemoryStore) -> str:
-    from pgmemory.store import queries
-
-    return queries.search_memories(("user_id",), covering=True, audit=False)
+    return search_memories(("user_id",), covering=True, audit=False)
 
 
 def explain_params(query: np.ndarray) -> dict:
@@ -214,7 +215,6 @@ async def _keyword_search_plan(
 ) -> object:
     """Store row i as ``contents[i]`` of user ``owners[i]`` (3-d vectors), then the executed
     plan (:func:`_executed_plan`) of ``user``'s keyword search for "green tea"."""
-    from pgmemory.store import queries
     from pgmemory.text import terms
 
     await _imported(
@@ -225,7 +225,7 @@ async def _keyword_search_plan(
             for i, (o, c) in enumerate(zip(owners, contents, strict=True))
         ),
     )
-    statement = queries.search_memories(("user_id",), covering=True, audit=False, mode="text")
+    statement = search_memories(("user_id",), covering=True, audit=False, mode="text")
     values = {
         "collection": "c",
         "user_id": user,
@@ -245,8 +245,6 @@ async def test_a_generic_plan_reads_a_large_scope_from_the_covering_index(
     covering index (no heap access), where a generic plan priced the open bounds as selective
     and read every scope row from the heap through the (user, created_at) index; with
     neighbours, each pooled row's from the conversation index."""
-    from pgmemory.store import queries
-
     migrate.upgrade(fresh_database)
     settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
     rng = np.random.default_rng(3)
@@ -270,15 +268,13 @@ async def test_a_generic_plan_reads_a_large_scope_from_the_covering_index(
         conn.execute(text("VACUUM ANALYZE pgmemory_memories"))
     engine.dispose()
     defaults = [  # vector search, audited or not, and the chat-history recall's hybrid search
-        queries.search_memories(("user_id",), covering=True, audit=False),
-        queries.search_memories(("user_id",), covering=True, audit=True),
-        queries.search_memories(
-            ("user_id",), covering=True, audit=True, mode="hybrid", neighbours=True
-        ),
+        search_memories(("user_id",), covering=True, audit=False),
+        search_memories(("user_id",), covering=True, audit=True),
+        search_memories(("user_id",), covering=True, audit=True, mode="hybrid", neighbours=True),
     ]
     neighbours = [  # the statements that rank the pooled rows' neighbours too
         defaults[-1],
-        queries.recall_memories(("user_id",), covering=True, mode="hybrid", neighbours=True),
+        recall_memories(("user_id",), covering=True, mode="hybrid", neighbours=True),
     ]
     for statement in [*defaults, neighbours[-1]]:
         # no time bound for a generic plan to misprice (on 100k-1M rows a generic plan read
@@ -515,7 +511,7 @@ async def test_a_generic_plan_reads_each_hit_back_with_one_primary_key_probe(
     """A search's and a recall's ranked rows are read back one primary-key probe each, under
     a generic plan too: as a join, whose estimates said one ranked row, the read-back once
     served its ``user_id = :user_id`` filter from an index on the user's rows and scanned all
-    of them again for every hit (queries._read_back)."""
+    of them again for every hit (pgmemory.store._ranking.scope.read_back)."""
     from pgmemory.store._engine.database import Database
 
     migrate.upgrade(fresh_database)
@@ -575,7 +571,7 @@ async def test_a_generic_plan_reads_each_hit_back_with_one_primary_key_probe(
     [("codes", "embedding_code", "binary_quantize"), ("halves", "embedding_half", "l2_normalize")],
 )
 async def test_a_generic_plan_works_out_the_querys_first_pass_once(
-    fresh_database: str, first_pass: q.FirstPass, column: str, function: str
+    fresh_database: str, first_pass: FirstPass, column: str, function: str
 ) -> None:
     """The two-phase path ranks a large scope's codes (or half vectors) by their distance to
     the query's own, worked out once (a scalar subquery, an InitPlan): written inline, a
@@ -592,7 +588,7 @@ async def test_a_generic_plan_works_out_the_querys_first_pass_once(
         ),
         halves=first_pass == "halves",
     )
-    statement = q.search_memories(
+    statement = search_memories(
         ("user_id",), covering=True, audit=False, mode="vector", shortlist=first_pass
     )
     values = {
@@ -632,7 +628,7 @@ async def test_a_generic_plan_parses_the_query_of_a_scope_without_a_user_once(
             for i in range(1500)
         ),
     )
-    statement = q.search_memories(("agent_id",), covering=True, audit=False, mode="text")
+    statement = search_memories(("agent_id",), covering=True, audit=False, mode="text")
     values = {
         "collection": "c",
         "agent_id": "helper",
@@ -663,7 +659,7 @@ async def test_a_generic_plan_asks_the_term_index_for_a_users_matches(
     first rows. A generic plan, estimating a user's rows from the table's average (one or two
     here), once read them through an index on the user's rows, working out every row's term
     keys on the way; the rows now come from the term index, the scope filtered above it."""
-    from pgmemory.store.queries import KEYWORD_BOUND_FROM
+    from pgmemory.store._ranking.keywords import KEYWORD_BOUND_FROM
 
     words = ["green", "tea", "noon", "walk", "river", "bread", "lamp", "chair"]
     rows = 4 * (KEYWORD_BOUND_FROM + (500 if bounded else -500))
@@ -742,8 +738,6 @@ async def test_a_generic_plan_deletes_by_id_with_one_probe_per_id(fresh_database
     """Deleting a busy user's memories by id finds each id by a primary-key probe under a
     generic plan: with the scope's filter on the deleted table, the plan read every row of the
     user through an index on (collection, user_id) and tested each id."""
-    from pgmemory.store import queries
-
     migrate.upgrade(fresh_database)
     settings = Settings(_env_file=None, pool_size=1, max_overflow=0)  # type: ignore[call-arg]
     # as bench/store/generic_plans.py: a busy user's 3,000 rows among 3,000 users' 9,000
@@ -761,7 +755,7 @@ async def test_a_generic_plan_deletes_by_id_with_one_probe_per_id(fresh_database
     big = [i for i, o in zip(ids, owners, strict=True) if o == "big"]
     values = {"collection": "c", "user_id": "big", "ids": big[:3], "actor": ""}
     plan = _executed_plan(
-        fresh_database, queries.delete_ids(("user_id",)), values, plan_mode="force_generic_plan"
+        fresh_database, q.delete_ids(("user_id",)), values, plan_mode="force_generic_plan"
     )
     # rows each scan of the memories read: those it returned and those its filter dropped
     reads = [

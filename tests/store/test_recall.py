@@ -12,7 +12,8 @@ from sqlalchemy import text
 
 from pgmemory import MemoryRecord, MemoryScope, MemoryStore, RecallTrace
 from pgmemory.errors import InvalidInputError, ScopeError
-from pgmemory.store import queries as q, recall_text
+from pgmemory.store import recall_text
+from pgmemory.store._ranking import recall as ranking_recall
 from pgmemory.text.tokens import estimate_tokens
 from tests.conftest import unique
 
@@ -254,7 +255,9 @@ async def test_the_near_duplicate_rule_is_the_jaccard_overlap_at_its_boundaries(
         ({"elm", "jade"}, {"elm", "isle"}, 1 / 3),  # exactly on the threshold
         ({"elm", "jade"}, {"elm", "isle"}, 0.34),
     ]
-    near = q._near("CAST(x.a AS tsvector)", "CAST(x.b AS tsvector)").replace(":threshold", "x.t")
+    near = ranking_recall._near("CAST(x.a AS tsvector)", "CAST(x.b AS tsvector)").replace(
+        ":threshold", "x.t"
+    )
     async with store.engine.connect() as conn:
         got = (
             (

@@ -31,7 +31,10 @@ from pgmemory.store._engine.statement import (
     is_builder,
     registered,
 )
+from pgmemory.store._ranking import recall as ranking_recall, search as ranking_search
+from pgmemory.store._ranking.candidates import FirstPass
 from pgmemory.store.models import Base
+from pgmemory.store.modes import FUSIONS, SEARCH_MODES
 from pgmemory.store.records import MemoryScope
 
 DIMENSION_SETS = [
@@ -74,10 +77,10 @@ def _made(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
             ) in itertools.product(
                 (True, False),
                 (True, False),
-                q.SEARCH_MODES,
-                q.FUSIONS,
+                SEARCH_MODES,
+                FUSIONS,
                 (None, 384),
-                (None, *get_args(q.FirstPass)),
+                (None, *get_args(FirstPass)),
                 (True, False),
                 (True, False),
                 (True, False),
@@ -94,7 +97,7 @@ def _made(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                 for neighbours in neighbourly:
                     yield (
                         dims,
-                        q.search_memories(
+                        ranking_search.search_memories(
                             dims,
                             covering=covering,
                             audit=audit,
@@ -122,8 +125,8 @@ def _made(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                 most,
             ) in itertools.product(
                 (True, False),
-                (None, *q.SEARCH_MODES),
-                q.FUSIONS,
+                (None, *SEARCH_MODES),
+                FUSIONS,
                 (True, False),
                 (True, False),
                 (True, False),
@@ -134,7 +137,7 @@ def _made(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
                     continue  # the guard is an audited read's of one user
                 yield (
                     dims,
-                    q.recall_memories(
+                    ranking_recall.recall_memories(
                         dims,
                         covering=covering,
                         mode=mode,
@@ -157,7 +160,7 @@ def _made(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
             yield dims, getattr(q, builder)(dims)
         else:
             raise AssertionError(
-                f"queries.{builder} builds statements this test does not know how to call: "
+                f"{builder} builds statements this test does not know how to call: "
                 "add it to _variants in tests/store/test_routing.py"
             )
 
@@ -165,6 +168,8 @@ def _made(builder: str) -> Iterator[tuple[tuple[str, ...], str]]:
 #: Each plane's statement catalogue.
 CATALOGUES = [
     pytest.param(q, id="store.queries"),
+    pytest.param(ranking_search, id="store._ranking.search"),
+    pytest.param(ranking_recall, id="store._ranking.recall"),
     pytest.param(s, id="admin.statements"),
 ]
 
@@ -205,7 +210,8 @@ def _constants(module: ModuleType) -> dict[str, str]:
 
 
 def test_both_catalogues_have_statements_and_builders() -> None:
-    assert "search_memories" in _builders(q) and "audit_row_check" in _builders(s)
+    assert "search_memories" in _builders(ranking_search) and "audit_row_check" in _builders(s)
+    assert "recall_memories" in _builders(ranking_recall) and "delete_ids" in _builders(q)
     assert not set(_constants(q)) & set(_constants(s)), "a statement is defined in both planes"
 
 
@@ -275,7 +281,7 @@ def test_the_docs_list_exactly_these_statements() -> None:
     readme = (Path(__file__).parents[2] / "docs" / "routing.md").read_text(encoding="utf-8")
     table = readme.split("| statement | why it fans out |", 1)[1].split("\n\n", 1)[0]
     listed = re.findall(r"^\| `(\w+)` \| (.+) \|$", table, re.MULTILINE)
-    lists = (_fan_out(q), _constant_user(q), _fan_out(s), _constant_user(s))
+    lists = [found(m.values[0]) for m in CATALOGUES for found in (_fan_out, _constant_user)]
     assert sorted(listed) == sorted(item for found in lists for item in found.items())
 
 
@@ -402,7 +408,7 @@ def _sent(golden: Path) -> list[str]:
 def _registered_shapes() -> frozenset[str]:
     """Every registered statement's text and every builder's, in :func:`_shape`."""
     known = {_shape(str(entry.sql), _NAMED) for entry in REGISTRY.values() if entry.sql}
-    for module in (q, s):
+    for module in [param.values[0] for param in CATALOGUES]:
         for name in _builders(module):
             known |= {_shape(text, _NAMED) for _, text in _variants(name)}
     return frozenset(known)

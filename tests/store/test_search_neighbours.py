@@ -16,7 +16,8 @@ import pytest
 
 from pgmemory.embedders import CachedEmbedder
 from pgmemory.errors import InvalidInputError
-from pgmemory.store import queries
+from pgmemory.store._ranking import fusion
+from pgmemory.store._ranking.search import search_memories
 from pgmemory.store.records import MemoryRecord, MemoryScope, SearchWeights
 from pgmemory.store.store import MemoryStore
 from tests.conftest import unique
@@ -118,13 +119,11 @@ async def test_neighbours_come_from_the_same_user_and_conversation_only(
 def test_neighbour_weight_is_checked_and_zero_keeps_the_plain_statement() -> None:
     with pytest.raises(InvalidInputError, match="SearchWeights.neighbour"):
         SearchWeights(neighbour=-0.1)
-    plain = queries.search_memories(("user_id",), covering=True, audit=False, mode="hybrid")
-    near = queries.search_memories(
-        ("user_id",), covering=True, audit=False, mode="hybrid", neighbours=True
-    )
+    plain = search_memories(("user_id",), covering=True, audit=False, mode="hybrid")
+    near = search_memories(("user_id",), covering=True, audit=False, mode="hybrid", neighbours=True)
     assert "OVER conversation" not in plain and "OVER conversation" in near
     with pytest.raises(ValueError, match="neighbours"):
-        queries.search_memories(
+        search_memories(
             ("user_id",), covering=True, audit=False, mode="hybrid", fusion="rank", neighbours=True
         )
 
@@ -187,10 +186,10 @@ def links(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
     scope of up to NEIGHBOUR_PROBES_FROM rows), or probes of the conversation index (larger
     scopes; forced here by a bound of 0)."""
     if request.param == "probes":
-        monkeypatch.setattr(queries, "NEIGHBOUR_PROBES_FROM", 0)
-    queries.search_memories.cache_clear()
+        monkeypatch.setattr(fusion, "NEIGHBOUR_PROBES_FROM", 0)
+    search_memories.cache_clear()
     yield request.param
-    queries.search_memories.cache_clear()
+    search_memories.cache_clear()
 
 
 async def test_the_ranking_with_neighbours_is_the_brute_force_one_over_the_whole_scope(

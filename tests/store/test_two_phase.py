@@ -20,8 +20,9 @@ from sqlalchemy import event, text
 from pgmemory.admin import Admin
 from pgmemory.errors import CollectionError
 from pgmemory.settings import Settings
-from pgmemory.store import migrate, probing, queries, reads
-from pgmemory.store.queries import FirstPass
+from pgmemory.store import migrate, probing, reads
+from pgmemory.store._ranking.candidates import FirstPass
+from pgmemory.store._ranking.search import search_memories
 from pgmemory.store.records import MemoryRecord, MemoryScope
 from pgmemory.store.shortlist import shortlist_for
 from pgmemory.store.store import MemoryStore
@@ -281,9 +282,7 @@ async def test_the_generic_plan_scans_the_first_pass_index_only_and_looks_up_the
 ) -> None:
     """However the parameters turn out, the first pass reads its own index only (never the
     vectors) and the re-rank fetches the shortlist's rows by primary key."""
-    statement = queries.search_memories(
-        ("user_id",), covering=True, audit=True, shortlist=first_pass
-    )
+    statement = search_memories(("user_id",), covering=True, audit=True, shortlist=first_pass)
     # Citus routes each read of the memories table to the user's shard only with the filter.
     reads = re.findall(r"FROM pgmemory_memories AS m\s+WHERE(.*?)(?:\)|$)", statement, re.S)
     assert reads and all("m.user_id = :user_id" in where for where in reads)

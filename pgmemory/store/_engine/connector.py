@@ -20,8 +20,8 @@ from pgmemory.settings import Settings
 from pgmemory.store import queries as q
 from pgmemory.store._engine import binary
 from pgmemory.store._engine.clauses import clause
+from pgmemory.store._ranking.candidates import FirstPass
 from pgmemory.store.jsonb import JsonbLoader
-from pgmemory.store.queries import FirstPass
 
 logger = logging.getLogger(__name__)
 

@@ -90,6 +90,7 @@ from pgmemory.store._engine.deployment import (
 from pgmemory.store._engine.driver_errors import DRIVER_ERRORS, reraise, reraise_opening
 from pgmemory.store._engine.replicas import ReplicaSet
 from pgmemory.store._engine.unit_of_work import SharedTransaction, locks
+from pgmemory.store._ranking.candidates import FirstPass
 
 
 class Database:
@@ -128,7 +129,7 @@ class Database:
         self.deployment = Deployment(durable_recall_audit=settings.durable_recall_audit)
         #: The two-phase path's first passes the memories keep (binary codes, half vectors:
         #: pgvector >= 0.7; read when the store opens).
-        self.first_passes: tuple[q.FirstPass, ...] = ()
+        self.first_passes: tuple[FirstPass, ...] = ()
         #: The shared transaction the current task's writes join, if any.
         self._shared: contextvars.ContextVar[SharedTransaction | None] = contextvars.ContextVar(
             f"pgmemory_shared_transaction_{id(self)}", default=None

@@ -8,7 +8,7 @@ COMMIT), each a wake-up of the server and of the caller. Here the statement is t
 the server's own ``$n`` placeholders once per statement text (:func:`driver_statement`: psycopg
 would split a long one again on every run), prepared server-side on its first run on each
 connection, and run in autocommit: one round trip, its own transaction. An audited search
-statement relaxes its own commit (:func:`pgmemory.store.queries.search_memories` with
+statement relaxes its own commit (:func:`pgmemory.store._ranking.search.search_memories` with
 ``relax_commit``), so the audit row is written in the same statement and committed with it,
 as before: nothing is deferred, batched or written later. A caller's own recall record
 (:func:`pgmemory.store.recall.record`) is one such statement too, and so are the writes of

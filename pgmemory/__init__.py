@@ -83,6 +83,9 @@ if TYPE_CHECKING:
         Signals as Signals,
         TwoPhaseStatus as TwoPhaseStatus,
     )
+    from pgmemory.store.requests import (
+        RecallRequest as RecallRequest,
+    )
     from pgmemory.store.store import (
         MemoryStore as MemoryStore,
     )

@@ -15,7 +15,6 @@ from pgmemory.admin import reembedding
 from pgmemory.admin.recalls import RECALL_DETAIL_MAX, RECALL_PREVIEW
 from pgmemory.admin.tokens import DEFAULT_LIFETIME
 from pgmemory.store import ann
-from pgmemory.store.modes import DEFAULT_MODE
 
 if TYPE_CHECKING:
     import uuid
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
         Signals,
         TwoPhaseStatus,
     )
+    from pgmemory.store.requests import RecallRequest
     from pgmemory.store.store import MemoryStore
 
 T = TypeVar("T")
@@ -204,42 +204,12 @@ class SyncMemoryStoreMethods:
         self,
         collection: str,
         scope: MemoryScope,
-        *,
-        query: str | None = None,
-        max_results: int = 3,
-        recent_turns: int = 2,
-        max_tokens: int | None = 2000,
-        mode: SearchMode = DEFAULT_MODE,
-        weights: SearchWeights | None = None,
-        near_duplicate_threshold: float = 0.9,
-        include_tools: bool = False,
-        heading: str | None = None,
-        trace: RecallTrace | None = None,
-        allow_unscoped: bool = False,
-        audit: bool = True,
-        exclude_message_ids: Sequence[str] = (),
+        request: RecallRequest | None = None,
+        **options: Any,
     ) -> Recall:
         """Blocking :meth:`MemoryStore.recall`: what a memory provider shows the model for a turn,
         in ONE audited round trip."""
-        return self._portal.run(
-            self.async_store.recall(
-                collection,
-                scope,
-                query=query,
-                max_results=max_results,
-                recent_turns=recent_turns,
-                max_tokens=max_tokens,
-                mode=mode,
-                weights=weights,
-                near_duplicate_threshold=near_duplicate_threshold,
-                include_tools=include_tools,
-                heading=heading,
-                trace=trace,
-                allow_unscoped=allow_unscoped,
-                audit=audit,
-                exclude_message_ids=exclude_message_ids,
-            )
-        )
+        return self._portal.run(self.async_store.recall(collection, scope, request, **options))
 
     def count(self, collection: str, scope: MemoryScope, *, allow_unscoped: bool = False) -> int:
         """Blocking :meth:`MemoryStore.count`: how many live memories the scope holds."""

@@ -51,7 +51,6 @@ from pgmemory.store.catalogue import Catalogue
 from pgmemory.store.columns import memory_from_row
 from pgmemory.store.jsonb import jsonb
 from pgmemory.store.models import COVERING_MAX_DIMENSIONS
-from pgmemory.store.modes import SEARCH_MODES
 from pgmemory.store.records import (
     MemoryScope,
     Recall,
@@ -62,10 +61,9 @@ from pgmemory.store.records import (
     Signals,
     check_search_scope,
 )
+from pgmemory.store.requests import RecallRequest
 from pgmemory.store.validation import (
     check_choice,
-    check_name,
-    check_number,
     describe,
     sha256_hex,
 )
@@ -83,56 +81,29 @@ MAX_FETCH = 400
 
 
 async def recall(
-    db: Database,
-    catalogue: Catalogue,
-    collection: str,
-    scope: MemoryScope,
-    *,
-    query: str | None,
-    max_results: int,
-    recent_turns: int,
-    max_tokens: int | None,
-    mode: str,
-    weights: SearchWeights | None,
-    near_duplicate_threshold: float,
-    include_tools: bool,
-    heading: str | None,
-    trace: RecallTrace | None,
-    allow_unscoped: bool,
-    audit: bool,
-    exclude_message_ids: Sequence[str] = (),
+    db: Database, catalogue: Catalogue, collection: str, scope: MemoryScope, request: RecallRequest
 ) -> Recall:
-    """What a provider injects, in one statement (see ``MemoryStore.recall``)."""
+    """What a provider injects, in one statement (see ``MemoryStore.recall``); ``request`` is
+    checked (:meth:`RecallRequest.checked`)."""
+    trace = request.trace
     with telemetry.operation(
         telemetry.SEARCH_MEMORY,
         settings=db.settings,
         collection=collection,
         scope=scope,
-        mode=mode,
+        mode=request.mode,
         sensitive=trace is not None and trace.include_query_text,
     ) as op:
-        check_search_scope(scope, allow_unscoped=allow_unscoped)
+        check_search_scope(scope, allow_unscoped=request.allow_unscoped)
         info = await catalogue.get(collection)
-        check_choice(mode, what="mode", choices=SEARCH_MODES)
-        max_results = _count(max_results, "max_results", 100)
-        recent_turns = _count(recent_turns, "recent_turns", 100)
-        if max_tokens is not None and (
-            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
-        ):
-            raise InvalidInputError(
-                f"max_tokens is {describe(max_tokens)}; expected a positive integer or None"
-            )
-        threshold = check_number(near_duplicate_threshold, what="near_duplicate_threshold")
-        if not isinstance(include_tools, bool):
-            raise InvalidInputError(f"include_tools is {describe(include_tools)}; expected a bool")
-        if heading is not None and not isinstance(heading, str):
-            raise InvalidInputError(f"heading is {describe(heading)}; expected a string or None")
-        heading = heading or None
-        shown_elsewhere = _message_ids(exclude_message_ids)
-        weights = weights or SearchWeights()
+        query, mode, max_results = request.query, request.mode, request.max_results
+        recent_turns, max_tokens, heading = (
+            request.recent_turns,
+            request.max_tokens,
+            request.heading,
+        )
+        weights = request.weights or SearchWeights()
         trace = trace or RecallTrace()
-        if query is not None and not isinstance(query, str):
-            raise InvalidInputError(f"query must be a string or None, got {describe(query)}")
         # The store cleans and cuts a query as it does stored text: no query is too long or too
         # odd to recall with; a blank one recalls the recent turns only.
         cleaned = clean_query(query, max_chars=db.settings.max_text_chars) if query else ""
@@ -146,9 +117,9 @@ async def recall(
             "collection": collection,
             "recent_turns": recent_turns,
             "recent_rows": ROWS_PER_TURN * recent_turns,
-            "include_tools": include_tools,
-            "exclude_message_ids": shown_elsewhere,
-            "threshold": threshold,
+            "include_tools": request.include_tools,
+            "exclude_message_ids": list(request.exclude_message_ids),
+            "threshold": request.near_duplicate_threshold,
             **budget_parameters(max_tokens, heading),
         }
         if matched:
@@ -169,7 +140,7 @@ async def recall(
                     "min_score": -2.0,
                 }
             )
-        if audit:
+        if request.audit:
             stored = scope.column_values()
             params.update(
                 {
@@ -203,7 +174,7 @@ async def recall(
                 ),
                 params=params,
                 user=scope.user_id,
-                audit=audit,
+                audit=request.audit,
                 audit_row=lambda got: _audit_row(params, got),
             )
         )
@@ -234,35 +205,6 @@ def _audit_row(params: dict[str, Any], rows: Sequence[Any]) -> dict[str, Any]:
         "reasons": [row["reason"] for row in rows],
         "signals": jsonb([signals(row) for row in rows]),
     }
-
-
-def _count(value: object, what: str, maximum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= maximum:
-        raise InvalidInputError(
-            f"{what} is {describe(value)}; expected an integer from 0 to {maximum}"
-        )
-    return value
-
-
-def _message_ids(values: object) -> list[str]:
-    """``exclude_message_ids`` as the statement takes it: the distinct ids a stored row may
-    have, in given order. An id no row can have (blank, too long, with NUL or a lone
-    surrogate: what storage refuses) is dropped, not refused: it excludes nothing."""
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | set | frozenset):
-        raise InvalidInputError(
-            f"exclude_message_ids is {describe(values)}; expected a sequence of message ids"
-        )
-    kept: dict[str, None] = {}
-    for value in values:
-        if not isinstance(value, str):
-            raise InvalidInputError(
-                f"exclude_message_ids holds {describe(value)}; expected strings (message ids)"
-            )
-        try:
-            kept[check_name(value, what="a message id")] = None
-        except InvalidInputError:
-            continue
-    return list(kept)
 
 
 def _assemble(rows: Sequence[Any], *, heading: str | None, bounded: bool, mode: str) -> Recall:

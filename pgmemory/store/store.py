@@ -16,12 +16,12 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from pgmemory.settings import Settings
-from pgmemory.store import ann, erasure, facts, history, reads, recall, writes
+from pgmemory.store import ann, erasure, facts, history, reads, recall, requests, writes
 from pgmemory.store._engine import lifecycle
 from pgmemory.store._engine.database import Database
 from pgmemory.store._engine.retry import retried_read
 from pgmemory.store.catalogue import Catalogue
-from pgmemory.store.modes import DEFAULT_MODE, SearchMode
+from pgmemory.store.modes import SearchMode
 from pgmemory.store.probing import Beside
 from pgmemory.store.records import (
     AnnStatus,
@@ -38,6 +38,7 @@ from pgmemory.store.records import (
     Signals,
     TwoPhaseStatus,
 )
+from pgmemory.store.requests import RecallRequest
 from pgmemory.store.shortlist import Shortlists
 
 if TYPE_CHECKING:
@@ -380,20 +381,8 @@ class MemoryStore:
         self,
         collection: str,
         scope: MemoryScope,
-        *,
-        query: str | None = None,
-        max_results: int = 3,
-        recent_turns: int = 2,
-        max_tokens: int | None = 2000,
-        mode: SearchMode = DEFAULT_MODE,
-        weights: SearchWeights | None = None,
-        near_duplicate_threshold: float = 0.9,
-        include_tools: bool = False,
-        heading: str | None = None,
-        trace: RecallTrace | None = None,
-        allow_unscoped: bool = False,
-        audit: bool = True,
-        exclude_message_ids: Sequence[str] = (),
+        request: RecallRequest | None = None,
+        **options: Any,
     ) -> Recall:
         """What a memory provider shows the model for a turn, in ONE audited round trip.
 
@@ -402,26 +391,14 @@ class MemoryStore:
         tool calls and results (unless ``include_tools``), near-duplicates and the messages
         in ``exclude_message_ids`` (sent to the model anyway), fitted into ``max_tokens`` under
         ``heading``; the audit row holds exactly the shown memories, the mode used and each
-        one's reason and signals (:mod:`pgmemory.store.recall`). Raises as :meth:`search` does."""
-        return await recall.recall(
-            self._db,
-            self._catalogue,
-            collection,
-            scope,
-            query=query,
-            max_results=max_results,
-            recent_turns=recent_turns,
-            max_tokens=max_tokens,
-            mode=mode,
-            weights=weights,
-            near_duplicate_threshold=near_duplicate_threshold,
-            include_tools=include_tools,
-            heading=heading,
-            trace=trace,
-            allow_unscoped=allow_unscoped,
-            audit=audit,
-            exclude_message_ids=exclude_message_ids,
-        )
+        one's reason and signals (:mod:`pgmemory.store.recall`). Raises as :meth:`search` does.
+
+        ``request`` is a :class:`~pgmemory.store.requests.RecallRequest` (its fields are the
+        options and their defaults); ``options`` are its fields as keywords
+        (``recall(c, scope, query="...", max_results=5)``), set on ``request`` if both are
+        given."""
+        checked = requests.build(RecallRequest, request, options)
+        return await recall.recall(self._db, self._catalogue, collection, scope, checked)
 
     @retried_read
     async def count(

@@ -59,6 +59,7 @@ from pgmemory.integrations.agent_framework.rendering import (
 )
 from pgmemory.integrations.agent_framework.turn import TurnWriter, after_run_together, check_run
 from pgmemory.store.records import CollectionInfo, MemoryRecord, MemoryScope, Recall, RecallTrace
+from pgmemory.store.requests import RecallRequest
 from pgmemory.store.store import MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -259,8 +260,9 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
         shown = await self.store.recall(
             self.collection_name,
             scope,
-            query=query or None,
-            **self._recall_options(session, heading=self.options.context_prompt, seen=in_context),
+            self._recall_request(
+                session, query=query or None, heading=self.options.context_prompt, seen=in_context
+            ),
         )
         self._log_recall(scope, query, shown)
         if not shown.items:
@@ -350,35 +352,29 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
 
     # --- recall ----------------------------------------------------------------------------
 
-    def _recall_options(
-        self, session: AgentSession, *, heading: str | None, seen: Sequence[str]
-    ) -> dict[str, Any]:
-        """The keywords of the store's one-statement recall (:meth:`MemoryStore.recall
-        <pgmemory.store.store.MemoryStore.recall>`) that this provider's options choose: the
-        newest turns, the matches with their neighbours, near-duplicates dropped, fitted to
-        ``max_context_tokens`` under ``heading``, and its audit row (exactly what is shown,
-        with why) written in the same statement. Tool calls and results are left out unless
-        ``include_tools_in_recall``, and so are the messages the model is sent anyway
-        (``seen``: their message ids). The hook awaits the store's recall itself: no frame of
-        the provider's between its hook and the store."""
-        opts = self.options
-        return {
-            "max_results": opts.max_results,
-            "recent_turns": opts.recent_turns,
-            "max_tokens": opts.max_context_tokens,
-            "mode": opts.recall_mode,
-            "weights": opts.weights,
-            "near_duplicate_threshold": opts.near_duplicate_threshold,
-            "include_tools": opts.include_tools_in_recall,
-            "heading": heading,
-            "trace": RecallTrace(
+    def _recall_request(
+        self,
+        session: AgentSession,
+        *,
+        query: str | None,
+        heading: str | None,
+        seen: Sequence[str],
+    ) -> RecallRequest:
+        """The store's one-statement recall (:meth:`MemoryStore.recall
+        <pgmemory.store.store.MemoryStore.recall>`) as this provider's options choose it
+        (:meth:`ChatHistoryMemoryProviderOptions.recall_request`), traced to this provider and
+        ``session``; ``seen``: the message ids the model is sent anyway. The hook awaits the
+        store's recall itself: no frame of the provider's between its hook and the store."""
+        return self.options.recall_request(
+            query=query,
+            heading=heading,
+            trace=RecallTrace(
                 provider=self.source_id,
                 session_id=session.session_id or "",
-                include_query_text=opts.enable_sensitive_telemetry_data,
+                include_query_text=self.options.enable_sensitive_telemetry_data,
             ),
-            "allow_unscoped": opts.allow_unscoped_search,
-            "exclude_message_ids": seen,
-        }
+            exclude_message_ids=seen,
+        )
 
     def _log_recall(self, scope: MemoryScope, query: str | None, shown: Recall) -> None:
         """Log what a recall showed (ids and counts; texts only at DEBUG, through the
@@ -413,8 +409,7 @@ class ChatHistoryMemoryProvider(ContextProvider, TurnWriter):
             shown = await self.store.recall(
                 self.collection_name,
                 scope,
-                query=question or None,
-                **self._recall_options(session, heading=None, seen=seen),
+                self._recall_request(session, query=question or None, heading=None, seen=seen),
             )
             self._log_recall(scope, question, shown)
             if not shown.items:

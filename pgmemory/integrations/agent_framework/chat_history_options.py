@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -14,7 +14,8 @@ from pgmemory.integrations.agent_framework.messages import (
 )
 from pgmemory.integrations.agent_framework.rendering import DEFAULT_CONTEXT_PROMPT
 from pgmemory.store.modes import DEFAULT_MODE, SearchMode
-from pgmemory.store.records import SearchWeights
+from pgmemory.store.records import RecallTrace, SearchWeights
+from pgmemory.store.requests import RecallRequest
 
 #: When the provider recalls: before every model call, or when the model calls its tool.
 SearchTime = Literal["before_ai_invoke", "on_demand_function_calling"]
@@ -119,6 +120,34 @@ class ChatHistoryMemoryProviderOptions:
             )
         if not callable(self.redactor):
             raise InvalidInputError(f"redactor is {self.redactor!r}; pass a callable(str) -> str")
+
+    def recall_request(
+        self,
+        *,
+        query: str | None,
+        heading: str | None,
+        trace: RecallTrace,
+        exclude_message_ids: Sequence[str],
+    ) -> RecallRequest:
+        """The store's recall (:class:`~pgmemory.store.requests.RecallRequest`) these options
+        choose, for ``query`` under ``heading``: the newest turns, the matches with their
+        neighbours, near-duplicates dropped, fitted to ``max_context_tokens``; tool calls and
+        results left out unless ``include_tools_in_recall``, and so are the messages the model
+        is sent anyway (``exclude_message_ids``)."""
+        return RecallRequest(
+            query=query,
+            max_results=self.max_results,
+            recent_turns=self.recent_turns,
+            max_tokens=self.max_context_tokens,
+            mode=self.recall_mode,
+            weights=self.weights,
+            near_duplicate_threshold=self.near_duplicate_threshold,
+            include_tools=self.include_tools_in_recall,
+            heading=heading,
+            trace=trace,
+            allow_unscoped=self.allow_unscoped_search,
+            exclude_message_ids=exclude_message_ids,
+        )
 
 
 __all__ = [

@@ -58,7 +58,7 @@ def today(source: str) -> str:
 RANKING = "pgmemory/store/_ranking"
 
 
-def _git(ref: str, *command: str) -> str:
+def _git(*command: str) -> str:
     from bench._common.paths import ROOT
 
     return subprocess.run(
@@ -86,7 +86,7 @@ def modules_at(ref: str, paths: list[str]) -> dict[str, ModuleType]:
     it imports stand in for today's (under their real names, and as attributes of their
     package), and everything else is today's. Each source is read with :func:`today`."""
     sources = {
-        path.removesuffix(".py").replace("/", "."): today(_git(ref, "show", f"{ref}:{path}"))
+        path.removesuffix(".py").replace("/", "."): today(_git("show", f"{ref}:{path}"))
         for path in paths
     }
     names = set(sources)
@@ -131,7 +131,7 @@ def _exec_beside(ref: str, name: str, source: str, loaded: dict[str, ModuleType]
 def ranking_paths(ref: str) -> list[str]:
     """The files of the ranking's builders at ``ref``: the wing's modules, or (before the wing)
     ``pgmemory/store/queries.py``."""
-    listed = _git(ref, "ls-tree", "--name-only", f"{ref}:{RANKING}/").split() if _has(ref) else []
+    listed = _git("ls-tree", "--name-only", f"{ref}:{RANKING}/").split() if _has(ref) else []
     modules = [f"{RANKING}/{n}" for n in listed if n.endswith(".py") and n != "__init__.py"]
     return modules or ["pgmemory/store/queries.py"]
 
